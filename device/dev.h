@@ -1,0 +1,167 @@
+/* The device layer: one API over backends, shaped like ggml-backend / the CUDA runtime.
+ *   platform -> device (cpu:0.., cuda:0..) -> stream (in-order op queue) -> event (a point in a stream)
+ * Verbs: ops are ENQUEUED on a stream and return at once (`_async`); the host waits only in `_sync`
+ * calls. Every op on one stream runs in enqueue order; ops on different streams are unordered unless an
+ * event orders them (dev_event_record_async on the producer, dev_stream_wait_event_async on the consumer).
+ *
+ * CPU backend (the one CI exercises; DESIGN.md §4): every stream is a worker thread draining an op queue;
+ * every emulated device owns its memory (its own jemalloc arena); kernels declare the buffers they touch
+ * (dev_access) so the backend can (1) refuse an access to another device's memory without a peer grant and
+ * count granted remote reads, and (2) check the multi-stream law: an access from stream B to a buffer last
+ * written/read by stream A at point p, with no event ordering B after p, is reported as a race,
+ * deterministically (vector clocks carried by events, not wall-clock luck).
+ * CUDA backend: the runtime API, non-blocking streams, cudaEventDisableTiming events, cudaMemcpyPeerAsync.
+ *
+ * Errors are sticky per stream, as in CUDA: after a failed op the stream skips its remaining kernels and
+ * copies (events still complete so nobody hangs), and every later _sync on it returns the first error. */
+#ifndef DEV_DEV_H
+#define DEV_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "device/err.h"
+
+typedef enum dev_kind { DEV_KIND_CPU = 0, DEV_KIND_CUDA = 1 } dev_kind;
+
+typedef struct dev_platform dev_platform; /* all devices of one backend; owns them */
+typedef struct dev_device dev_device;     /* one device: memory + streams; owned by its platform */
+typedef struct dev_stream dev_stream;     /* in-order queue of ops on one device */
+typedef struct dev_event dev_event;       /* a recorded point in a stream */
+
+#define DEV_CPU_DEVICES_DEFAULT 8
+#define DEV_CPU_DEVICES_MAX 64
+#define DEV_MAX_DEVICES 64
+
+/* ---- platform and devices ---- */
+
+/* Open a backend. n_cpu_devices (1..DEV_CPU_DEVICES_MAX) is the number of emulated CPU devices and is
+ * ignored for CUDA (which opens every visible GPU). Returns NULL and fills err on failure (CUDA absent,
+ * no GPU, bad count). The platform owns its devices; close it after every stream/event is destroyed. */
+dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err);
+
+/* Open the backend the environment asks for: MEMRA_BACKEND=cpu|cuda (default: cuda when the library was
+ * built with CUDA and a GPU is visible, else cpu) and MEMRA_CPU_DEVICES=1..64 (default 8). An invalid value
+ * is an error naming the variable, the value and what is allowed. Call from the host thread that creates
+ * the runtime (reads the environment once). */
+dev_platform *dev_platform_open_env(dev_err *err);
+
+void dev_platform_close(dev_platform *p);
+dev_kind dev_platform_kind(const dev_platform *p);
+int dev_platform_count(const dev_platform *p);              /* number of devices */
+dev_device *dev_platform_device(dev_platform *p, int ordinal); /* NULL when out of range */
+
+dev_platform *dev_device_platform(const dev_device *d);
+int dev_device_ordinal(const dev_device *d);
+const char *dev_device_name(const dev_device *d); /* "cpu:1", "cuda:0" */
+
+/* Let `accessor`'s kernels read/write `owner`'s memory (cudaDeviceEnablePeerAccess + the default mempool's
+ * access). Idempotent; granting a device to itself is a no-op. Host-synchronous. */
+int dev_peer_grant(dev_device *accessor, dev_device *owner, dev_err *err);
+int dev_peer_granted(const dev_device *accessor, const dev_device *owner);
+
+/* ---- memory ---- */
+
+/* Persistent device memory (weights, KV caches, boundary slots). Host-synchronous; the caller guarantees
+ * no stream still uses p when freeing. Returns NULL + err on failure. Zero-filled. */
+void *dev_malloc(dev_device *d, size_t bytes, dev_err *err);
+void dev_free(dev_device *d, void *p);
+
+/* Page-locked host memory usable as the source/target of async copies (cudaMallocHost on CUDA). */
+void *dev_host_alloc(dev_platform *p, size_t bytes, dev_err *err);
+void dev_host_free(dev_platform *p, void *ptr);
+
+/* Host-synchronous copy into device memory (weight upload at load time). */
+int dev_copy_h2d_sync(dev_device *d, void *dst, const void *src_host, size_t bytes, dev_err *err);
+
+/* ---- streams ---- */
+
+/* A new stream on d. name shows up in race reports and traces ("stage1", "readback"). */
+dev_stream *dev_stream_create(dev_device *d, const char *name, dev_err *err);
+/* Waits until every op enqueued so far has run, then frees the stream. */
+void dev_stream_destroy(dev_stream *s);
+dev_device *dev_stream_device(const dev_stream *s);
+const char *dev_stream_name(const dev_stream *s);
+/* Host waits until s has run every op enqueued so far; returns the stream's sticky error (and fills err). */
+int dev_stream_sync(dev_stream *s, dev_err *err);
+/* The backend's native handle (cudaStream_t on CUDA, NULL on CPU) for kernels/cuda launches. */
+void *dev_stream_native(dev_stream *s);
+
+/* ---- events ---- */
+
+dev_event *dev_event_create(dev_device *d, dev_err *err);
+void dev_event_destroy(dev_event *e); /* the caller guarantees no pending wait still names it */
+/* Capture the current end of s: the event completes when s has run every op enqueued before this call.
+ * Re-recording moves the event to the new point (waits enqueued earlier keep the old point). */
+int dev_event_record_async(dev_event *e, dev_stream *s);
+/* Ops enqueued on s after this call run only after e's most recent record (as of this call) completes.
+ * The host does not wait. Waiting a never-recorded event is a no-op (CUDA semantics). */
+int dev_stream_wait_event_async(dev_stream *s, dev_event *e);
+/* Host waits for e's most recent record; returns the recording stream's error if it failed before it. */
+int dev_event_sync(dev_event *e, dev_err *err);
+/* 1 = complete (or never recorded), 0 = pending, <0 = the recording stream failed. Never blocks. */
+int dev_event_query(dev_event *e);
+
+/* ---- copies (enqueued; host buffers must stay valid until the stream passes the op) ---- */
+
+int dev_copy_h2d_async(dev_stream *s, void *dst, const void *src_host, size_t bytes);
+int dev_copy_d2h_async(dev_stream *s, void *dst_host, const void *src, size_t bytes);
+/* dst and src on the same device (the stream's). */
+int dev_copy_d2d_async(dev_stream *s, void *dst, const void *src, size_t bytes);
+/* Cross-device copy (cudaMemcpyPeerAsync). Counted as peer-copy bytes, not as remote reads. */
+int dev_copy_peer_async(dev_stream *s, void *dst, dev_device *dst_dev, const void *src, dev_device *src_dev,
+                        size_t bytes);
+
+/* ---- kernels and host callbacks ---- */
+
+enum { DEV_READ = 1, DEV_WRITE = 2, DEV_RW = 3 };
+
+/* One buffer a kernel touches: ptr may point inside a dev_malloc/pool block; bytes from ptr. */
+typedef struct dev_access {
+    const void *ptr;
+    size_t bytes;
+    int mode; /* DEV_READ, DEV_WRITE or DEV_RW */
+} dev_access;
+
+#define DEV_ARGS_MAX 256  /* bytes of kernel arguments copied into the op at enqueue */
+#define DEV_ACCESS_MAX 16 /* buffers one kernel may declare */
+
+/* CPU backend only: enqueue fn(args) on s. args (args_bytes <= DEV_ARGS_MAX) is copied at enqueue, so
+ * the caller's struct may die at once. acc lists every device buffer the kernel touches; the backend
+ * checks grants and stream order for each before running fn, and skips fn (stream error) on a violation.
+ * name labels the op in reports ("matmul"). Returns MEMRA_E_INVAL on a CUDA stream. */
+typedef void (*dev_cpu_fn)(void *args);
+int dev_launch_cpu_async(dev_stream *s, const char *name, dev_cpu_fn fn, const void *args, size_t args_bytes,
+                         const dev_access *acc, int n_acc);
+
+/* Run fn(arg) when s reaches this point (cudaLaunchHostFunc). Runs on a backend thread, not the caller's;
+ * fn must not call stream/event functions. Used for liveness markers and completion notices. */
+int dev_host_fn_async(dev_stream *s, void (*fn)(void *arg), void *arg);
+
+/* ---- counters, checker and test hooks ---- */
+
+typedef struct dev_counters {
+    uint64_t remote_read_bytes; /* bytes this device's kernels read from other devices' memory (granted) */
+    uint64_t remote_write_bytes;/* bytes this device's kernels wrote into other devices' memory (granted) */
+    uint64_t peer_copy_bytes;   /* bytes moved by dev_copy_peer_async on this device's streams */
+    uint64_t access_denied;     /* kernel accesses refused for want of a peer grant */
+    uint64_t kernels_run;       /* kernels executed on this device's streams */
+} dev_counters;
+
+/* Snapshot of d's counters (relaxed reads; exact once the streams are synced). */
+void dev_device_counters(const dev_device *d, dev_counters *out);
+void dev_device_counters_reset(dev_device *d);
+
+/* Stream-order race checker (CPU backend; on by default). Reports accumulate on the platform. */
+void dev_race_check_enable(dev_platform *p, int on);
+uint64_t dev_race_count(const dev_platform *p);
+/* Copy the first report's text ("race: stage1 read buf 0x.. (cpu:0, 4096 B) last written by stage0 at op
+ * 17, no event orders it") into buf; returns the number of reports. */
+uint64_t dev_race_first(const dev_platform *p, char *buf, size_t len);
+void dev_race_reset(dev_platform *p);
+
+/* Test hook: called on the worker thread before every op of every CPU stream (soak tests inject random
+ * delays here). NULL removes it. Must be set while no stream is running ops. */
+typedef void (*dev_op_hook)(void *ctx, dev_stream *s, const char *op_name);
+void dev_set_op_hook(dev_platform *p, dev_op_hook hook, void *ctx);
+
+#endif
