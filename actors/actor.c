@@ -171,6 +171,7 @@ int act_send(act_actor *a, act_msg *m, dev_err *err)
         if (m->reply)
             act_future_fail_err(m->reply, &e);
         act_msg_free(m);
+        bump(&a->discarded);
         return dev_err_set(err, e.code, "%s", e.msg);
     }
     act_mailbox_post(a->mb, m);

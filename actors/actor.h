@@ -56,7 +56,7 @@ typedef struct act_actor_opts {
 
 typedef struct act_actor_stats {
     uint64_t handled;          /* messages given to the handler */
-    uint64_t discarded;        /* messages dropped after an error (ACT_ON_ERROR_STOP) or after the stop */
+    uint64_t discarded;        /* messages dropped unhandled: after an error (ACT_ON_ERROR_STOP), refused or left after the stop */
     uint64_t errors;           /* handler calls that returned < 0 */
     act_mailbox_stats mailbox; /* the actor's mailbox and free list */
 } act_actor_stats;
