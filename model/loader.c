@@ -326,6 +326,18 @@ fail:
     return NULL;
 }
 
+int mdl_model_peek_n_layer(const char *path, dev_err *err)
+{
+    mdl_model m = { 0 };
+    if (!path)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_n_layer: path is required");
+    if (!(m.gguf = mdl_gguf_open(path, err)))
+        return err ? err->code : MEMRA_E_IO;
+    int rc = read_hparams(&m, err);
+    mdl_gguf_close(m.gguf);
+    return rc ? rc : m.hp.n_layer;
+}
+
 void mdl_model_free(mdl_model *m)
 {
     if (!m)
