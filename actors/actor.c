@@ -108,9 +108,47 @@ static void record_error(act_actor *a, int rc, const act_msg *m)
     atomic_store_explicit(&a->has_error, 1, memory_order_release); /* publishes a->error */
 }
 
+/* Messages the actor thread gives back are batched (per home == own free list) and returned together,
+ * so producers sleeping at the free-list cap are woken once per batch. The batch is flushed when full
+ * and before the thread blocks on an empty mailbox, so a freed message never waits on an idle actor. */
+#define ACT_FREE_BATCH 32
+typedef struct free_batch {
+    act_freelist *home;
+    size_t n;
+    act_msg *m[ACT_FREE_BATCH];
+} free_batch;
+
+static void batch_flush(free_batch *b)
+{
+    act_freelist_give_n(b->home, b->m, b->n);
+    b->n = 0;
+}
+
+static void batch_free(free_batch *b, act_msg *m)
+{
+    if (m->home != b->home) {
+        act_msg_free(m);
+        return;
+    }
+    b->m[b->n++] = m;
+    if (b->n == ACT_FREE_BATCH)
+        batch_flush(b);
+}
+
+/* The next message; flushes the free batch before a take that may sleep. */
+static act_msg *next_msg(act_actor *a, free_batch *b)
+{
+    act_msg *m = act_mailbox_try_take(a->mb);
+    if (m)
+        return m;
+    batch_flush(b);
+    return act_mailbox_take(a->mb); /* ordered after the sender's writes (mailbox.h) */
+}
+
 static void *actor_main(void *arg)
 {
     act_actor *a = arg;
+    free_batch fb = { .home = act_mailbox_freelist(a->mb) };
     char tname[16] = "actor";
     if (a->name[0]) {
         memcpy(tname, a->name, sizeof tname - 1);
@@ -118,7 +156,7 @@ static void *actor_main(void *arg)
     }
     pthread_setname_np(pthread_self(), tname);
     for (;;) {
-        act_msg *m = act_mailbox_take(a->mb); /* ordered after the sender's writes (mailbox.h) */
+        act_msg *m = next_msg(a, &fb);
         if (m == &a->pill)
             break;
         if (atomic_load_explicit(&a->has_error, memory_order_relaxed) && a->on_error == ACT_ON_ERROR_STOP) {
@@ -135,8 +173,9 @@ static void *actor_main(void *arg)
             if (m->reply)
                 act_future_fail_err(m->reply, &a->error); /* no-op if the handler completed it already */
         }
-        act_msg_free(m);
+        batch_free(&fb, m);
     }
+    batch_flush(&fb);
     return NULL;
 }
 

@@ -193,20 +193,26 @@ act_msg *act_freelist_take(act_freelist *fl, int wait, dev_err *err)
     }
 }
 
-void act_msg_free(act_msg *m)
+void act_freelist_give_n(act_freelist *fl, act_msg *const *ms, size_t n)
 {
-    if (!m || !m->home)
+    if (n == 0)
         return;
-    act_freelist *fl = m->home;
-    stack_push(fl, m);
-    atomic_fetch_add_explicit(&fl->gives, 1, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        stack_push(fl, ms[i]);
+    atomic_fetch_add_explicit(&fl->gives, n, memory_order_relaxed);
     /* pairs with the taker's waiters increment + re-check (see act_freelist_take) */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&fl->waiters) > 0) {
         atomic_fetch_add(&fl->gen, 1);
         atomic_fetch_add_explicit(&fl->full_wakes, 1, memory_order_relaxed);
-        act_futex_wake(&fl->gen, 1);
+        act_futex_wake(&fl->gen, n > INT32_MAX ? INT32_MAX : (int)n);
     }
+}
+
+void act_msg_free(act_msg *m)
+{
+    if (m && m->home)
+        act_freelist_give_n(m->home, &m, 1);
 }
 
 void act_freelist_stats_get(const act_freelist *fl, act_freelist_stats *out)

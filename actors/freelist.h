@@ -60,6 +60,11 @@ act_msg *act_freelist_take(act_freelist *fl, int wait, dev_err *err);
  * not be used afterwards. NULL and messages with home == NULL are ignored. */
 void act_msg_free(act_msg *m);
 
+/* Give back n messages whose home is fl (any thread; lock-free): n pushes, then at most ONE wake
+ * syscall (up to n takers) if takers sleep at the cap. Consumers that free many messages batch them
+ * through this so a producer-bound-at-the-cap workload costs one syscall per batch, not per message. */
+void act_freelist_give_n(act_freelist *fl, act_msg *const *ms, size_t n);
+
 /* Counters (a consistent-enough snapshot: each field is read atomically, not all at once). */
 void act_freelist_stats_get(const act_freelist *fl, act_freelist_stats *out);
 

@@ -51,6 +51,9 @@ typedef struct mdl_load_params {
  * MEMRA_E_UNSUPPORTED (architecture or tensor type; the message lists the supported ones), NOMEM.
  * Cost: one pass over the weights (host-synchronous copies). */
 mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *err);
+/* The layer count of the GGUF at path (<arch>.block_count), to size a layer_dev array before loading.
+ * Returns n_layer > 0, or a MEMRA_E_* code + err. Cost: opens and maps the file's header. */
+int mdl_model_peek_n_layer(const char *path, dev_err *err);
 /* Free the device weights and unmap the file. The caller guarantees no stream still uses them. */
 void mdl_model_free(mdl_model *m);
 

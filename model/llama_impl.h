@@ -26,7 +26,7 @@ typedef struct mdl_layer {
 
 struct mdl_model {
     mdl_hparams hp;
-    char arch_name[32];
+    char arch_name[64];
     mdl_gguf *gguf;             /* the mmapped file; token_embd is read from it directly */
     mdl_tokenizer *tok;
     dev_platform *platform;

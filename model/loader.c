@@ -15,39 +15,64 @@ static const char *const k_archs[] = { [MDL_ARCH_LLAMA] = "llama", [MDL_ARCH_QWE
 
 /* ---- metadata ---- */
 
-/* *out = <arch>.<key> as u32; absent: *out = dflt, or MEMRA_E_FORMAT when dflt < 0 (required). */
+/* *out = <arch>.<key> as u32; absent: *out = dflt, or MEMRA_E_FORMAT when dflt < 0 (required). A present
+ * key of the wrong type is an error either way. */
 static int hp_u32(const mdl_model *m, const char *key, int dflt, int *out, dev_err *err)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    uint32_t v;
-    if (mdl_gguf_get_u32(m->gguf, full, &v) == 0) {
-        if (v > (uint32_t)INT32_MAX)
-            return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s = %u is out of range", full, v);
-        *out = (int)v;
+    if (mdl_gguf_find(m->gguf, full) < 0) {
+        if (dflt < 0)
+            return dev_err_set(err, MEMRA_E_FORMAT, "metadata key %s (u32) is missing", full);
+        *out = dflt;
         return 0;
     }
-    if (dflt < 0)
-        return dev_err_set(err, MEMRA_E_FORMAT, "metadata key %s (u32) is missing", full);
-    *out = dflt;
+    uint32_t v;
+    int rc = mdl_gguf_get_u32(m->gguf, full, &v, err);
+    if (rc)
+        return rc;
+    if (v > (uint32_t)INT32_MAX)
+        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s = %u is out of range", full, v);
+    *out = (int)v;
     return 0;
 }
 
 /* *out = <arch>.<key> as f32, or dflt when absent. */
-static void hp_f32(const mdl_model *m, const char *key, float dflt, float *out)
+static int hp_f32(const mdl_model *m, const char *key, float dflt, float *out, dev_err *err)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    if (mdl_gguf_get_f32(m->gguf, full, out) != 0)
+    if (mdl_gguf_find(m->gguf, full) < 0) {
         *out = dflt;
+        return 0;
+    }
+    return mdl_gguf_get_f32(m->gguf, full, out, err);
+}
+
+/* Copy string key into buf (NUL-terminated, truncated to cap-1); 1 when present, 0 when absent, <0 error. */
+static int get_cstr(const mdl_gguf *g, const char *key, char *buf, size_t cap, dev_err *err)
+{
+    if (mdl_gguf_find(g, key) < 0)
+        return 0;
+    const char *v;
+    size_t len;
+    int rc = mdl_gguf_get_str(g, key, &v, &len, err);
+    if (rc)
+        return rc;
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    return 1;
 }
 
 static int read_hparams(mdl_model *m, dev_err *err)
 {
     mdl_hparams *hp = &m->hp;
-    const char *arch = mdl_gguf_get_str(m->gguf, "general.architecture");
-    if (!arch)
-        return dev_err_set(err, MEMRA_E_FORMAT, "metadata key general.architecture is missing");
+    char arch[64];
+    int rc = get_cstr(m->gguf, "general.architecture", arch, sizeof arch, err);
+    if (rc <= 0)
+        return rc ? rc : dev_err_set(err, MEMRA_E_FORMAT, "metadata key general.architecture is missing");
     hp->arch = -1;
     for (int i = 0; i < (int)(sizeof k_archs / sizeof k_archs[0]); i++)
         if (strcmp(arch, k_archs[i]) == 0)
@@ -57,7 +82,6 @@ static int read_hparams(mdl_model *m, dev_err *err)
                            SUPPORTED_ARCHS);
     snprintf(m->arch_name, sizeof m->arch_name, "%s", arch);
 
-    int rc;
     if ((rc = hp_u32(m, "block_count", -1, &hp->n_layer, err)) || (rc = hp_u32(m, "embedding_length", -1, &hp->n_embd, err)) ||
         (rc = hp_u32(m, "feed_forward_length", -1, &hp->n_ff, err)) ||
         (rc = hp_u32(m, "attention.head_count", -1, &hp->n_head, err)) ||
@@ -76,21 +100,28 @@ static int read_hparams(mdl_model *m, dev_err *err)
     if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return dev_err_set(err, MEMRA_E_FORMAT, "bad rope metadata: n_rot %d, head_dim %d (need 0 < n_rot <= "
                            "head_dim, n_rot even)", hp->n_rot, hp->head_dim);
-    hp_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps);
-    hp_f32(m, "rope.freq_base", 10000.0f, &hp->rope_freq_base);
+    if ((rc = hp_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (rc = hp_f32(m, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err)))
+        return rc;
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return dev_err_set(err, MEMRA_E_FORMAT, "bad metadata: rms epsilon %g and rope freq_base %g must be > 0",
+                           hp->rms_eps, hp->rope_freq_base);
     hp->rope_freq_scale = 1.0f;
-    char key[128];
+    char key[128], scaling[32];
     snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
-    const char *scaling = mdl_gguf_get_str(m->gguf, key);
+    if ((rc = get_cstr(m->gguf, key, scaling, sizeof scaling, err)) < 0)
+        return rc;
     float factor = 0.0f;
-    if (scaling && strcmp(scaling, "linear") == 0) {
-        hp_f32(m, "rope.scaling.factor", 1.0f, &factor);
-    } else if (scaling && strcmp(scaling, "none") != 0) {
+    if (rc == 1 && strcmp(scaling, "linear") == 0) {
+        rc = hp_f32(m, "rope.scaling.factor", 1.0f, &factor, err);
+    } else if (rc == 1 && strcmp(scaling, "none") != 0) {
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "%s = '%s' is not supported; supported: none, linear", key,
                            scaling);
     } else {
-        hp_f32(m, "rope.scale_linear", 0.0f, &factor); /* the older spelling */
+        rc = hp_f32(m, "rope.scale_linear", 0.0f, &factor, err); /* the older spelling */
     }
+    if (rc)
+        return rc;
     if (factor > 0.0f)
         hp->rope_freq_scale = 1.0f / factor;
     if (mdl_gguf_tensor_find(m->gguf, "rope_freqs.weight"))
@@ -324,6 +355,18 @@ fail:
     dev_err_wrap(err, "loading %s", path);
     mdl_model_free(m);
     return NULL;
+}
+
+int mdl_model_peek_n_layer(const char *path, dev_err *err)
+{
+    mdl_model m = { 0 };
+    if (!path)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_n_layer: path is required");
+    if (!(m.gguf = mdl_gguf_open(path, err)))
+        return err ? err->code : MEMRA_E_IO;
+    int rc = read_hparams(&m, err);
+    mdl_gguf_close(m.gguf);
+    return rc ? rc : m.hp.n_layer;
 }
 
 void mdl_model_free(mdl_model *m)

@@ -1,0 +1,2 @@
+# Empty dependencies file for stress_mailbox.
+# This may be replaced when dependencies are built.
