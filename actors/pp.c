@@ -1,6 +1,5 @@
 /* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
 #include "actors/pp_internal.h"
-#include "model/gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,26 +31,6 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 
 /* ---- create / destroy ---- */
 
-static int peek_layers(const char *path, int *n_layer, dev_err *err)
-{
-    mdl_gguf *g = mdl_gguf_open(path, err);
-    if (!g)
-        return err->code;
-    const char *arch;
-    size_t len;
-    char key[96];
-    uint32_t n = 0;
-    int r = mdl_gguf_get_str(g, "general.architecture", &arch, &len, err);
-    if (r == 0) {
-        snprintf(key, sizeof key, "%.*s.block_count", (int)(len < 64 ? len : 64), arch);
-        r = mdl_gguf_get_u32(g, key, &n, err);
-    }
-    if (r == 0 && (n < 1 || n > 4096))
-        r = dev_err_set(err, MEMRA_E_FORMAT, "%s: %s = %u is not a sane layer count", path, key, n);
-    mdl_gguf_close(g);
-    *n_layer = (int)n;
-    return r;
-}
 
 static int stage_init(act_pp *rt, int s, dev_err *err)
 {
@@ -154,8 +133,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     rt->primary = dev_platform_device(plat, 0);
 
     /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */
-    int n_layer = 0;
-    if (peek_layers(model_path, &n_layer, err) != 0)
+    int n_layer = mdl_model_peek_n_layer(model_path, err);
+    if (n_layer < 0)
         goto fail;
     int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), rt->fence, err);
     if (N < 0)
