@@ -52,6 +52,7 @@ set(CMAKE_MAKEFILE_PRODUCTS
 # Dependency information for all targets:
 set(CMAKE_DEPEND_INFO_FILES
   "CMakeFiles/memra.dir/DependInfo.cmake"
+  "CMakeFiles/memra-bench.dir/DependInfo.cmake"
   "tests/CMakeFiles/test_mailbox.dir/DependInfo.cmake"
   "tests/CMakeFiles/stress_mailbox.dir/DependInfo.cmake"
   )

@@ -139,6 +139,8 @@ endif()
 # tool_src at CMakeLists.txt:97 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/wt/actors/tools/memra-bench/*.c")
 set(OLD_GLOB
+  "/work/wt/actors/tools/memra-bench/bench_mailbox.c"
+  "/work/wt/actors/tools/memra-bench/main.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
