@@ -201,7 +201,7 @@ void act_freelist_give_n(act_freelist *fl, act_msg *const *ms, size_t n)
         stack_push(fl, ms[i]);
     atomic_fetch_add_explicit(&fl->gives, n, memory_order_relaxed);
     /* pairs with the taker's waiters increment + re-check (see act_freelist_take) */
-    atomic_thread_fence(memory_order_seq_cst);
+    act_full_fence();
     if (atomic_load(&fl->waiters) > 0) {
         atomic_fetch_add(&fl->gen, 1);
         atomic_fetch_add_explicit(&fl->full_wakes, 1, memory_order_relaxed);

@@ -85,7 +85,7 @@ int act_mailbox_post(act_mailbox *mb, act_msg *m)
     atomic_fetch_add_explicit(&mb->was_empty, 1, memory_order_relaxed);
     /* Dekker pair with act_mailbox_take: our enqueue (seq_cst) then our load of sleeping, against its
      * store of sleeping then its re-check of the queue. */
-    atomic_thread_fence(memory_order_seq_cst);
+    act_full_fence();
     if (atomic_load(&mb->sleeping) == 1 && atomic_exchange(&mb->sleeping, 0) == 1) {
         atomic_fetch_add_explicit(&mb->wakeups, 1, memory_order_relaxed);
         act_futex_wake(&mb->sleeping, 1);
@@ -135,7 +135,7 @@ act_msg *act_mailbox_take(act_mailbox *mb)
         if (busy)
             continue;
         atomic_store(&mb->sleeping, 1);
-        atomic_thread_fence(memory_order_seq_cst); /* store sleeping before re-reading the queue */
+        act_full_fence(); /* store sleeping before re-reading the queue */
         if (!cds_wfcq_empty(&mb->head, &mb->tail)) {
             atomic_store(&mb->sleeping, 0);
             continue;

@@ -37,6 +37,19 @@ static inline void act_futex_wake(_Atomic uint32_t *w, int n)
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
+/* Full memory barrier (store-load ordering for the Dekker-style sleep protocols here). TSan does not
+ * support atomic_thread_fence; in TSan builds a seq_cst RMW on a private word stands in (TSan models no
+ * store-load reordering anyway; x86 orders it with the locked instruction). */
+static inline void act_full_fence(void)
+{
+#ifdef MEMRA_TSAN
+    static _Atomic uint32_t act_fence_word;
+    atomic_fetch_add_explicit(&act_fence_word, 0, memory_order_seq_cst);
+#else
+    atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 /* Pause hint for bounded spin loops. */
 static inline void act_cpu_relax(void)
 {
