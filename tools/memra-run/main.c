@@ -180,6 +180,7 @@ int main(int argc, char **argv)
     mdl_model *m = NULL;
     run_driver *drv = NULL;
     mdl_sampler *smp = NULL;
+    mdl_chat *chat = NULL;
     dev_device **layer_dev = NULL;
     int32_t *toks = NULL;
     float *logits = NULL;
@@ -212,9 +213,21 @@ int main(int argc, char **argv)
     /* the prompt, wrapped in the chat template when asked */
     const char *prompt = o.prompt;
     if (o.chat) {
-        const mdl_chat_msg msg = { .role = "user", .content = o.prompt };
-        if (!(text = mdl_chat_apply(mdl_tokenizer_chat_template(tk), &msg, 1, 1, &err)))
+        const char *tmpl = mdl_tokenizer_chat_template(tk);
+        if (!tmpl) {
+            dev_err_set(&err, MEMRA_E_UNSUPPORTED, "--chat: the model has no tokenizer.chat_template");
             goto out;
+        }
+        if (!(chat = mdl_chat_create(tmpl, &err)))
+            goto out;
+        const mdl_chat_msg msg = { .role = "user", .content = o.prompt };
+        long len = mdl_chat_apply(chat, &msg, 1, 1, NULL, 0);
+        if (len < 0)
+            len = -len;
+        if (!(text = malloc((size_t)len + 1)) || mdl_chat_apply(chat, &msg, 1, 1, text, (size_t)len + 1) < 0) {
+            dev_err_set(&err, MEMRA_E_NOMEM, "--chat: could not render the chat template");
+            goto out;
+        }
         prompt = text;
     }
     if (!(toks = malloc(sizeof *toks * (size_t)o.n_ctx)) || !(logits = malloc(sizeof *logits * hp->n_vocab))) {
@@ -222,16 +235,18 @@ int main(int argc, char **argv)
         goto out;
     }
     int n = mdl_tokenize(tk, prompt, strlen(prompt), 1, o.chat, toks, o.n_ctx);
-    if (n <= 0) {
-        dev_err_set(&err, n < 0 ? MEMRA_E_FULL : MEMRA_E_INVAL, n < 0 ? "the prompt does not fit in --ctx-size %d"
-                    : "the prompt is empty after tokenization%s", n < 0 ? o.n_ctx : 0);
+    if (n < 0) {
+        dev_err_set(&err, MEMRA_E_FULL, "the prompt (%d tokens) does not fit in --ctx-size %d", -n, o.n_ctx);
+        goto out;
+    }
+    if (n == 0) {
+        dev_err_set(&err, MEMRA_E_INVAL, "-p: the prompt is empty after tokenization");
         goto out;
     }
     if (!(drv = run_driver_create(p, m, o.n_ctx, o.chunk, &err)))
         goto out;
-    mdl_sampler_params sp;
-    mdl_sampler_params_init(&sp);
-    sp.temp = o.temp;
+    mdl_sampler_params sp = mdl_sampler_default_params();
+    sp.temperature = o.temp;
     sp.top_k = o.top_k;
     sp.top_p = o.top_p;
     sp.min_p = o.min_p;
@@ -250,7 +265,7 @@ int main(int argc, char **argv)
     int n_gen = 0;
     char piece[256];
     while (n_gen < o.n_predict) {
-        const int32_t next = mdl_sampler_sample(smp, logits, hp->n_vocab);
+        const int32_t next = mdl_sampler_sample(smp, logits);
         if (next < 0 || mdl_tokenizer_is_eog(tk, next))
             break;
         mdl_sampler_accept(smp, next);
@@ -289,5 +304,6 @@ out_quiet:
     free(toks);
     free(logits);
     free(text);
+    mdl_chat_destroy(chat);
     return rc;
 }
