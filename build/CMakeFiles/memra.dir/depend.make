@@ -1,2 +1,0 @@
-# Empty dependencies file for memra.
-# This may be replaced when dependencies are built.
