@@ -150,7 +150,7 @@ mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err)
     } else if (tok_spm_init(t, err)) {
         goto fail;
     }
-    t->add_bos = src->add_bos >= 0 ? !!src->add_bos : (kind == TOK_KIND_SPM || t->pre.ignore_merges);
+    t->add_bos = src->add_bos >= 0 ? !!src->add_bos : (kind == TOK_KIND_SPM || t->pre.ignore_merges) && t->bos >= 0;
     t->add_eos = src->add_eos >= 0 ? !!src->add_eos : 0;
     t->add_space_prefix = kind == TOK_KIND_SPM && (src->add_space_prefix >= 0 ? !!src->add_space_prefix : 1);
     if (t->add_bos && t->bos < 0) {

@@ -45,8 +45,9 @@ void mdl_vocab_src_init(mdl_vocab_src *src);
 typedef struct mdl_tokenizer mdl_tokenizer;
 
 /* Build a tokenizer. Fails (NULL + err) on an unknown model or pre type (the message lists the supported
- * ones), out-of-range special ids, a BPE vocab without merges, a byte-level vocab missing one of the 256
- * byte symbols, or memory. Cost: O(n_tokens + n_merges) hashing, a few MB for a 50k vocab. */
+ * ones), out-of-range special ids, add_bos/add_eos set without the id, or memory. Merges over tokens the
+ * vocab lacks are ignored; a byte whose byte-level symbol is missing is dropped from the output (as
+ * llama.cpp does). Cost: O(n_tokens + n_merges) hashing, a few MB for a 50k vocab. */
 mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err);
 void mdl_tokenizer_destroy(mdl_tokenizer *t);
 

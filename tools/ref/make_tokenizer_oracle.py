@@ -126,7 +126,10 @@ def smollm2_oracle(gguf_path, cases, out_dir):
 SPM_PIECES = ["▁", "e", "t", "a", "o", "h", "l", "r", "n", "s", "w", "d", "i", "c", "H", "W", "u", "g", "!",
               ",", "é", "▁t", "he", "▁the", "ll", "llo", "▁he", "▁hello", "▁w", "or", "▁wor", "▁world", "in",
               "ing", "▁s", "st", "▁st", "ri", "▁str", "▁string", "an", "▁an", "▁and", "es", "er", "▁c", "ca",
-              "▁ca", "af", "caf", "▁caf", "▁café", "He", "Hello", "▁Hello", "▁W", "▁Wor", "▁World", "▁▁", "▁▁▁"]
+              "▁ca", "af", "caf", "▁caf", "▁café", "He", "Hello", "▁Hello", "▁W", "▁Wor", "▁World", "▁▁", "▁▁▁", "f"]
+# Every piece that two pieces concatenate to should have both parts in the vocab (as in a trained
+# model): HF derives merges only from such pairs, sentencepiece/llama.cpp merge any pair whose
+# concatenation is a piece; the two agree on closed vocabs like this one.
 SPM_CASES = ["hello world", "Hello World!", "the string and the hello", "  two spaces", "café",
              "unknown ß char", "", "a", "tab\there", "emoji 😀", "héllo", "hello  world   end ",
              "<s>hello</s>", "le\nline"]
