@@ -7,8 +7,8 @@
  * alignment; err says which and what is allowed) or MEMRA_E_DEVICE (launch failed: err names the kernel
  * and the CUDA error, read with cudaGetLastError). B == 0 is a no-op. The stream's device must be current
  * on the calling thread (cudaSetDevice), as for any CUDA launch. Pointers are device memory reachable from
- * that device. Data-dependent faults (an out-of-range pos or seq) are not checked: pos is clamped to
- * [0, n_ctx-1], seq is trusted.
+ * that device. Data-dependent faults are not reported: kv_store drops a row whose pos is outside
+ * [0, n_ctx), attention clamps pos into it, and seq is trusted (the caller checks both on the host).
  *
  * Deterministic: every reduction has a fixed order and no atomics, so the same inputs give the same bits
  * on any stream and any run. Matmul row results also do not depend on B (a row of a batch of 8 has the
@@ -19,12 +19,14 @@
 #define KRN_CUDA_KRN_CUDA_H
 
 #include <stdint.h>
-#include "device/err.h"
-#include "kernels/krn.h"
 
+/* The project's headers are C: in a .cu (C++) translation unit they must get C linkage. */
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "device/err.h"
+#include "kernels/krn.h"
 
 /* Keys per split of the decode attention (split-K flash decoding); fixed, so results never depend on
  * the GPU or on n_ctx. */
