@@ -1,4 +1,4 @@
-/* Private helpers of kernels/cuda/*.cu: launch-error checks, half/bf16 conversion, streaming loads and the
+/* Private helpers of the kernels/cuda .cu files: launch-error checks, half/bf16 conversion, streaming loads and the
  * fixed-order warp reductions every kernel uses. Not part of the API (krn_cuda.h is). */
 #ifndef KRN_CUDA_UTIL_CUH
 #define KRN_CUDA_UTIL_CUH
