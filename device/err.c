@@ -46,7 +46,8 @@ int dev_err_wrap(dev_err *e, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(tail, e->msg, sizeof tail);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", head, tail);
+    int n = snprintf(e->msg, sizeof e->msg, "%.*s: ", (int)(sizeof head / 2), head);
+    snprintf(e->msg + n, sizeof e->msg - (size_t)n, "%.*s", (int)(sizeof tail / 2), tail);
     return e->code;
 }
 

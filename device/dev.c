@@ -1,0 +1,283 @@
+/* Backend dispatch: every public dev_* call forwards to the platform's vtable (device/dev_impl.h), plus
+ * the environment door (MEMRA_BACKEND, MEMRA_CPU_DEVICES). No shared mutable state of its own. */
+#include "device/dev_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BE(x) ((x)->plat->be)
+
+void dev_device_base_init(dev_device *d, dev_platform *p, int ordinal, const char *prefix)
+{
+    d->plat = p;
+    d->ordinal = ordinal;
+    snprintf(d->name, sizeof d->name, "%s:%d", prefix, ordinal);
+    for (int i = 0; i < DEV_MAX_DEVICES; i++)
+        atomic_init(&d->granted[i], i == ordinal);
+    atomic_init(&d->remote_read_bytes, 0);
+    atomic_init(&d->remote_write_bytes, 0);
+    atomic_init(&d->peer_copy_bytes, 0);
+    atomic_init(&d->access_denied, 0);
+    atomic_init(&d->kernels_run, 0);
+}
+
+void dev_stream_base_init(dev_stream *s, dev_device *d, const char *name)
+{
+    s->dev = d;
+    snprintf(s->name, sizeof s->name, "%s", name && name[0] ? name : "stream");
+}
+
+/* ---- platform ---- */
+
+dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err)
+{
+    if (kind == DEV_KIND_CPU)
+        return dev_cpu_open(n_cpu_devices, err);
+    if (kind == DEV_KIND_CUDA) {
+#ifdef MEMRA_HAVE_CUDA
+        return dev_cuda_open(err);
+#else
+        dev_err_set(err, MEMRA_E_UNSUPPORTED,
+                    "backend cuda: this build has no CUDA backend (configure with MEMRA_CUDA=ON/AUTO and nvcc)");
+        return NULL;
+#endif
+    }
+    dev_err_set(err, MEMRA_E_INVAL, "dev_platform_open: kind %d unknown (allowed: DEV_KIND_CPU, DEV_KIND_CUDA)",
+                (int)kind);
+    return NULL;
+}
+
+dev_platform *dev_platform_open_env(dev_err *err)
+{
+    const char *be = getenv("MEMRA_BACKEND");
+    const char *nd = getenv("MEMRA_CPU_DEVICES");
+    int n = DEV_CPU_DEVICES_DEFAULT;
+    if (nd && nd[0]) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(nd, &end, 10);
+        if (errno || end == nd || *end != '\0' || v < 1 || v > DEV_CPU_DEVICES_MAX) {
+            dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d (default %d)", nd,
+                        DEV_CPU_DEVICES_MAX, DEV_CPU_DEVICES_DEFAULT);
+            return NULL;
+        }
+        n = (int)v;
+    }
+    dev_kind kind;
+    if (!be || !be[0]) {
+        kind = DEV_KIND_CPU;
+#ifdef MEMRA_HAVE_CUDA
+        if (dev_cuda_visible_count() > 0)
+            kind = DEV_KIND_CUDA;
+#endif
+    } else if (strcmp(be, "cpu") == 0) {
+        kind = DEV_KIND_CPU;
+    } else if (strcmp(be, "cuda") == 0) {
+        kind = DEV_KIND_CUDA;
+    } else {
+        dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda (default: cuda when "
+                    "built with CUDA and a GPU is visible, else cpu)", be);
+        return NULL;
+    }
+    dev_platform *p = dev_platform_open(kind, n, err);
+    if (!p)
+        dev_err_wrap(err, "MEMRA_BACKEND=%s", be && be[0] ? be : "(unset)");
+    return p;
+}
+
+void dev_platform_close(dev_platform *p)
+{
+    if (p)
+        p->be->platform_close(p);
+}
+
+dev_kind dev_platform_kind(const dev_platform *p) { return p->kind; }
+int dev_platform_count(const dev_platform *p) { return p->n_dev; }
+
+dev_device *dev_platform_device(dev_platform *p, int ordinal)
+{
+    return (ordinal >= 0 && ordinal < p->n_dev) ? p->dev[ordinal] : NULL;
+}
+
+dev_platform *dev_device_platform(const dev_device *d) { return d->plat; }
+int dev_device_ordinal(const dev_device *d) { return d->ordinal; }
+const char *dev_device_name(const dev_device *d) { return d->name; }
+
+int dev_peer_grant(dev_device *accessor, dev_device *owner, dev_err *err)
+{
+    if (!accessor || !owner || accessor->plat != owner->plat)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_peer_grant: both devices must be non-NULL and of one platform");
+    if (accessor == owner)
+        return 0;
+    return BE(accessor)->peer_grant(accessor, owner, err);
+}
+
+int dev_peer_granted(const dev_device *accessor, const dev_device *owner)
+{
+    return atomic_load_explicit(&accessor->granted[owner->ordinal], memory_order_acquire);
+}
+
+/* ---- memory ---- */
+
+void *dev_malloc(dev_device *d, size_t bytes, dev_err *err) { return BE(d)->malloc(d, bytes, err); }
+
+void dev_free(dev_device *d, void *p)
+{
+    if (p)
+        BE(d)->free(d, p);
+}
+
+void *dev_host_alloc(dev_platform *p, size_t bytes, dev_err *err) { return p->be->host_alloc(p, bytes, err); }
+
+void dev_host_free(dev_platform *p, void *ptr)
+{
+    if (ptr)
+        p->be->host_free(p, ptr);
+}
+
+int dev_copy_h2d_sync(dev_device *d, void *dst, const void *src_host, size_t bytes, dev_err *err)
+{
+    if (!dst || !src_host)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_copy_h2d_sync on %s: NULL %s", d->name, dst ? "src" : "dst");
+    if (bytes == 0)
+        return 0;
+    return BE(d)->copy_h2d_sync(d, dst, src_host, bytes, err);
+}
+
+/* ---- streams ---- */
+
+dev_stream *dev_stream_create(dev_device *d, const char *name, dev_err *err)
+{
+    return BE(d)->stream_create(d, name, err);
+}
+
+void dev_stream_destroy(dev_stream *s)
+{
+    if (s)
+        BE(s->dev)->stream_destroy(s);
+}
+
+dev_device *dev_stream_device(const dev_stream *s) { return s->dev; }
+const char *dev_stream_name(const dev_stream *s) { return s->name; }
+int dev_stream_sync(dev_stream *s, dev_err *err) { return BE(s->dev)->stream_sync(s, err); }
+void *dev_stream_native(dev_stream *s) { return BE(s->dev)->stream_native(s); }
+
+/* ---- events ---- */
+
+dev_event *dev_event_create(dev_device *d, dev_err *err) { return BE(d)->event_create(d, err); }
+
+void dev_event_destroy(dev_event *e)
+{
+    if (e)
+        BE(e->dev)->event_destroy(e);
+}
+
+int dev_event_record_async(dev_event *e, dev_stream *s)
+{
+    if (!e || !s || e->dev->plat != s->dev->plat)
+        return MEMRA_E_INVAL;
+    return BE(s->dev)->event_record(e, s);
+}
+
+int dev_stream_wait_event_async(dev_stream *s, dev_event *e)
+{
+    if (!e || !s || e->dev->plat != s->dev->plat)
+        return MEMRA_E_INVAL;
+    return BE(s->dev)->stream_wait_event(s, e);
+}
+
+int dev_event_sync(dev_event *e, dev_err *err) { return BE(e->dev)->event_sync(e, err); }
+int dev_event_query(dev_event *e) { return BE(e->dev)->event_query(e); }
+
+/* ---- copies ---- */
+
+int dev_copy_h2d_async(dev_stream *s, void *dst, const void *src_host, size_t bytes)
+{
+    return BE(s->dev)->copy_async(s, DEV_COPY_H2D, dst, s->dev, src_host, NULL, bytes);
+}
+
+int dev_copy_d2h_async(dev_stream *s, void *dst_host, const void *src, size_t bytes)
+{
+    return BE(s->dev)->copy_async(s, DEV_COPY_D2H, dst_host, NULL, src, s->dev, bytes);
+}
+
+int dev_copy_d2d_async(dev_stream *s, void *dst, const void *src, size_t bytes)
+{
+    return BE(s->dev)->copy_async(s, DEV_COPY_D2D, dst, s->dev, src, s->dev, bytes);
+}
+
+int dev_copy_peer_async(dev_stream *s, void *dst, dev_device *dst_dev, const void *src, dev_device *src_dev,
+                        size_t bytes)
+{
+    if (!dst_dev || !src_dev || dst_dev->plat != s->dev->plat || src_dev->plat != s->dev->plat)
+        return MEMRA_E_INVAL;
+    return BE(s->dev)->copy_async(s, DEV_COPY_PEER, dst, dst_dev, src, src_dev, bytes);
+}
+
+/* ---- kernels and host callbacks ---- */
+
+int dev_launch_cpu_async(dev_stream *s, const char *name, dev_cpu_fn fn, const void *args, size_t args_bytes,
+                         const dev_access *acc, int n_acc)
+{
+    if (!BE(s->dev)->launch_cpu)
+        return MEMRA_E_INVAL;
+    return BE(s->dev)->launch_cpu(s, name, fn, args, args_bytes, acc, n_acc);
+}
+
+int dev_host_fn_async(dev_stream *s, void (*fn)(void *arg), void *arg)
+{
+    if (!fn)
+        return MEMRA_E_INVAL;
+    return BE(s->dev)->host_fn(s, fn, arg);
+}
+
+/* ---- counters, checker, hooks ---- */
+
+void dev_device_counters(const dev_device *d, dev_counters *out)
+{
+    out->remote_read_bytes = atomic_load_explicit(&d->remote_read_bytes, memory_order_relaxed);
+    out->remote_write_bytes = atomic_load_explicit(&d->remote_write_bytes, memory_order_relaxed);
+    out->peer_copy_bytes = atomic_load_explicit(&d->peer_copy_bytes, memory_order_relaxed);
+    out->access_denied = atomic_load_explicit(&d->access_denied, memory_order_relaxed);
+    out->kernels_run = atomic_load_explicit(&d->kernels_run, memory_order_relaxed);
+}
+
+void dev_device_counters_reset(dev_device *d)
+{
+    atomic_store_explicit(&d->remote_read_bytes, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->remote_write_bytes, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->peer_copy_bytes, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->access_denied, 0, memory_order_relaxed);
+    atomic_store_explicit(&d->kernels_run, 0, memory_order_relaxed);
+}
+
+void dev_race_check_enable(dev_platform *p, int on)
+{
+    if (p->be->race_enable)
+        p->be->race_enable(p, on);
+}
+
+uint64_t dev_race_count(const dev_platform *p) { return p->be->race_count ? p->be->race_count(p) : 0; }
+
+uint64_t dev_race_first(const dev_platform *p, char *buf, size_t len)
+{
+    if (p->be->race_first)
+        return p->be->race_first(p, buf, len);
+    if (buf && len)
+        buf[0] = '\0';
+    return 0;
+}
+
+void dev_race_reset(dev_platform *p)
+{
+    if (p->be->race_reset)
+        p->be->race_reset(p);
+}
+
+void dev_set_op_hook(dev_platform *p, dev_op_hook hook, void *ctx)
+{
+    if (p->be->set_op_hook)
+        p->be->set_op_hook(p, hook, ctx);
+}

@@ -1,0 +1,139 @@
+/* Launch wrappers of the CPU kernels: each copies its args into a dev_launch_cpu_async op and declares
+ * every buffer it touches with its byte range and mode. The backend checks peer grants and stream order
+ * against this list and counts remote reads from it, so it must be exact:
+ *   - a matmul declares its whole weight (n_out * row_bytes), x and y;
+ *   - kv_store / attention touch cache rows chosen by the device-side seq/pos values, which do not exist
+ *     yet at enqueue time, and krn.h does not pass n_seq: they declare the cache's first sequence slab
+ *     (n_ctx * kv_dim floats from the base) as the cache's representative range. A cache is owned by
+ *     one stage and lives on its device, so this never hides a cross-stage race nor a remote read;
+ *     passing n_seq in krn.h would make the range exact (asked for in the model helper's report).
+ * No shared state. */
+#include "kernels/cpu/krn_cpu.h"
+
+/* An access list; the same range named twice (in-place ops: y == x) is merged into one entry whose mode
+ * is the union, so the checker sees one read-write access and not two conflicting ones. */
+typedef struct acc_list { dev_access a[DEV_ACCESS_MAX]; int n; } acc_list;
+
+static void acc_add(acc_list *l, const void *p, size_t bytes, int mode)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->a[i].ptr == p && l->a[i].bytes == bytes) {
+            l->a[i].mode |= mode;
+            return;
+        }
+    l->a[l->n++] = (dev_access){ .ptr = p, .bytes = bytes, .mode = mode };
+}
+
+#define F32B(count) ((size_t)(count) * sizeof(float))
+#define I32B(count) ((size_t)(count) * sizeof(int32_t))
+
+/* dev_cpu_fn trampolines: the backend hands back its private copy of the args. */
+static void run_rmsnorm(void *p) { krn_cpu_rmsnorm(p); }
+static void run_matmul(void *p) { krn_cpu_matmul(p); }
+static void run_add_bias(void *p) { krn_cpu_add_bias(p); }
+static void run_rope(void *p) { krn_cpu_rope(p); }
+static void run_kv_store(void *p) { krn_cpu_kv_store(p); }
+static void run_attention(void *p) { krn_cpu_attention(p); }
+static void run_swiglu(void *p) { krn_cpu_swiglu(p); }
+static void run_add(void *p) { krn_cpu_add(p); }
+static void run_argmax(void *p) { krn_cpu_argmax(p); }
+
+int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
+{
+    krn_cpu_rmsnorm_args a = { y, x, w, B, n, eps };
+    acc_list l = { .n = 0 };
+    acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, w, F32B(n), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * n), DEV_WRITE);
+    return dev_launch_cpu_async(s, "rmsnorm", run_rmsnorm, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+{
+    const size_t rb = krn_row_bytes(W->type, W->n_in);
+    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb };
+    acc_list l = { .n = 0 };
+    acc_add(&l, W->data, rb * (size_t)W->n_out, DEV_READ);
+    acc_add(&l, x, F32B((size_t)B * W->n_in), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * W->n_out), DEV_WRITE);
+    return dev_launch_cpu_async(s, "matmul", run_matmul, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
+{
+    krn_cpu_add_bias_args a = { y, bias, B, n };
+    acc_list l = { .n = 0 };
+    acc_add(&l, bias, F32B(n), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * n), DEV_RW);
+    return dev_launch_cpu_async(s, "add_bias", run_add_bias, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
+                       float freq_base, float freq_scale, int neox)
+{
+    krn_cpu_rope_args a = { x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox };
+    acc_list l = { .n = 0 };
+    acc_add(&l, pos, I32B(B), DEV_READ);
+    acc_add(&l, x, F32B((size_t)B * n_heads * head_dim), DEV_RW);
+    return dev_launch_cpu_async(s, "rope", run_rope, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                           const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx)
+{
+    krn_cpu_kv_store_args a = { k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx };
+    acc_list l = { .n = 0 };
+    acc_add(&l, k, F32B((size_t)B * kv_dim), DEV_READ);
+    acc_add(&l, v, F32B((size_t)B * kv_dim), DEV_READ);
+    acc_add(&l, seq, I32B(B), DEV_READ);
+    acc_add(&l, pos, I32B(B), DEV_READ);
+    /* the caches' representative range: see the top of this file */
+    acc_add(&l, k_cache, F32B((size_t)n_ctx * kv_dim), DEV_WRITE);
+    acc_add(&l, v_cache, F32B((size_t)n_ctx * kv_dim), DEV_WRITE);
+    return dev_launch_cpu_async(s, "kv_store", run_kv_store, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache,
+                            const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
+                            int n_head_kv, int head_dim, int n_ctx)
+{
+    krn_cpu_attention_args a = { out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx };
+    const size_t kv_dim = (size_t)n_head_kv * head_dim;
+    acc_list l = { .n = 0 };
+    acc_add(&l, q, F32B((size_t)B * n_head * head_dim), DEV_READ);
+    acc_add(&l, seq, I32B(B), DEV_READ);
+    acc_add(&l, pos, I32B(B), DEV_READ);
+    /* the caches' representative range: see the top of this file */
+    acc_add(&l, k_cache, F32B((size_t)n_ctx * kv_dim), DEV_READ);
+    acc_add(&l, v_cache, F32B((size_t)n_ctx * kv_dim), DEV_READ);
+    acc_add(&l, out, F32B((size_t)B * n_head * head_dim), DEV_WRITE);
+    return dev_launch_cpu_async(s, "attention", run_attention, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
+{
+    krn_cpu_swiglu_args a = { y, gate, up, B, n };
+    acc_list l = { .n = 0 };
+    acc_add(&l, gate, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, up, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * n), DEV_WRITE);
+    return dev_launch_cpu_async(s, "swiglu", run_swiglu, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_add_async(dev_stream *s, float *y, const float *x, int B, int n)
+{
+    krn_cpu_add_args a = { y, x, B, n };
+    acc_list l = { .n = 0 };
+    acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * n), DEV_RW);
+    return dev_launch_cpu_async(s, "add", run_add, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
+{
+    krn_cpu_argmax_args a = { out, x, B, n };
+    acc_list l = { .n = 0 };
+    acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, out, I32B(B), DEV_WRITE);
+    return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
+}

@@ -1,0 +1,74 @@
+/* CPU kernels of the op table (kernels/krn.h). Each op is two things:
+ *   - a pure function krn_cpu_<op>(const krn_cpu_<op>_args *) over plain pointers (host memory; on the
+ *     CPU backend device memory IS host memory), testable without any stream;
+ *   - krn_cpu_<op>_async(s, ...): copies the args into a dev_launch_cpu_async op and declares every buffer
+ *     the kernel touches (pointer, exact byte range, mode) for the grant check, remote-read counter and
+ *     stream-order race checker of the CPU backend.
+ * Every kernel is single-threaded with a fixed loop order, so the same inputs give the same bits. Shapes are
+ * validated by kernels/krn.c before dispatch; the functions here assume valid shapes. */
+#ifndef KRN_CPU_KRN_CPU_H
+#define KRN_CPU_KRN_CPU_H
+
+#include <stdint.h>
+#include "device/dev.h"
+#include "kernels/krn.h"
+
+/* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,) */
+typedef struct krn_cpu_rmsnorm_args { float *y; const float *x, *w; int B, n; float eps; } krn_cpu_rmsnorm_args;
+/* y (B, n_out) = x (B, n_in) @ W^T; W rows of type `type` (row_bytes each) */
+typedef struct krn_cpu_matmul_args {
+    float *y; const void *w; const float *x; int type, n_out, n_in, B; size_t row_bytes;
+} krn_cpu_matmul_args;
+/* y (B, n) += bias (n,) */
+typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;
+/* in-place rotary embedding of x (B, n_heads*head_dim) at pos (B,) */
+typedef struct krn_cpu_rope_args {
+    float *x; const int32_t *pos; int B, n_heads, head_dim, n_rot; float freq_base, freq_scale; int neox;
+} krn_cpu_rope_args;
+/* caches (n_seq, n_ctx, kv_dim)[seq[b], pos[b]] = k, v (B, kv_dim) */
+typedef struct krn_cpu_kv_store_args {
+    float *k_cache, *v_cache; const float *k, *v; const int32_t *seq, *pos; int B, kv_dim, n_ctx;
+} krn_cpu_kv_store_args;
+/* out (B, n_head*head_dim) = softmax(q k^T / sqrt(head_dim)) v over cache[seq[b], 0..pos[b]] */
+typedef struct krn_cpu_attention_args {
+    float *out; const float *q, *k_cache, *v_cache; const int32_t *seq, *pos;
+    int B, n_head, n_head_kv, head_dim, n_ctx;
+} krn_cpu_attention_args;
+/* y (B, n) = silu(gate) * up */
+typedef struct krn_cpu_swiglu_args { float *y; const float *gate, *up; int B, n; } krn_cpu_swiglu_args;
+/* y (B, n) += a (B, n) */
+typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
+/* out (B,) = argmax of each row of x (B, n), lowest index on ties */
+typedef struct krn_cpu_argmax_args { int32_t *out; const float *x; int B, n; } krn_cpu_argmax_args;
+
+/* ---- pure kernels (run on the calling thread) ---- */
+void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a);
+void krn_cpu_matmul(const krn_cpu_matmul_args *a);
+void krn_cpu_add_bias(const krn_cpu_add_bias_args *a);
+void krn_cpu_rope(const krn_cpu_rope_args *a);
+/* Rows whose seq/pos fall outside the cache are skipped (krn.c cannot see device-side values; the model
+ * guarantees them). */
+void krn_cpu_kv_store(const krn_cpu_kv_store_args *a);
+/* Scratch for the scores: pos+1 floats per (row, head), taken from the stack up to 4096 positions, else
+ * malloc'd (a failed malloc writes NaN rows so the error is visible, never silent). */
+void krn_cpu_attention(const krn_cpu_attention_args *a);
+void krn_cpu_swiglu(const krn_cpu_swiglu_args *a);
+void krn_cpu_add(const krn_cpu_add_args *a);
+void krn_cpu_argmax(const krn_cpu_argmax_args *a);
+
+/* ---- launch wrappers (same signatures as kernels/krn.h; shapes already validated) ---- */
+int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
+int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
+                       float freq_base, float freq_scale, int neox);
+int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                           const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
+int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache,
+                            const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
+                            int n_head_kv, int head_dim, int n_ctx);
+int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
+
+#endif

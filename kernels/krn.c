@@ -1,0 +1,100 @@
+/* The op table's backend dispatch: validate shapes once, then route each op to the CPU kernels
+ * (kernels/cpu/) or the CUDA kernels (kernels/cuda/krn_cuda.h: krn_cuda_<op>(same arguments as
+ * krn_<op>_async)) by the kind of the stream's device. No shared state. */
+#include <stddef.h>
+
+#include "kernels/krn.h"
+#include "kernels/cpu/krn_cpu.h"
+
+#if defined(MEMRA_HAVE_CUDA) && __has_include("kernels/cuda/krn_cuda.h")
+#include "kernels/cuda/krn_cuda.h"
+#define KRN_CUDA 1
+#else
+#define KRN_CUDA 0
+#endif
+
+/* 1 when s runs on a CUDA device; -1 when s is NULL. */
+static int on_cuda(dev_stream *s)
+{
+    if (!s)
+        return -1;
+    return dev_platform_kind(dev_device_platform(dev_stream_device(s))) == DEV_KIND_CUDA;
+}
+
+/* Route op: CPU wrapper, CUDA kernel, or MEMRA_E_UNSUPPORTED when built without the CUDA kernels. */
+#if KRN_CUDA
+#define DISPATCH(s, op, ...) \
+    (on_cuda(s) ? krn_cuda_##op(s, __VA_ARGS__) : krn_cpu_##op##_async(s, __VA_ARGS__))
+#else
+#define DISPATCH(s, op, ...) (on_cuda(s) ? MEMRA_E_UNSUPPORTED : krn_cpu_##op##_async(s, __VA_ARGS__))
+#endif
+
+int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
+{
+    if (!s || !y || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f))
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, rmsnorm, y, x, w, B, n, eps);
+}
+
+int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+{
+    if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
+        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
+        return MEMRA_E_INVAL; /* unsupported type, or n_in not a multiple of the type's block */
+    return DISPATCH(s, matmul, y, W, x, B);
+}
+
+int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
+{
+    if (!s || !y || !bias || B <= 0 || n <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, add_bias, y, bias, B, n);
+}
+
+int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
+                   float freq_base, float freq_scale, int neox)
+{
+    if (!s || !x || !pos || B <= 0 || n_heads <= 0 || head_dim <= 0 || n_rot <= 0 || n_rot % 2 ||
+        n_rot > head_dim || !(freq_base > 0.0f) || !(freq_scale > 0.0f) || (neox != 0 && neox != 1))
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, rope, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox);
+}
+
+int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx)
+{
+    if (!s || !k_cache || !v_cache || !k || !v || !seq || !pos || B <= 0 || kv_dim <= 0 || n_ctx <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, kv_store, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
+}
+
+int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
+                        const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                        int n_ctx)
+{
+    if (!s || !out || !q || !k_cache || !v_cache || !seq || !pos || B <= 0 || n_head <= 0 ||
+        n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, attention, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+}
+
+int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
+{
+    if (!s || !y || !gate || !up || B <= 0 || n <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, swiglu, y, gate, up, B, n);
+}
+
+int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n)
+{
+    if (!s || !y || !a || B <= 0 || n <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, add, y, a, B, n);
+}
+
+int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
+{
+    if (!s || !out || !x || B <= 0 || n <= 0)
+        return MEMRA_E_INVAL;
+    return DISPATCH(s, argmax, out, x, B, n);
+}

@@ -1,0 +1,71 @@
+/* Private to kernels/quant*.c: GGML block layouts (ggml-common.h) and the per-block kernels shared by the
+ * dequantizer, the dot product and the reference quantizers. Not for use outside kernels/quant*.c. */
+#ifndef KRN_QUANT_IMPL_H
+#define KRN_QUANT_IMPL_H
+
+#include <stdint.h>
+#include "kernels/quant.h"
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK8_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* Block layouts, byte for byte as GGML stores them (little-endian f16 as uint16_t). */
+typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } blk_q4_0;                  /* 18 B  */
+typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } blk_q4_1;               /* 20 B  */
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } blk_q8_0;                       /* 34 B  */
+typedef struct { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } blk_q4_K; /* 144 B */
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } blk_q6_K; /* 210 B */
+
+_Static_assert(sizeof(blk_q4_0) == 18, "block_q4_0 is 18 bytes");
+_Static_assert(sizeof(blk_q4_1) == 20, "block_q4_1 is 20 bytes");
+_Static_assert(sizeof(blk_q8_0) == 34, "block_q8_0 is 34 bytes");
+_Static_assert(sizeof(blk_q4_K) == 144, "block_q4_K is 144 bytes");
+_Static_assert(sizeof(blk_q6_K) == 210, "block_q6_K is 210 bytes");
+
+/* Exact f16 -> f32 (inline form of krn_f16_to_f32). */
+static inline float krn_f16_to_f32_inl(uint16_t h)
+{
+    union { uint32_t u; float f; } o, sub;
+    o.u = (uint32_t)(h & 0x7fff) << 13;
+    const uint32_t e = o.u & (0x7c00u << 13);
+    o.u += (127u - 15u) << 23;
+    if (e == (0x7c00u << 13)) {
+        o.u += (128u - 16u) << 23; /* inf / nan */
+    } else if (e == 0) {           /* zero / subnormal: exact */
+        o.u += 1u << 23;
+        sub.u = 113u << 23;
+        o.f -= sub.f;
+    }
+    o.u |= (uint32_t)(h & 0x8000) << 16;
+    return o.f;
+}
+
+/* ggml's get_scale_min_k4: the j-th (0..7) 6-bit scale and min of a Q4_K super-block. */
+static inline void krn_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
+
+/* Vector paths (quant_dot.c). The value of every element and the lane order of every dot are defined once
+ * (see quant_dot.c); each path computes exactly those IEEE operations (no FMA, no contraction), so the paths
+ * agree bit for bit. KRN_PATH_GENERIC is the baseline-ISA build, KRN_PATH_AVX2 the same code built for AVX2. */
+enum { KRN_PATH_GENERIC = 0, KRN_PATH_AVX2 = 1, KRN_PATH_COUNT = 2 };
+
+/* The path this process uses (picked once, at first use, from the CPU's features). */
+int krn_quant_path(void);
+/* 1 when path p can run on this CPU. */
+int krn_quant_path_available(int p);
+/* krn_dot_row / krn_dequant_row on an explicit path (tests compare paths); p must be available. */
+float krn_dot_row_path(int p, int t, const void *row, const float *x, int64_t n);
+void krn_dequant_row_path(int p, int t, const void *src, float *dst, int64_t n);
+
+#endif

@@ -1,0 +1,141 @@
+/* The forward pass, llama2.c's run.c as a list of enqueued ops. Per-stream scratch is the only mutable
+ * memory besides x and the KV cache; all three are touched only by ops on the caller's stream, in order. */
+#include <stdlib.h>
+
+#include "model/llama_impl.h"
+
+mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err)
+{
+    if (!m || !d || max_rows <= 0) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create: need a model, a device and max_rows > 0 (got %d)",
+                    max_rows);
+        return NULL;
+    }
+    const mdl_hparams *hp = &m->hp;
+    const size_t R = (size_t)max_rows, q_dim = (size_t)hp->n_head * hp->head_dim,
+                 kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    /* floats per buffer, in the order of the struct */
+    const size_t n[7] = { R * hp->n_embd, R * q_dim, R * kv_dim, R * kv_dim, R * q_dim, R * hp->n_ff, R * hp->n_ff };
+    size_t off[7], total = 0;
+    for (int i = 0; i < 7; i++) {
+        off[i] = total;
+        total += (n[i] + 15) / 16 * 16; /* 64-byte aligned starts */
+    }
+    mdl_scratch *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        dev_err_set(err, MEMRA_E_NOMEM, "mdl_scratch_create: no host memory");
+        return NULL;
+    }
+    sc->dev = d;
+    sc->max_rows = max_rows;
+    if (!(sc->block = dev_malloc(d, total * sizeof(float), err))) {
+        free(sc);
+        return NULL;
+    }
+    float *f = sc->block;
+    sc->xb = f + off[0];
+    sc->q = f + off[1];
+    sc->k = f + off[2];
+    sc->v = f + off[3];
+    sc->att = f + off[4];
+    sc->hb = f + off[5];
+    sc->hb2 = f + off[6];
+    return sc;
+}
+
+void mdl_scratch_destroy(mdl_scratch *sc)
+{
+    if (!sc)
+        return;
+    dev_free(sc->dev, sc->block);
+    free(sc);
+}
+
+int mdl_scratch_max_rows(const mdl_scratch *sc) { return sc->max_rows; }
+
+/* Stop at the first failed enqueue; the message names the op and the layer. */
+#define ENQ(call, what)                                                                                   \
+    do {                                                                                                  \
+        int rc_ = (call);                                                                                 \
+        if (rc_)                                                                                          \
+            return dev_err_set(err, rc_, "layer %d: enqueue of %s failed (%s)", il, what,                 \
+                               memra_status_str(rc_));                                                    \
+    } while (0)
+
+/* One transformer block on rows x (B, n_embd), in place. */
+static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
+                         const int32_t *pos, const int32_t *seq, int B, int il, dev_err *err)
+{
+    const mdl_hparams *hp = &m->hp;
+    const mdl_layer *L = &m->layers[il];
+    const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    float *kc = kv->layer[il].k, *vc = kv->layer[il].v;
+
+    /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
+    ENQ(krn_matmul_async(s, sc->q, &L->wq, sc->xb, B), "attn_q");   /* (B, q_dim) */
+    ENQ(krn_matmul_async(s, sc->k, &L->wk, sc->xb, B), "attn_k");   /* (B, kv_dim) */
+    ENQ(krn_matmul_async(s, sc->v, &L->wv, sc->xb, B), "attn_v");   /* (B, kv_dim) */
+    if (L->bq) {
+        ENQ(krn_add_bias_async(s, sc->q, L->bq, B, q_dim), "attn_q.bias");
+        ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
+        ENQ(krn_add_bias_async(s, sc->v, L->bv, B, kv_dim), "attn_v.bias");
+    }
+    ENQ(krn_rope_async(s, sc->q, pos, B, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_freq_base,
+                       hp->rope_freq_scale, hp->rope_neox), "rope q");
+    ENQ(krn_rope_async(s, sc->k, pos, B, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_freq_base,
+                       hp->rope_freq_scale, hp->rope_neox), "rope k");
+    ENQ(krn_kv_store_async(s, kc, vc, sc->k, sc->v, seq, pos, B, kv_dim, kv->n_ctx), "kv_store");
+    ENQ(krn_attention_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
+                            kv->n_ctx), "attention");
+    /* x += Wo att */
+    ENQ(krn_matmul_async(s, sc->xb, &L->wo, sc->att, B), "attn_output"); /* (B, n_embd) */
+    ENQ(krn_add_async(s, x, sc->xb, B, hp->n_embd), "attn residual");
+
+    /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
+    ENQ(krn_matmul_async(s, sc->hb, &L->w_gate, sc->xb, B), "ffn_gate"); /* (B, n_ff) */
+    ENQ(krn_matmul_async(s, sc->hb2, &L->w_up, sc->xb, B), "ffn_up");    /* (B, n_ff) */
+    ENQ(krn_swiglu_async(s, sc->hb, sc->hb, sc->hb2, B, hp->n_ff), "swiglu");
+    ENQ(krn_matmul_async(s, sc->xb, &L->w_down, sc->hb, B), "ffn_down"); /* (B, n_embd) */
+    ENQ(krn_add_async(s, x, sc->xb, B, hp->n_embd), "ffn residual");
+    return 0;
+}
+
+int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
+                             const int32_t *pos, const int32_t *seq, int B, int l0, int l1, dev_err *err)
+{
+    if (!m || !kv || !sc || !s || !x || !pos || !seq)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: model, kv, scratch, stream, x, pos "
+                           "and seq are required");
+    if (B <= 0 || B > sc->max_rows)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: B = %d rows; allowed 1..%d (the "
+                           "scratch's max_rows)", B, sc->max_rows);
+    if (l0 < 0 || l0 > l1 || l1 > m->hp.n_layer)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: layer range [%d, %d) is not inside "
+                           "[0, %d]", l0, l1, m->hp.n_layer);
+    if (kv->n_layer != m->hp.n_layer)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: the KV cache has %d layers, the "
+                           "model %d", kv->n_layer, m->hp.n_layer);
+    for (int il = l0; il < l1; il++) {
+        int rc = layer_forward(m, kv, sc, s, x, pos, seq, B, il, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, const float *x, float *logits,
+                           int B, dev_err *err)
+{
+    if (!m || !sc || !s || !x || !logits)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: model, scratch, stream, x and logits "
+                           "are required");
+    if (B <= 0 || B > sc->max_rows)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: B = %d rows; allowed 1..%d (the "
+                           "scratch's max_rows)", B, sc->max_rows);
+    const int il = m->hp.n_layer; /* named "layer n_layer" in messages: the head */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");
+    ENQ(krn_matmul_async(s, logits, &m->lm_head, sc->xb, B), "lm_head"); /* (B, n_vocab) */
+    return 0;
+}

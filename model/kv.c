@@ -1,0 +1,60 @@
+/* The KV cache: per layer, K and V f32 (n_seq, n_ctx, kv_dim) on the layer's device. Its rows are written
+ * only by kv_store ops on the stream that walks the layer (the owning stage), so no host state changes
+ * after create. */
+#include <stdlib.h>
+
+#include "model/llama_impl.h"
+
+mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, dev_err *err)
+{
+    if (!m || n_seq <= 0 || n_ctx <= 0) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: n_seq %d and n_ctx %d must be > 0", n_seq, n_ctx);
+        return NULL;
+    }
+    const mdl_hparams *hp = &m->hp;
+    mdl_kv *kv = calloc(1, sizeof *kv);
+    if (!kv || !(kv->layer = calloc((size_t)hp->n_layer, sizeof *kv->layer))) {
+        free(kv);
+        dev_err_set(err, MEMRA_E_NOMEM, "mdl_kv_create: no host memory");
+        return NULL;
+    }
+    kv->n_layer = hp->n_layer;
+    kv->n_seq = n_seq;
+    kv->n_ctx = n_ctx;
+    kv->kv_dim = hp->n_head_kv * hp->head_dim;
+    const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * sizeof(float);
+    for (int il = 0; il < hp->n_layer; il++) {
+        dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
+        kv->layer[il].dev = d;
+        if (!d) {
+            dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: layer_dev[%d] is NULL", il);
+            goto fail;
+        }
+        if (!(kv->layer[il].k = dev_malloc(d, bytes, err)) || !(kv->layer[il].v = dev_malloc(d, bytes, err))) {
+            dev_err_wrap(err, "KV cache of layer %d (%d seq x %d ctx, %zu B each for K and V) on %s", il, n_seq,
+                         n_ctx, bytes, dev_device_name(d));
+            goto fail;
+        }
+    }
+    return kv;
+fail:
+    mdl_kv_destroy(kv);
+    return NULL;
+}
+
+void mdl_kv_destroy(mdl_kv *kv)
+{
+    if (!kv)
+        return;
+    for (int il = 0; il < kv->n_layer; il++) {
+        if (kv->layer[il].k)
+            dev_free(kv->layer[il].dev, kv->layer[il].k);
+        if (kv->layer[il].v)
+            dev_free(kv->layer[il].dev, kv->layer[il].v);
+    }
+    free(kv->layer);
+    free(kv);
+}
+
+int mdl_kv_n_seq(const mdl_kv *kv) { return kv->n_seq; }
+int mdl_kv_n_ctx(const mdl_kv *kv) { return kv->n_ctx; }

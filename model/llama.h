@@ -1,0 +1,97 @@
+/* The Llama-family model engine: load a GGUF (archs llama, qwen2) with each layer's weights on its device,
+ * the KV cache, per-stream scratch, and the forward pass over any layer range [l0, l1) so a pipeline stage
+ * runs exactly its layers. Forward calls only ENQUEUE ops (kernels/krn.h) on the caller's stream.
+ *   x (B, n_embd) --layers [0,L)--> x --output_norm, lm_head--> logits (B, n_vocab)
+ * Walking [0,a) then [a,L) gives the same bits as [0,L); a row's result never depends on the other rows
+ * of its batch (every op is row-independent with a fixed order). */
+#ifndef MDL_LLAMA_H
+#define MDL_LLAMA_H
+
+#include <stdint.h>
+#include "device/dev.h"
+#include "model/tokenizer.h"
+
+typedef struct mdl_model mdl_model;
+typedef struct mdl_kv mdl_kv;
+typedef struct mdl_scratch mdl_scratch;
+
+typedef enum mdl_arch { MDL_ARCH_LLAMA = 0, MDL_ARCH_QWEN2 = 1 } mdl_arch;
+
+/* Hyper-parameters, from the GGUF metadata under "<arch>.". */
+typedef struct mdl_hparams {
+    int arch;             /* mdl_arch */
+    int n_vocab;          /* rows of token_embd */
+    int n_embd;           /* hidden size */
+    int n_layer;          /* transformer blocks */
+    int n_head;           /* query heads */
+    int n_head_kv;        /* key/value heads (GQA: n_head % n_head_kv == 0) */
+    int head_dim;         /* <arch>.attention.key_length, default n_embd / n_head */
+    int n_ff;             /* feed-forward hidden size */
+    int n_ctx_train;      /* <arch>.context_length */
+    int n_rot;            /* rotated dims per head (<arch>.rope.dimension_count, default head_dim) */
+    int rope_neox;        /* 0: pairs (2i, 2i+1) (llama); 1: pairs (i, i + n_rot/2) (qwen2) */
+    float rope_freq_base; /* <arch>.rope.freq_base, default 10000 */
+    float rope_freq_scale;/* 1 / <arch>.rope.scaling.factor when the scaling type is linear, else 1 */
+    float rms_eps;        /* <arch>.attention.layer_norm_rms_epsilon */
+    int has_qkv_bias;     /* qwen2: attn_q/k/v biases */
+    int tied_embeddings;  /* 1 when output.weight is absent and lm_head reuses token_embd */
+} mdl_hparams;
+
+typedef struct mdl_load_params {
+    dev_platform *platform;        /* where devices live (required) */
+    dev_device *const *layer_dev;  /* n_layer entries: the device of each layer's weights; NULL = all on device 0 */
+    dev_device *head_dev;          /* output_norm + lm_head; NULL = layer_dev[n_layer-1] */
+    void (*progress)(float frac, void *ctx); /* called on the loading thread, frac in [0, 1]; may be NULL */
+    void *progress_ctx;
+} mdl_load_params;
+
+/* Open the GGUF at path (mmapped for the model's life), read the hparams, build the tokenizer, upload each
+ * layer's tensors (in their GGUF type, unconverted) to layer_dev[il] and the head to head_dev.
+ * Errors (NULL + err): MEMRA_E_IO (file), MEMRA_E_FORMAT (missing/misshaped tensor, bad metadata),
+ * MEMRA_E_UNSUPPORTED (architecture or tensor type; the message lists the supported ones), NOMEM.
+ * Cost: one pass over the weights (host-synchronous copies). */
+mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *err);
+/* The layer count of the GGUF at path (<arch>.block_count), to size a layer_dev array before loading.
+ * Returns n_layer > 0, or a MEMRA_E_* code + err. Cost: opens and maps the file's header. */
+int mdl_model_peek_n_layer(const char *path, dev_err *err);
+/* Free the device weights and unmap the file. The caller guarantees no stream still uses them. */
+void mdl_model_free(mdl_model *m);
+
+const mdl_hparams *mdl_model_hparams(const mdl_model *m);
+dev_device *mdl_model_layer_device(const mdl_model *m, int il); /* NULL when il is out of range */
+dev_device *mdl_model_head_device(const mdl_model *m);
+/* Built from the GGUF's tokenizer.* keys; owned by the model. */
+const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m);
+/* Architecture name as in the GGUF ("llama", "qwen2"). */
+const char *mdl_model_arch_name(const mdl_model *m);
+
+/* Host-side gather: out (B, n_embd) host = rows tokens[0..B) of token_embd (mmapped, dequantized per
+ * row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
+int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out, dev_err *err);
+
+/* KV cache: per layer K and V f32 (n_seq, n_ctx, n_head_kv*head_dim) on layer_dev[il] (NULL = the
+ * model's layer devices). Zero-filled. Destroy after every stream using it has synced. */
+mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, dev_err *err);
+void mdl_kv_destroy(mdl_kv *kv);
+int mdl_kv_n_seq(const mdl_kv *kv);
+int mdl_kv_n_ctx(const mdl_kv *kv);
+
+/* Per-stream activations for up to max_rows rows on device d (one allocation). A scratch is used by one
+ * stream at a time: two streams sharing one would race (the CPU backend's checker reports it). */
+mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err);
+void mdl_scratch_destroy(mdl_scratch *sc);
+int mdl_scratch_max_rows(const mdl_scratch *sc);
+
+/* Enqueue layers [l0, l1) on s. x (B, n_embd) device, in/out (the residual stream); pos, seq (B,) int32
+ * device: row b is token position pos[b] of sequence seq[b] (its K/V go to the cache there and it attends
+ * over [0, pos[b]]). B <= the scratch's max_rows. Returns at once; errors: MEMRA_E_INVAL (shape, range),
+ * or the enqueue error of an op. Host-side arguments are checked here; device-side pos/seq are the
+ * caller's contract (0 <= pos < n_ctx, 0 <= seq < n_seq). */
+int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
+                             const int32_t *pos, const int32_t *seq, int B, int l0, int l1, dev_err *err);
+
+/* Enqueue output_norm + lm_head: x (B, n_embd) device -> logits (B, n_vocab) device. x is not modified. */
+int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, const float *x, float *logits,
+                           int B, dev_err *err);
+
+#endif

@@ -1,0 +1,62 @@
+/* Internal layout of the model, KV cache and scratch, shared by model/loader.c, model/kv.c and
+ * model/forward.c only. Everything here is immutable after mdl_model_load returns (weights are load-time
+ * state no stream can precede), so any number of streams may read it concurrently. */
+#ifndef MDL_LLAMA_IMPL_H
+#define MDL_LLAMA_IMPL_H
+
+#include "kernels/krn.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+
+/* One transformer block's weights, all inside one dev_malloc block on dev. Shapes (n_out, n_in): */
+typedef struct mdl_layer {
+    dev_device *dev;
+    void *block;        /* the allocation holding every tensor below */
+    float *attn_norm;   /* (n_embd,) */
+    krn_weight wq;      /* (n_head*head_dim, n_embd) */
+    krn_weight wk;      /* (n_head_kv*head_dim, n_embd) */
+    krn_weight wv;      /* (n_head_kv*head_dim, n_embd) */
+    float *bq, *bk, *bv;/* (n_head*head_dim,), (kv_dim,), (kv_dim,): qwen2 only, else NULL */
+    krn_weight wo;      /* (n_embd, n_head*head_dim) */
+    float *ffn_norm;    /* (n_embd,) */
+    krn_weight w_gate;  /* (n_ff, n_embd) */
+    krn_weight w_up;    /* (n_ff, n_embd) */
+    krn_weight w_down;  /* (n_embd, n_ff) */
+} mdl_layer;
+
+struct mdl_model {
+    mdl_hparams hp;
+    char arch_name[64];
+    mdl_gguf *gguf;             /* the mmapped file; token_embd is read from it directly */
+    mdl_tokenizer *tok;
+    dev_platform *platform;
+    mdl_layer *layers;          /* n_layer */
+    dev_device *head_dev;
+    void *head_block;           /* on head_dev: output_norm + lm_head */
+    float *output_norm;         /* (n_embd,) */
+    krn_weight lm_head;         /* (n_vocab, n_embd): output.weight, or a copy of token_embd when tied */
+    const void *embd;           /* host (mmap): token_embd (n_vocab, n_embd) of type embd_type */
+    int embd_type;
+    size_t embd_row_bytes;
+};
+
+struct mdl_kv {
+    int n_layer, n_seq, n_ctx, kv_dim;
+    struct mdl_kv_layer {
+        dev_device *dev;
+        float *k, *v;           /* (n_seq, n_ctx, kv_dim) f32 each */
+    } *layer;
+};
+
+struct mdl_scratch {
+    dev_device *dev;
+    int max_rows;
+    void *block;                /* one allocation; the buffers below point into it */
+    float *xb;                  /* (B, n_embd): normed input, then a matmul output */
+    float *q;                   /* (B, n_head*head_dim) */
+    float *k, *v;               /* (B, kv_dim) */
+    float *att;                 /* (B, n_head*head_dim) */
+    float *hb, *hb2;            /* (B, n_ff): gate (then swiglu), up */
+};
+
+#endif

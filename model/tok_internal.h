@@ -1,0 +1,101 @@
+/* Private to model/tok_*.c and model/tokenizer.c: the tokenizer's tables and the per-call scratch.
+ * Everything in mdl_tokenizer is written once by mdl_tokenizer_create and only read afterwards, so any
+ * number of threads may tokenize concurrently (each call owns its tok_out and scratch). */
+#ifndef MDL_TOK_INTERNAL_H
+#define MDL_TOK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "device/err.h"
+#include "model/tokenizer.h"
+
+enum { TOK_KIND_BPE = 1, TOK_KIND_SPM = 2 };
+
+#define TOK_MAX_REGEX 4
+
+/* Open-addressing hash map, string (a token's text) -> token id. Keys point into mdl_tokenizer.text. */
+typedef struct tok_strmap {
+    uint32_t mask;    /* capacity - 1 (capacity is a power of two) */
+    int32_t *slots;   /* token id or -1 (empty) */
+    uint32_t *hashes; /* full hash of the slot's key (skips most string compares) */
+} tok_strmap;
+
+/* Open-addressing hash map, (left id, right id) -> (rank, merged id): the BPE merge table. */
+typedef struct tok_merge_slot {
+    uint64_t key;     /* (uint64)left << 32 | right; UINT64_MAX = empty */
+    int32_t rank;     /* merge priority: lower merges first (its line number in tokenizer.ggml.merges) */
+    int32_t result;   /* id of left+right */
+} tok_merge_slot;
+
+typedef struct tok_mergemap {
+    uint32_t mask;
+    tok_merge_slot *slots;
+} tok_mergemap;
+
+/* The pre-tokenizer: a sequence of regexes, each splitting every fragment left by the previous one
+ * (matches and the gaps between them both stay fragments, as llama.cpp and HF's Split(Isolated) do). */
+typedef struct tok_pretok {
+    int n;                              /* number of regexes (0 = the whole text is one word) */
+    void *code[TOK_MAX_REGEX];          /* pcre2_code_8 *, compiled with UTF | UCP | MATCH_INVALID_UTF */
+    int ignore_merges;                  /* llama3: a word that is a whole token is emitted without merging */
+} tok_pretok;
+
+struct mdl_tokenizer {
+    int kind;                /* TOK_KIND_BPE or TOK_KIND_SPM */
+    int32_t n_vocab;
+    char **text;             /* text[id]: token text as stored in the vocab (byte-level encoded for BPE), NUL-ended */
+    uint32_t *len;           /* byte length of text[id] */
+    uint32_t max_len;        /* longest token text (a piece is never longer) */
+    int8_t *type;            /* MDL_TOKEN_* per id */
+    float *score;            /* SPM scores (0 when the vocab has none) */
+    tok_strmap vocab;        /* text -> id */
+    tok_mergemap merges;     /* BPE only */
+    tok_pretok pre;          /* BPE only */
+    int32_t byte_tok[256];   /* BPE: id of the byte-level symbol of byte b; SPM: id of <0xXX> or -1 */
+    int16_t cp_to_byte[324]; /* BPE: byte-level codepoint -> byte (-1 when not a byte symbol) */
+    int32_t *special;        /* ids matched in raw text (control, user-defined, unknown), longest text first */
+    int n_special;
+    uint8_t special_first[256]; /* special_first[b]: some special token starts with byte b */
+    uint8_t *eog;            /* eog[id] != 0: ends generation */
+    int32_t bos, eos, unk, pad;
+    int add_bos, add_eos, add_space_prefix;
+    char *chat_template;
+};
+
+/* Growable output with the mdl_tokenize contract: ids beyond cap are counted, not written. */
+typedef struct tok_out {
+    int32_t *ids;
+    int cap;
+    int n;
+} tok_out;
+
+static inline void tok_emit(tok_out *o, int32_t id)
+{
+    if (o->n < o->cap)
+        o->ids[o->n] = id;
+    o->n++;
+}
+
+/* hashing and maps (tokenizer.c) */
+uint32_t tok_hash(const char *s, size_t n);
+int32_t tok_strmap_get(const mdl_tokenizer *t, const char *s, size_t n);
+
+/* byte-level BPE (tok_bpe.c) */
+void tok_bpe_byte_cps(uint32_t cp_of_byte[256]);
+int tok_bpe_init(mdl_tokenizer *t, const mdl_vocab_src *src, dev_err *err);
+int tok_bpe_encode(const mdl_tokenizer *t, const char *text, size_t len, tok_out *out);
+int tok_bpe_piece(const mdl_tokenizer *t, int32_t id, char *buf, int cap);
+
+/* SentencePiece-style BPE (tok_spm.c) */
+int tok_spm_init(mdl_tokenizer *t, dev_err *err);
+int tok_spm_encode(const mdl_tokenizer *t, const char *text, size_t len, int prefix_space, tok_out *out);
+int tok_spm_piece(const mdl_tokenizer *t, int32_t id, char *buf, int cap);
+
+/* pre-tokenizer (tok_pretok.c) */
+int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err);
+void tok_pretok_free(tok_pretok *p);
+/* Split text into words; calls fn(ctx, word, word_len) in order; stops at the first non-zero return. */
+typedef int (*tok_word_fn)(void *ctx, const char *word, size_t len);
+int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_word_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,186 @@
+/* Pre-tokenizer of byte-level BPE vocabularies: the regex sequence the model declares by
+ * tokenizer.ggml.pre. The patterns are the ones HF tokenizer.json files use (llama.cpp lists the same
+ * per pre type); case-insensitive contractions are spelled with ASCII classes ('[sS]) so Unicode case
+ * folding cannot widen them. Matched with PCRE2 (UTF + UCP: \p{L}, \p{N}, \s are Unicode classes; the
+ * patterns need lookahead (?!\S) and counted repeats, and PCRE2 is the reference engine for this syntax),
+ * compiled once at create; a match_data is made per call, so splitting is thread-safe.
+ * No shared mutable state. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/tok_internal.h"
+
+#define RX_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RX_CONTRACT "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define RX_LLAMA3 RX_CONTRACT "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+                              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RX_QWEN2 RX_CONTRACT "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+                             "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RX_TEKKEN "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" \
+                  "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" \
+                  "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+typedef struct pre_def {
+    const char *names;          /* '|'-separated tokenizer.ggml.pre values */
+    int ignore_merges;
+    const char *rx[TOK_MAX_REGEX];
+} pre_def;
+
+static const pre_def PRE_DEFS[] = {
+    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"gpt2|mpt|olmo|jais|trillion|granite-docling", 0, {RX_GPT2}},
+    {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RX_GPT2}},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", 1, {RX_LLAMA3}},
+    {"dbrx|smaug-bpe|chatglm-bpe", 0, {RX_LLAMA3}},
+    {"qwen2|qwen2.5|qwen-2.5|deepseek-r1-qwen|stablelm2|hunyuan", 0, {RX_QWEN2}},
+    {"tekken", 0, {RX_TEKKEN}},
+};
+
+static int name_in(const char *names, const char *pre)
+{
+    size_t n = strlen(pre);
+    for (const char *p = names; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == n && memcmp(p, pre, n) == 0)
+            return 1;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (!pre || !*pre)
+        pre = "default";
+    const pre_def *d = NULL;
+    for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++)
+        if (name_in(PRE_DEFS[i].names, pre))
+            d = &PRE_DEFS[i];
+    if (!d) {
+        char list[400] = "";
+        for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++) {
+            strncat(list, i ? "|" : "", sizeof list - strlen(list) - 1);
+            strncat(list, PRE_DEFS[i].names, sizeof list - strlen(list) - 1);
+        }
+        return dev_err_set(err, MEMRA_E_UNSUPPORTED,
+                           "tokenizer.ggml.pre='%s' is not supported; supported: %s", pre, list);
+    }
+    p->ignore_merges = d->ignore_merges;
+    for (int i = 0; i < TOK_MAX_REGEX && d->rx[i]; i++) {
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->rx[i], PCRE2_ZERO_TERMINATED,
+                                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+        if (!c) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(ec, msg, sizeof msg);
+            tok_pretok_free(p);
+            return dev_err_set(err, MEMRA_E_UNSUPPORTED, "pre-tokenizer '%s': regex %d does not compile at %zu: %s",
+                               pre, i, (size_t)eo, (const char *)msg);
+        }
+        p->code[p->n++] = c;
+    }
+    return MEMRA_OK;
+}
+
+void tok_pretok_free(tok_pretok *p)
+{
+    for (int i = 0; i < p->n; i++)
+        pcre2_code_free((pcre2_code *)p->code[i]);
+    p->n = 0;
+}
+
+/* A list of fragments [off, off+len) of the text. */
+typedef struct frag_list {
+    size_t *off, *len;
+    size_t n, cap;
+} frag_list;
+
+static int frag_push(frag_list *l, size_t off, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        size_t *o = realloc(l->off, nc * sizeof *o);
+        if (!o)
+            return MEMRA_E_NOMEM;
+        l->off = o;
+        size_t *n = realloc(l->len, nc * sizeof *n);
+        if (!n)
+            return MEMRA_E_NOMEM;
+        l->len = n;
+        l->cap = nc;
+    }
+    l->off[l->n] = off;
+    l->len[l->n] = len;
+    l->n++;
+    return 0;
+}
+
+/* Split each fragment of in by code into out: every match and every gap between matches is a fragment.
+ * A fragment is matched on its own (lookahead does not see past its end), as llama.cpp and HF do. */
+static int split_one(const pcre2_code *code, pcre2_match_data *md, const char *text, const frag_list *in,
+                     frag_list *out)
+{
+    for (size_t f = 0; f < in->n; f++) {
+        PCRE2_SPTR subj = (PCRE2_SPTR)(text + in->off[f]);
+        size_t flen = in->len[f], pos = 0, prev = 0;
+        while (pos < flen) {
+            int rc = pcre2_match(code, subj, flen, pos, 0, md, NULL);
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
+            if (rc < 0)
+                return MEMRA_E_INVAL; /* resource limit on a pathological input */
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            size_t s = ov[0], e = ov[1];
+            if (e > s) {
+                if (frag_push(out, in->off[f] + prev, s - prev) || frag_push(out, in->off[f] + s, e - s))
+                    return MEMRA_E_NOMEM;
+                prev = pos = e;
+            } else { /* empty match: step one character */
+                pos = s + 1;
+                while (pos < flen && (subj[pos] & 0xC0) == 0x80)
+                    pos++;
+            }
+        }
+        if (frag_push(out, in->off[f] + prev, flen - prev))
+            return MEMRA_E_NOMEM;
+    }
+    return 0;
+}
+
+int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_word_fn fn, void *ctx)
+{
+    frag_list a = {0}, b = {0};
+    pcre2_match_data *md = NULL;
+    int rc = frag_push(&a, 0, len);
+    for (int i = 0; rc == 0 && i < p->n; i++) {
+        md = pcre2_match_data_create_from_pattern((const pcre2_code *)p->code[i], NULL);
+        if (!md) {
+            rc = MEMRA_E_NOMEM;
+            break;
+        }
+        b.n = 0;
+        rc = split_one((const pcre2_code *)p->code[i], md, text, &a, &b);
+        pcre2_match_data_free(md);
+        md = NULL;
+        frag_list t = a;
+        a = b;
+        b = t;
+    }
+    for (size_t f = 0; rc == 0 && f < a.n; f++)
+        rc = fn(ctx, text + a.off[f], a.len[f]);
+    free(a.off);
+    free(a.len);
+    free(b.off);
+    free(b.len);
+    return rc;
+}

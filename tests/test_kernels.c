@@ -1,0 +1,313 @@
+/* The CPU op table against a plain double-precision reference written here (not the kernels' code), plus
+ * the launch wrappers on a real CPU stream: same bits as the pure kernel, declared accesses seen by the
+ * backend (remote-read counter, peer-grant refusal), and shape validation in krn.c. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/krn_cpu.h"
+#include "kernels/krn.h"
+
+/* ---- deterministic data ---- */
+
+static uint64_t rng_state;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
+}
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+/* ---- reference (double) ---- */
+
+static void ref_rmsnorm(double *y, const float *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * inv * w[i];
+}
+
+static void test_rmsnorm_matches_the_double_reference(void **state)
+{
+    (void)state;
+    enum { B = 3, N = 96 };
+    rng_state = 1;
+    float *x = rand_vec(B * N, 3.0f), *w = rand_vec(N, 1.0f), y[B * N];
+    krn_cpu_rmsnorm(&(krn_cpu_rmsnorm_args){ y, x, w, B, N, 1e-5f });
+    for (int b = 0; b < B; b++) {
+        double r[N];
+        ref_rmsnorm(r, x + b * N, w, N, 1e-5);
+        for (int i = 0; i < N; i++)
+            assert_true(fabs(y[b * N + i] - r[i]) <= 1e-6 * (1 + fabs(r[i])));
+    }
+    free(x);
+    free(w);
+}
+
+/* Every supported type: y[b][o] vs sum_i dequant(W[o])[i] * x[b][i] in double. The bound is relative to
+ * sum |w x| (f32 accumulation over n_in terms: ~n_in * 2^-24, far below 1e-5 for n_in = 512). */
+static void test_matmul_matches_the_double_reference_for_every_type(void **state)
+{
+    (void)state;
+    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+    enum { B = 3, NOUT = 7, NIN = 512 };
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int t = types[ti];
+        rng_state = 100 + ti;
+        const size_t rb = krn_row_bytes(t, NIN);
+        assert_true(rb > 0);
+        unsigned char *W = malloc(rb * NOUT);
+        float *src = rand_vec(NIN, 1.0f), *x = rand_vec(B * NIN, 1.0f), y[B * NOUT], deq[NIN];
+        for (int o = 0; o < NOUT; o++) {
+            for (int i = 0; i < NIN; i++)
+                src[i] = frand();
+            krn_quant_row(t, src, W + o * rb, NIN);
+        }
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb });
+        for (int o = 0; o < NOUT; o++) {
+            krn_dequant_row(t, W + o * rb, deq, NIN);
+            for (int b = 0; b < B; b++) {
+                double r = 0, mag = 0;
+                for (int i = 0; i < NIN; i++) {
+                    r += (double)deq[i] * x[b * NIN + i];
+                    mag += fabs((double)deq[i] * x[b * NIN + i]);
+                }
+                if (fabs(y[b * NOUT + o] - r) > 1e-5 * mag)
+                    fail_msg("type %s o %d b %d: %g vs reference %g", krn_type_name(t), o, b, y[b * NOUT + o], r);
+            }
+        }
+        free(W);
+        free(src);
+        free(x);
+    }
+}
+
+static void ref_rope(double *x, int pos, int n_heads, int hd, int n_rot, double base, double scale, int neox)
+{
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double th = pos * scale * pow(base, -2.0 * i / n_rot);
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+            double a = x[h * hd + i0], b = x[h * hd + i1];
+            x[h * hd + i0] = a * cos(th) - b * sin(th);
+            x[h * hd + i1] = a * sin(th) + b * cos(th);
+        }
+}
+
+static void test_rope_rotates_normal_and_neox_pairs_and_leaves_unrotated_dims(void **state)
+{
+    (void)state;
+    enum { B = 3, H = 2, HD = 16, NROT = 12 };
+    const int32_t pos[B] = { 0, 5, 3000 };
+    for (int neox = 0; neox <= 1; neox++) {
+        rng_state = 7 + neox;
+        float *x = rand_vec(B * H * HD, 1.0f), orig[B * H * HD];
+        memcpy(orig, x, sizeof orig);
+        krn_cpu_rope(&(krn_cpu_rope_args){ x, pos, B, H, HD, NROT, 10000.0f, 0.5f, neox });
+        for (int b = 0; b < B; b++) {
+            double r[H * HD];
+            for (int i = 0; i < H * HD; i++)
+                r[i] = orig[b * H * HD + i];
+            ref_rope(r, pos[b], H, HD, NROT, 10000.0, 0.5, neox);
+            for (int i = 0; i < H * HD; i++)
+                assert_true(fabs(x[b * H * HD + i] - r[i]) <= 2e-6);
+            for (int h = 0; h < H; h++) /* dims >= n_rot pass through bit for bit */
+                for (int i = NROT; i < HD; i++)
+                    assert_true(x[(b * H + h) * HD + i] == orig[(b * H + h) * HD + i]);
+        }
+        free(x);
+    }
+}
+
+/* Causal GQA attention: 2 sequences, rows at different positions, reference softmax in double. */
+static void test_attention_matches_the_double_reference_with_gqa_and_two_sequences(void **state)
+{
+    (void)state;
+    enum { NSEQ = 2, NCTX = 9, NH = 4, NKV = 2, HD = 8, B = 3, KVD = NKV * HD };
+    rng_state = 11;
+    float *kc = rand_vec(NSEQ * NCTX * KVD, 1.0f), *vc = rand_vec(NSEQ * NCTX * KVD, 1.0f);
+    float *q = rand_vec(B * NH * HD, 2.0f), out[B * NH * HD];
+    const int32_t seq[B] = { 1, 0, 1 }, pos[B] = { 0, 8, 4 };
+    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, kc, vc, seq, pos, B, NH, NKV, HD, NCTX });
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / (NH / NKV);
+            double sc[NCTX], mx = -INFINITY, sum = 0;
+            for (int t = 0; t <= pos[b]; t++) {
+                double d = 0;
+                for (int i = 0; i < HD; i++)
+                    d += (double)q[(b * NH + h) * HD + i] * kc[(seq[b] * NCTX + t) * KVD + kvh * HD + i];
+                sc[t] = d / sqrt((double)HD);
+                mx = fmax(mx, sc[t]);
+            }
+            for (int t = 0; t <= pos[b]; t++)
+                sum += sc[t] = exp(sc[t] - mx);
+            for (int i = 0; i < HD; i++) {
+                double r = 0;
+                for (int t = 0; t <= pos[b]; t++)
+                    r += sc[t] / sum * vc[(seq[b] * NCTX + t) * KVD + kvh * HD + i];
+                assert_true(fabs(out[(b * NH + h) * HD + i] - r) <= 1e-5);
+            }
+        }
+    free(kc);
+    free(vc);
+    free(q);
+}
+
+static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state)
+{
+    (void)state;
+    enum { NSEQ = 2, NCTX = 4, KVD = 3, B = 2 };
+    float kc[NSEQ * NCTX * KVD] = { 0 }, vc[NSEQ * NCTX * KVD] = { 0 };
+    const float k[B * KVD] = { 1, 2, 3, 4, 5, 6 }, v[B * KVD] = { -1, -2, -3, -4, -5, -6 };
+    const int32_t seq[B] = { 1, 0 }, pos[B] = { 2, 3 };
+    krn_cpu_kv_store(&(krn_cpu_kv_store_args){ kc, vc, k, v, seq, pos, B, KVD, NCTX });
+    for (int s = 0; s < NSEQ; s++)
+        for (int t = 0; t < NCTX; t++)
+            for (int i = 0; i < KVD; i++) {
+                const int at = (s * NCTX + t) * KVD + i;
+                const int row = (s == 1 && t == 2) ? 0 : (s == 0 && t == 3) ? 1 : -1;
+                assert_true(kc[at] == (row < 0 ? 0.0f : k[row * KVD + i]));
+                assert_true(vc[at] == (row < 0 ? 0.0f : v[row * KVD + i]));
+            }
+}
+
+static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **state)
+{
+    (void)state;
+    enum { B = 2, N = 5 };
+    rng_state = 5;
+    float *g = rand_vec(B * N, 4.0f), *u = rand_vec(B * N, 1.0f), *bias = rand_vec(N, 1.0f), y[B * N], z[B * N];
+    krn_cpu_swiglu(&(krn_cpu_swiglu_args){ y, g, u, B, N });
+    for (int i = 0; i < B * N; i++)
+        assert_true(fabs(y[i] - g[i] / (1 + exp(-(double)g[i])) * u[i]) <= 1e-6);
+    memcpy(z, y, sizeof z);
+    krn_cpu_add_bias(&(krn_cpu_add_bias_args){ z, bias, B, N });
+    for (int i = 0; i < B * N; i++)
+        assert_true(z[i] == y[i] + bias[i % N]);
+    krn_cpu_add(&(krn_cpu_add_args){ z, u, B, N });
+    for (int i = 0; i < B * N; i++)
+        assert_true(z[i] == (y[i] + bias[i % N]) + u[i]);
+    const float x[2 * 4] = { 1, 3, 3, 2, -5, NAN, -1, -1 };
+    int32_t am[2];
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, x, 2, 4 });
+    assert_int_equal(am[0], 1); /* ties -> lowest index */
+    assert_int_equal(am[1], 2); /* NaN never wins */
+    free(g);
+    free(u);
+    free(bias);
+}
+
+/* ---- launch wrappers on the CPU backend ---- */
+
+static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads(void **state)
+{
+    (void)state;
+    enum { B = 2, NOUT = 6, NIN = 64 };
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 2, &err);
+    assert_non_null(p);
+    dev_device *d0 = dev_platform_device(p, 0), *d1 = dev_platform_device(p, 1);
+    rng_state = 21;
+    float *w_host = rand_vec(NOUT * NIN, 1.0f), *x_host = rand_vec(B * NIN, 1.0f), want[B * NOUT], got[B * NOUT];
+    const size_t rb = krn_row_bytes(KRN_Q8_0, NIN);
+    unsigned char wq[NOUT * 68];
+    assert_true(rb * NOUT <= sizeof wq);
+    for (int o = 0; o < NOUT; o++)
+        krn_quant_row(KRN_Q8_0, w_host + o * NIN, wq + o * rb, NIN);
+    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb });
+
+    void *w0 = dev_malloc(d0, rb * NOUT, &err);               /* weight on device 0 */
+    float *x1 = dev_malloc(d1, sizeof(float) * B * NIN, &err);  /* activations on device 1 */
+    float *y1 = dev_malloc(d1, sizeof want, &err);
+    assert_int_equal(dev_copy_h2d_sync(d0, w0, wq, rb * NOUT, &err), 0);
+    assert_int_equal(dev_copy_h2d_sync(d1, x1, x_host, sizeof(float) * B * NIN, &err), 0);
+    dev_stream *s1 = dev_stream_create(d1, "test", &err);
+    assert_non_null(s1);
+    krn_weight W = { KRN_Q8_0, NOUT, NIN, w0 };
+
+    /* without a grant, device 1's kernel may not read device 0's weight */
+    assert_int_equal(krn_matmul_async(s1, y1, &W, x1, B), 0);
+    assert_int_not_equal(dev_stream_sync(s1, &err), 0);
+    dev_stream_destroy(s1);
+    dev_counters c;
+    dev_device_counters(d1, &c);
+    assert_true(c.access_denied >= 1);
+
+    dev_err_clear(&err);
+    s1 = dev_stream_create(d1, "test2", &err);
+    assert_int_equal(dev_peer_grant(d1, d0, &err), 0);
+    dev_device_counters_reset(d1);
+    assert_int_equal(krn_matmul_async(s1, y1, &W, x1, B), 0);
+    assert_int_equal(dev_stream_sync(s1, &err), 0);
+    dev_copy_d2h_async(s1, got, y1, sizeof got);
+    assert_int_equal(dev_stream_sync(s1, &err), 0);
+    assert_memory_equal(got, want, sizeof got);
+    dev_device_counters(d1, &c);
+    assert_int_equal(c.remote_read_bytes, rb * NOUT); /* exactly the weight: n_out * row_bytes */
+    assert_true(c.kernels_run >= 1);
+
+    dev_stream_destroy(s1);
+    dev_free(d0, w0);
+    dev_free(d1, x1);
+    dev_free(d1, y1);
+    dev_platform_close(p);
+    free(w_host);
+    free(x_host);
+}
+
+static void test_bad_shapes_are_refused_before_enqueue(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(p);
+    dev_device *d = dev_platform_device(p, 0);
+    dev_stream *s = dev_stream_create(d, "shapes", &err);
+    float *buf = dev_malloc(d, 4096, &err);
+    int32_t *ib = dev_malloc(d, 64, &err);
+    krn_weight W = { KRN_Q4_0, 4, 48, buf }; /* 48 is not a multiple of the q4_0 block (32) */
+    assert_int_equal(krn_matmul_async(s, buf, &W, buf, 1), MEMRA_E_INVAL);
+    W.type = 99;
+    W.n_in = 64;
+    assert_int_equal(krn_matmul_async(s, buf, &W, buf, 1), MEMRA_E_INVAL);
+    assert_int_equal(krn_rmsnorm_async(s, buf, buf, buf, 0, 8, 1e-5f), MEMRA_E_INVAL);
+    assert_int_equal(krn_rope_async(s, buf, ib, 1, 2, 8, 9, 1e4f, 1.0f, 0), MEMRA_E_INVAL); /* odd n_rot */
+    assert_int_equal(krn_rope_async(s, buf, ib, 1, 2, 8, 10, 1e4f, 1.0f, 0), MEMRA_E_INVAL); /* > head_dim */
+    assert_int_equal(krn_attention_async(s, buf, buf, buf, buf, ib, ib, 1, 6, 4, 8, 4), MEMRA_E_INVAL);
+    assert_int_equal(krn_argmax_async(NULL, ib, buf, 1, 4), MEMRA_E_INVAL);
+    assert_int_equal(dev_stream_sync(s, &err), 0); /* nothing was enqueued, nothing failed */
+    dev_stream_destroy(s);
+    dev_free(d, buf);
+    dev_free(d, ib);
+    dev_platform_close(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm_matches_the_double_reference),
+        cmocka_unit_test(test_matmul_matches_the_double_reference_for_every_type),
+        cmocka_unit_test(test_rope_rotates_normal_and_neox_pairs_and_leaves_unrotated_dims),
+        cmocka_unit_test(test_attention_matches_the_double_reference_with_gqa_and_two_sequences),
+        cmocka_unit_test(test_kv_store_writes_each_row_at_its_sequence_and_position_only),
+        cmocka_unit_test(test_swiglu_add_bias_add_and_argmax_match_their_definitions),
+        cmocka_unit_test(test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads),
+        cmocka_unit_test(test_bad_shapes_are_refused_before_enqueue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,371 @@
+/* kernels/quant: block layouts, conversions, quantizers and the deterministic dot product. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/quant.h"
+#include "kernels/quant_impl.h"
+
+static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+static void fill(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand() * scale * (1.0f + (float)(i % 7)); /* uneven magnitudes inside a block */
+}
+
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static void test_type_table_sizes_match_ggml(void **state)
+{
+    (void)state;
+    assert_int_equal(krn_row_bytes(KRN_Q4_1, 576), 18 * 20);
+    assert_int_equal(krn_row_bytes(KRN_Q4_0, 64), 2 * 18);
+    assert_int_equal(krn_row_bytes(KRN_Q8_0, 32), 34);
+    assert_int_equal(krn_row_bytes(KRN_Q4_K, 512), 2 * 144);
+    assert_int_equal(krn_row_bytes(KRN_Q6_K, 256), 210);
+    assert_int_equal(krn_row_bytes(KRN_F32, 3), 12);
+    assert_int_equal(krn_row_bytes(KRN_F16, 3), 6);
+    assert_int_equal(krn_row_bytes(KRN_BF16, 3), 6);
+    assert_int_equal(krn_row_bytes(KRN_Q4_1, 33), 0);  /* not a multiple of the block */
+    assert_int_equal(krn_row_bytes(KRN_Q4_K, 32), 0);
+    assert_int_equal(krn_row_bytes(7, 32), 0);          /* q5_1: unsupported */
+    assert_int_equal(krn_type_supported(KRN_Q6_K), 1);
+    assert_int_equal(krn_type_supported(6), 0);
+    assert_int_equal(krn_type_supported(-1), 0);
+    assert_string_equal(krn_type_name(KRN_Q4_1), "q4_1");
+    assert_string_equal(krn_type_name(99), "unknown");
+    assert_int_equal(krn_type_block_elems(99), 0);
+}
+
+static void test_f16_and_bf16_convert_exactly_and_round_to_nearest_even(void **state)
+{
+    (void)state;
+    assert_true(krn_f16_to_f32(0x3C00) == 1.0f);
+    assert_true(krn_f16_to_f32(0xC000) == -2.0f);
+    assert_true(krn_f16_to_f32(0x7BFF) == 65504.0f);
+    assert_true(krn_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+    assert_true(krn_f16_to_f32(0x03FF) == ldexpf(1023.0f, -24));
+    assert_true(isinf(krn_f16_to_f32(0x7C00)) && krn_f16_to_f32(0xFC00) < 0);
+    assert_true(isnan(krn_f16_to_f32(0x7E00)));
+    assert_int_equal(fbits(krn_f16_to_f32(0x8000)), 0x80000000u);
+    assert_int_equal(krn_f32_to_f16(1.0f), 0x3C00);
+    assert_int_equal(krn_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3C00);     /* tie -> even */
+    assert_int_equal(krn_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3C02); /* tie -> even (up) */
+    assert_int_equal(krn_f32_to_f16(65519.0f), 0x7BFF);
+    assert_int_equal(krn_f32_to_f16(65520.0f), 0x7C00);
+    assert_int_equal(krn_f32_to_f16(ldexpf(1.0f, -25)), 0x0000);            /* tie -> even (zero) */
+    assert_int_equal(krn_f32_to_f16(ldexpf(3.0f, -25)), 0x0002);
+    assert_int_equal(krn_f32_to_f16(-INFINITY), 0xFC00);
+    assert_int_equal(krn_f32_to_f16(NAN) & 0x7E00, 0x7E00);
+    for (uint32_t h = 0; h < 0x10000; h++) /* every finite half survives a round trip */
+        if ((h & 0x7C00) != 0x7C00)
+            assert_int_equal(krn_f32_to_f16(krn_f16_to_f32((uint16_t)h)), h);
+    assert_true(krn_bf16_to_f32(0x3F80) == 1.0f);
+    assert_int_equal(krn_f32_to_bf16(1.0f), 0x3F80);
+    assert_int_equal(krn_f32_to_bf16(1.0f + ldexpf(1.0f, -8)), 0x3F80);     /* tie -> even */
+    assert_int_equal(krn_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)), 0x3F82);
+    assert_true(isnan(krn_bf16_to_f32(krn_f32_to_bf16(NAN))));
+}
+
+/* Worst per-element error allowed, relative to the largest |x| of the row (a loose upper bound of each
+ * format's step), and the RMS error allowed relative to the RMS of x. */
+static void tolerance(int t, double *max_rel, double *rms_rel)
+{
+    switch (t) {
+    case KRN_F32: *max_rel = 0; *rms_rel = 0; break;
+    case KRN_F16: *max_rel = 1.0 / 2048; *rms_rel = 1.0 / 2048; break;
+    case KRN_BF16: *max_rel = 1.0 / 256; *rms_rel = 1.0 / 256; break;
+    case KRN_Q8_0: *max_rel = 0.5 / 127 + 1e-3; *rms_rel = 0.01; break;
+    case KRN_Q4_0: *max_rel = 1.0 / 8 + 1e-3; *rms_rel = 0.12; break;
+    case KRN_Q4_1: *max_rel = 1.0 / 15 + 1e-3; *rms_rel = 0.08; break;
+    case KRN_Q4_K: *max_rel = 1.0 / 15 + 0.02; *rms_rel = 0.09; break;
+    case KRN_Q6_K: *max_rel = 1.0 / 63 + 0.01; *rms_rel = 0.03; break;
+    default: fail();
+    }
+}
+
+static void test_every_type_round_trips_within_its_tolerance(void **state)
+{
+    (void)state;
+    enum { N = 1024 };
+    float x[N], y[N];
+    fill(x, N, 0.05f);
+    for (int k = 0; k < N_TYPES; k++) {
+        const int t = all_types[k];
+        unsigned char *q = malloc(krn_row_bytes(t, N));
+        assert_non_null(q);
+        krn_quant_row(t, x, q, N);
+        memset(y, 0xFF, sizeof y); /* nan: a dequantizer that writes nothing fails */
+        krn_dequant_row(t, q, y, N);
+        double amax = 0, se = 0, sx = 0, emax = 0;
+        for (int i = 0; i < N; i++) {
+            amax = fmax(amax, fabs(x[i]));
+            const double e = fabs((double)y[i] - x[i]);
+            assert_false(isnan(y[i]));
+            emax = fmax(emax, e);
+            se += e * e;
+            sx += (double)x[i] * x[i];
+        }
+        double max_rel = 0, rms_rel = 0;
+        tolerance(t, &max_rel, &rms_rel);
+        const double rms = sqrt(se / sx);
+        if (emax > max_rel * amax || rms > rms_rel)
+            fail_msg("%s: max error %g (allowed %g), rms error %g (allowed %g)", krn_type_name(t), emax / amax,
+                     max_rel, rms, rms_rel);
+        /* all zeros and a constant row come back exactly */
+        float z[256] = {0}, c[256], out[256];
+        for (int i = 0; i < 256; i++)
+            c[i] = 0.5f;
+        krn_quant_row(t, z, q, 256);
+        krn_dequant_row(t, q, out, 256);
+        for (int i = 0; i < 256; i++)
+            assert_true(out[i] == 0.0f);
+        krn_quant_row(t, c, q, 256);
+        krn_dequant_row(t, q, out, 256);
+        for (int i = 0; i < 256; i++)
+            assert_true(fabsf(out[i] - 0.5f) <= 0.5f * (float)max_rel + 1e-6f);
+        free(q);
+    }
+}
+
+/* GGML's quantize_row_{q4_0,q4_1,q8_0}_ref bytes for this block (computed with the gguf python package,
+ * whose quantizers are bit-exact with ggml's). */
+static void test_legacy_quantizers_match_ggml_bytes(void **state)
+{
+    (void)state;
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(((j * 7) % 32 - 13) / 8.0 + (j % 5 == 0 ? 0.03 : 0.0));
+    static const uint8_t q4_0[] = {0x80, 0xb4, 0x7e, 0x4b, 0x08, 0xc4, 0x81, 0x5c, 0x29, 0xd6, 0xa3, 0x70,
+                                   0x4b, 0x18, 0xc5, 0x92, 0x6d, 0x3a};
+    static const uint8_t q4_1[] = {0x1a, 0x34, 0x61, 0xbe, 0x80, 0xb3, 0xf7, 0x2a, 0x6e, 0x91, 0xd5, 0x08,
+                                   0x4c, 0x7f, 0xb3, 0xe6, 0x2a, 0x5d, 0x91, 0xc4};
+    static const uint8_t q8_0[] = {0x89, 0x24, 0xa6, 0xd6, 0x07, 0x38, 0x6a, 0xbb, 0xeb, 0x1c, 0x4e, 0x7f,
+                                   0xd0, 0x00, 0x31, 0x63, 0xb2, 0xe5, 0x15, 0x47, 0x78, 0xc8, 0xfb, 0x2a,
+                                   0x5c, 0xab, 0xdd, 0x10, 0x40, 0x71, 0xc0, 0xf2, 0x25, 0x55};
+    uint8_t out[64];
+    krn_quant_row(KRN_Q4_0, x, out, 32);
+    assert_memory_equal(out, q4_0, sizeof q4_0);
+    krn_quant_row(KRN_Q4_1, x, out, 32);
+    assert_memory_equal(out, q4_1, sizeof q4_1);
+    krn_quant_row(KRN_Q8_0, x, out, 32);
+    assert_memory_equal(out, q8_0, sizeof q8_0);
+}
+
+static void test_hand_made_legacy_blocks_dequantize_exactly(void **state)
+{
+    (void)state;
+    float y[32];
+    uint8_t b[34];
+    /* q4_0: d = 0.5; qs[j] = j | (15 - j) << 4 -> y[j] = 0.5 (j - 8), y[j + 16] = 0.5 (7 - j) */
+    b[0] = 0x00, b[1] = 0x38;
+    for (int j = 0; j < 16; j++)
+        b[2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    krn_dequant_row(KRN_Q4_0, b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(y[j] == 0.5f * (float)(j - 8));
+        assert_true(y[j + 16] == 0.5f * (float)(7 - j));
+    }
+    /* q4_1: d = 0.25, m = -1 -> y = 0.25 q - 1 */
+    b[0] = 0x00, b[1] = 0x34, b[2] = 0x00, b[3] = 0xBC;
+    for (int j = 0; j < 16; j++)
+        b[4 + j] = (uint8_t)(((j * 3) & 15) | (((j * 5 + 1) & 15) << 4));
+    krn_dequant_row(KRN_Q4_1, b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(y[j] == 0.25f * (float)((j * 3) & 15) - 1.0f);
+        assert_true(y[j + 16] == 0.25f * (float)((j * 5 + 1) & 15) - 1.0f);
+    }
+    /* q8_0: d = 2, q = j - 16 */
+    b[0] = 0x00, b[1] = 0x40;
+    for (int j = 0; j < 32; j++)
+        b[2 + j] = (uint8_t)(int8_t)(j - 16);
+    krn_dequant_row(KRN_Q8_0, b, y, 32);
+    for (int j = 0; j < 32; j++)
+        assert_true(y[j] == 2.0f * (float)(j - 16));
+}
+
+/* q4_K laid out from the format description (6-bit scales/mins packed in 12 bytes), independent of the
+ * quantizer's packing code. */
+static void test_hand_made_q4_K_block_dequantizes_exactly(void **state)
+{
+    (void)state;
+    uint8_t b[144] = {0};
+    float y[256];
+    int sc[8], mn[8];
+    b[0] = 0x00, b[1] = 0x3C; /* d = 1 */
+    b[2] = 0x00, b[3] = 0x38; /* dmin = 0.5 */
+    for (int j = 0; j < 8; j++) {
+        sc[j] = 7 * j + 5;  /* 5..54 (needs the high bits for j >= 4 once > 15) */
+        mn[j] = 63 - 8 * j; /* 63..7 */
+    }
+    uint8_t *s = b + 4;
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+    for (int k = 0; k < 128; k++)
+        b[16 + k] = (uint8_t)(k * 37 + 11);
+    krn_dequant_row(KRN_Q4_K, b, y, 256);
+    for (int e = 0; e < 256; e++) {
+        const int chunk = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        const int sub = 2 * chunk + hi;
+        const uint8_t byte = b[16 + 32 * chunk + l];
+        const int q = hi ? byte >> 4 : byte & 15;
+        const double want = 1.0 * sc[sub] * q - 0.5 * mn[sub];
+        if ((double)y[e] != want)
+            fail_msg("q4_K element %d: got %g want %g", e, y[e], want);
+    }
+}
+
+static void test_hand_made_q6_K_block_dequantizes_exactly(void **state)
+{
+    (void)state;
+    uint8_t b[210] = {0};
+    float y[256];
+    int q[256];
+    int8_t *scales = (int8_t *)(b + 192);
+    for (int k = 0; k < 16; k++)
+        scales[k] = (int8_t)(k - 8);
+    b[208] = 0x00, b[209] = 0x34; /* d = 0.25 */
+    for (int e = 0; e < 256; e++) {
+        q[e] = (e * 7 + 3) % 64;
+        /* element e: half e/128; inside, group g = (e%128)/32 and l = e%32. Low 4 bits in ql[64 half +
+         * l + 32 (g & 1)] (low nibble for g < 2, high for g >= 2); high 2 bits in qh[32 half + l] at 2g. */
+        const int half = e / 128, g = (e % 128) / 32, l = e % 32;
+        uint8_t *ql = b + 64 * half + l + 32 * (g & 1);
+        *ql |= (uint8_t)(g < 2 ? (q[e] & 15) : (q[e] & 15) << 4);
+        b[128 + 32 * half + l] |= (uint8_t)((q[e] >> 4) << (2 * g));
+    }
+    krn_dequant_row(KRN_Q6_K, b, y, 256);
+    for (int e = 0; e < 256; e++) {
+        const double want = 0.25 * scales[e / 16] * (q[e] - 32);
+        if ((double)y[e] != want)
+            fail_msg("q6_K element %d: got %g want %g", e, y[e], want);
+    }
+}
+
+/* The documented order: lane i % 16 in increasing i, lane += w * x, then the fixed fold. */
+static float lane_reference(const float *w, const float *x, int64_t n)
+{
+    float lane[16] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const float p = w[i] * x[i];
+        lane[i % 16] = lane[i % 16] + p;
+    }
+    for (int s = 8; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            lane[l] = lane[l] + lane[l + s];
+    return lane[0];
+}
+
+static void test_dot_equals_the_documented_lane_sum_and_the_double_sum(void **state)
+{
+    (void)state;
+    enum { N = 1536 };
+    static float x[N], w[N], v[N];
+    fill(w, N, 0.1f);
+    fill(x, N, 1.0f);
+    for (int k = 0; k < N_TYPES; k++) {
+        const int t = all_types[k];
+        const int64_t n = (t == KRN_F32 || t == KRN_F16 || t == KRN_BF16) ? N - 5 : N; /* a ragged tail */
+        unsigned char *q = malloc(krn_row_bytes(t, n));
+        krn_quant_row(t, w, q, n);
+        krn_dequant_row(t, q, v, n);
+        double sum = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            sum += (double)v[i] * x[i];
+            mag += fabs((double)v[i] * x[i]);
+        }
+        const float d = krn_dot_row(t, q, x, n);
+        if (fabs(d - sum) > 1e-5 * mag)
+            fail_msg("%s: dot %.9g, double sum %.9g", krn_type_name(t), d, sum);
+        const float ref = lane_reference(v, x, n);
+        if (fbits(d) != fbits(ref))
+            fail_msg("%s: dot %.9g is not the lane-order sum %.9g", krn_type_name(t), d, ref);
+        for (int p = 0; p < KRN_PATH_COUNT; p++) { /* every path this CPU runs gives the same bits */
+            if (!krn_quant_path_available(p))
+                continue;
+            assert_int_equal(fbits(krn_dot_row_path(p, t, q, x, n)), fbits(d));
+            float *v2 = malloc(sizeof(float) * (size_t)n);
+            krn_dequant_row_path(p, t, q, v2, n);
+            assert_memory_equal(v2, v, sizeof(float) * (size_t)n);
+            free(v2);
+        }
+        free(q);
+    }
+}
+
+static void test_dot_is_bit_identical_across_calls_and_buffer_alignments(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    static float w[N], x[N];
+    fill(w, N, 0.1f);
+    fill(x, N, 1.0f);
+    for (int k = 0; k < N_TYPES; k++) {
+        const int t = all_types[k];
+        const size_t rb = krn_row_bytes(t, N);
+        unsigned char *q = malloc(rb), *qbuf = malloc(rb + 64);
+        float *xbuf = malloc(sizeof(float) * (N + 16));
+        krn_quant_row(t, w, q, N);
+        const uint32_t want = fbits(krn_dot_row(t, q, x, N));
+        for (int rep = 0; rep < 3; rep++)
+            assert_int_equal(fbits(krn_dot_row(t, q, x, N)), want);
+        const int row_align = (t == KRN_F32) ? 4 : (t == KRN_F16 || t == KRN_BF16) ? 2 : 1;
+        for (int ro = 0; ro < 64; ro += row_align) {
+            memcpy(qbuf + ro, q, rb);
+            for (int xo = 0; xo < 16; xo += 5) {
+                memcpy(xbuf + xo, x, sizeof x);
+                assert_int_equal(fbits(krn_dot_row(t, qbuf + ro, xbuf + xo, N)), want);
+            }
+        }
+        free(q);
+        free(qbuf);
+        free(xbuf);
+    }
+}
+
+static void test_bad_length_or_type_gives_nan_not_a_crash(void **state)
+{
+    (void)state;
+    float x[64] = {0};
+    uint8_t row[64] = {0};
+    assert_true(isnan(krn_dot_row(KRN_Q4_1, row, x, 33)));
+    assert_true(isnan(krn_dot_row(6, row, x, 32)));
+    assert_true(krn_dot_row(KRN_Q4_1, row, x, 0) == 0.0f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_type_table_sizes_match_ggml),
+        cmocka_unit_test(test_f16_and_bf16_convert_exactly_and_round_to_nearest_even),
+        cmocka_unit_test(test_every_type_round_trips_within_its_tolerance),
+        cmocka_unit_test(test_legacy_quantizers_match_ggml_bytes),
+        cmocka_unit_test(test_hand_made_legacy_blocks_dequantize_exactly),
+        cmocka_unit_test(test_hand_made_q4_K_block_dequantizes_exactly),
+        cmocka_unit_test(test_hand_made_q6_K_block_dequantizes_exactly),
+        cmocka_unit_test(test_dot_equals_the_documented_lane_sum_and_the_double_sum),
+        cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
+        cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
