@@ -73,6 +73,23 @@ int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n
 /* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins (an all-NaN row gives 0). */
 int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err);
 
+/* ---- dev_stream adapters: krn_cuda_<op>(s, same arguments as krn_<op>_async), the form kernels/krn.c
+ * dispatches to. Each calls its _async twin on dev_stream_native(s) with err = NULL (the status code is
+ * all that comes back; call the _async form directly for the message). s must be a CUDA stream. ---- */
+int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
+int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
+                  float freq_base, float freq_scale, int neox);
+int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                      const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
+int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
+                       const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                       int n_ctx);
+int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
+int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);
+
 #ifdef __cplusplus
 }
 #endif
