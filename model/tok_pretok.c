@@ -31,7 +31,7 @@ typedef struct pre_def {
 
 static const pre_def PRE_DEFS[] = {
     {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"gpt2|mpt|olmo|jais|trillion|granite-docling", 0, {RX_GPT2}},
+    {"gpt2|gpt-2|phi-2|mpt|olmo|jais|trillion|granite-docling", 0, {RX_GPT2}},
     {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RX_GPT2}},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", 1, {RX_LLAMA3}},
     {"dbrx|smaug-bpe|chatglm-bpe", 0, {RX_LLAMA3}},

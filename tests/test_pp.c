@@ -30,16 +30,17 @@ static void clear_doors(void)
 }
 
 /* Writes a tiny model of weight type `type` with n_layer layers into a temp file. */
-static void write_model(char *path, size_t cap, int type, int n_layer)
+static void write_model(char *path, size_t cap, int type, int n_layer, const char *tag)
 {
     mdl_gguf_synth p;
     mdl_gguf_synth_defaults(&p);
     p.n_layer = n_layer;
     p.type = type;
+    p.pre = "smollm";
     if (krn_type_block_elems(type) == 256) /* K-quants need rows that are multiples of 256 */
         p.n_embd = 256, p.n_ff = 256, p.n_head = 4, p.n_head_kv = 2;
-    snprintf(path, cap, "%s/memra-test-pp-%d-%s.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid(),
-             krn_type_name(type));
+    snprintf(path, cap, "%s/memra-test-pp-%d-%s-%s.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tag, krn_type_name(type));
     dev_err e = {0};
     if (mdl_gguf_synth_write(path, &p, &e) != 0)
         fail_msg("writing the tiny model: %s", e.msg);
@@ -54,7 +55,7 @@ static int setup(void **state)
     plat = dev_platform_open(DEV_KIND_CPU, 8, &e);
     if (!plat)
         return -1;
-    write_model(model_path, sizeof model_path, KRN_Q4_1, 8);
+    write_model(model_path, sizeof model_path, KRN_Q4_1, 8, "main");
     return 0;
 }
 
@@ -177,7 +178,7 @@ static void test_every_tensor_type_splits_bit_identically(void **state)
     static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char path[256];
-        write_model(path, sizeof path, types[i], 3);
+        write_model(path, sizeof path, types[i], 3, "type");
         clear_doors();
         setenv("MEMRA_PP_STAGES", "3", 1);
         setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
