@@ -278,7 +278,7 @@ static void *worker(void *arg)
     cpu_stream *s = arg;
     cpu_platform *p = cpu_plat(s->base.dev->plat);
     char tname[16]; /* "<device>/<stream>" truncated to the kernel's 15 characters, for debuggers and top */
-    snprintf(tname, sizeof tname, "%s/%s", s->base.dev->name, s->base.name);
+    snprintf(tname, sizeof tname, "%.6s/%.8s", s->base.dev->name, s->base.name);
     pthread_setname_np(pthread_self(), tname);
     for (;;) {
         pthread_mutex_lock(&s->lock);
