@@ -1,6 +1,8 @@
 /* CUDA backend (MEMRA_HAVE_CUDA builds): the runtime API behind device/dev.h. Non-blocking streams,
  * cudaEventDisableTiming events, cudaMemcpyPeerAsync, peer access both ways on a grant. Every CUDA call is
  * checked and a failure names the call. CPU-only features (checker, op hook, kernels_run) are absent.
+ * No call changes the calling thread's current device (a guard restores it): code that launches kernels
+ * on a stream makes the stream's device current itself.
  * Shared mutable state: cuda_stream.err (sticky enqueue/sync error; guarded by cuda_stream.lock),
  * cuda_event.ev[]/latest (guarded by cuda_event.lock), dev_device.granted[] (atomics). */
 #include "device/dev_impl.h"
@@ -35,10 +37,24 @@ typedef struct cuda_event {
 #define CU_FAIL(err, rc, fmt, ...)                                                                           \
     dev_err_set(err, MEMRA_E_DEVICE, fmt ": %s (%s)", __VA_ARGS__, cudaGetErrorName(rc), cudaGetErrorString(rc))
 
-static int set_device(dev_device *d, dev_err *err)
+/* Device guard: device/ calls never change the calling thread's current device. push makes d current
+ * (remembering the old one in *prev); pop restores it. */
+static int push_device(dev_device *d, int *prev, dev_err *err)
 {
-    cudaError_t rc = cudaSetDevice(d->ordinal);
+    cudaError_t rc = cudaGetDevice(prev);
+    if (rc != cudaSuccess)
+        return CU_FAIL(err, rc, "cudaGetDevice (before using %s)", d->name);
+    if (*prev == d->ordinal)
+        return 0;
+    rc = cudaSetDevice(d->ordinal);
     return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaSetDevice(%d)", d->ordinal);
+}
+
+static void pop_device(int prev)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev)
+        cudaSetDevice(prev);
 }
 
 /* Record a failure on s (sticky) and return its code. */
@@ -73,56 +89,69 @@ static int cu_peer_grant(dev_device *a, dev_device *o, dev_err *err)
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "dev_peer_grant(%s, %s): the GPUs cannot access each other "
                            "(cudaDeviceCanAccessPeer = 0)", a->name, o->name);
     dev_device *pair[2][2] = { { a, o }, { o, a } };
-    for (int i = 0; i < 2; i++) { /* peer access both ways, and each default pool open to the other */
+    int prev, code = 0;
+    for (int i = 0; i < 2 && !code; i++) { /* peer access both ways, and each default pool open to the other */
         dev_device *acc = pair[i][0], *own = pair[i][1];
-        if (set_device(acc, err))
+        if (push_device(acc, &prev, err))
             return MEMRA_E_DEVICE;
         rc = cudaDeviceEnablePeerAccess(own->ordinal, 0);
         if (rc == cudaErrorPeerAccessAlreadyEnabled)
             (void)cudaGetLastError();
         else if (rc != cudaSuccess)
-            return CU_FAIL(err, rc, "cudaDeviceEnablePeerAccess(%s -> %s)", acc->name, own->name);
+            code = CU_FAIL(err, rc, "cudaDeviceEnablePeerAccess(%s -> %s)", acc->name, own->name);
+        pop_device(prev);
         cudaMemPool_t mp;
-        rc = cudaDeviceGetDefaultMemPool(&mp, own->ordinal);
-        if (rc != cudaSuccess)
-            return CU_FAIL(err, rc, "cudaDeviceGetDefaultMemPool(%s)", own->name);
-        struct cudaMemAccessDesc desc;
-        memset(&desc, 0, sizeof desc);
-        desc.location.type = cudaMemLocationTypeDevice;
-        desc.location.id = acc->ordinal;
-        desc.flags = cudaMemAccessFlagsProtReadWrite;
-        rc = cudaMemPoolSetAccess(mp, &desc, 1);
-        if (rc != cudaSuccess)
-            return CU_FAIL(err, rc, "cudaMemPoolSetAccess(pool of %s, for %s)", own->name, acc->name);
+        if (!code && (rc = cudaDeviceGetDefaultMemPool(&mp, own->ordinal)) != cudaSuccess)
+            code = CU_FAIL(err, rc, "cudaDeviceGetDefaultMemPool(%s)", own->name);
+        if (!code) {
+            struct cudaMemAccessDesc desc;
+            memset(&desc, 0, sizeof desc);
+            desc.location.type = cudaMemLocationTypeDevice;
+            desc.location.id = acc->ordinal;
+            desc.flags = cudaMemAccessFlagsProtReadWrite;
+            rc = cudaMemPoolSetAccess(mp, &desc, 1);
+            if (rc != cudaSuccess)
+                code = CU_FAIL(err, rc, "cudaMemPoolSetAccess(pool of %s, for %s)", own->name, acc->name);
+        }
     }
+    if (code)
+        return code;
     atomic_store_explicit(&a->granted[o->ordinal], 1, memory_order_release);
     return 0;
 }
 
 static void *cu_malloc(dev_device *d, size_t bytes, dev_err *err)
 {
-    if (set_device(d, err))
+    int prev;
+    if (push_device(d, &prev, err))
         return NULL;
     void *p = NULL;
     cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc != cudaSuccess) {
         dev_err_set(err, rc == cudaErrorMemoryAllocation ? MEMRA_E_NOMEM : MEMRA_E_DEVICE,
                     "cudaMalloc(%zu B) on %s: %s (%s)", bytes, d->name, cudaGetErrorName(rc), cudaGetErrorString(rc));
-        return NULL;
-    }
-    rc = cudaMemset(p, 0, bytes);
-    if (rc != cudaSuccess) {
+        p = NULL;
+    } else if ((rc = cudaMemset(p, 0, bytes)) != cudaSuccess) {
         CU_FAIL(err, rc, "cudaMemset(%zu B) on %s", bytes, d->name);
         cudaFree(p);
-        return NULL;
+        p = NULL;
     }
+    pop_device(prev);
     return p;
 }
 
 static void cu_free(dev_device *d, void *p)
 {
-    if (cudaSetDevice(d->ordinal) != cudaSuccess || cudaFree(p) != cudaSuccess)
-        fprintf(stderr, "memra: cudaFree(%p) on %s failed: %s\n", p, d->name, cudaGetErrorString(cudaGetLastError()));
+    int prev;
+    dev_err e = { 0, "" };
+    if (push_device(d, &prev, &e)) {
+        fprintf(stderr, "memra: dev_free on %s: %s\n", d->name, e.msg);
+        return;
+    }
+    cudaError_t rc = cudaFree(p);
+    if (rc != cudaSuccess)
+        fprintf(stderr, "memra: cudaFree(%p) on %s failed: %s\n", p, d->name, cudaGetErrorString(rc));
+    pop_device(prev);
 }
 
 static void *cu_host_alloc(dev_platform *p, size_t bytes, dev_err *err)
@@ -145,9 +174,11 @@ static void cu_host_free(dev_platform *p, void *ptr)
 
 static int cu_copy_h2d_sync(dev_device *d, void *dst, const void *src, size_t bytes, dev_err *err)
 {
-    if (set_device(d, err))
+    int prev;
+    if (push_device(d, &prev, err))
         return MEMRA_E_DEVICE;
     cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    pop_device(prev);
     return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaMemcpy(H2D, %zu B) on %s", bytes, d->name);
 }
 
@@ -161,9 +192,11 @@ static dev_stream *cu_stream_create(dev_device *d, const char *name, dev_err *er
         return NULL;
     }
     dev_stream_base_init(&s->base, d, name);
-    if (set_device(d, err))
+    int prev;
+    if (push_device(d, &prev, err))
         goto fail;
     cudaError_t rc = cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking);
+    pop_device(prev);
     if (rc != cudaSuccess) {
         CU_FAIL(err, rc, "cudaStreamCreateWithFlags(NonBlocking) on %s", d->name);
         goto fail;
@@ -213,9 +246,11 @@ static dev_event *cu_event_create(dev_device *d, dev_err *err)
     }
     e->base.dev = d;
     e->latest = -1;
-    if (set_device(d, err))
+    int prev;
+    if (push_device(d, &prev, err))
         goto fail;
     cudaError_t rc = cudaEventCreateWithFlags(&e->ev[d->ordinal], cudaEventDisableTiming);
+    pop_device(prev);
     if (rc != cudaSuccess) {
         CU_FAIL(err, rc, "cudaEventCreateWithFlags(DisableTiming) on %s", d->name);
         goto fail;
@@ -244,10 +279,14 @@ static int cu_event_record(dev_event *be, dev_stream *bs)
     int o = bs->dev->ordinal;
     pthread_mutex_lock(&e->lock);
     cudaError_t rc = cudaSuccess;
-    if (!e->ev[o]) {
-        rc = cudaSetDevice(o);
+    if (!e->ev[o]) { /* first record on this device: its own CUDA event */
+        int prev = o;
+        rc = cudaGetDevice(&prev);
+        if (rc == cudaSuccess && prev != o)
+            rc = cudaSetDevice(o);
         if (rc == cudaSuccess)
             rc = cudaEventCreateWithFlags(&e->ev[o], cudaEventDisableTiming);
+        pop_device(prev);
     }
     if (rc == cudaSuccess)
         rc = cudaEventRecord(e->ev[o], s->st);
