@@ -11,7 +11,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <unistd.h>
+
+#include "model/gguf_synth.h"
 #include "model/tokenizer.h"
+#include "support/tok_gguf_vocab.h"
 #include "support/tok_testdata.h"
 
 /* ---- a tiny byte-level vocab: 256 byte symbols (id = byte), then added tokens ---- */
@@ -427,6 +431,45 @@ static void test_spm_ids_match_the_hf_oracle_and_round_trip(void **state)
     tok_lines_free(lines, nl);
 }
 
+/* The synthetic model GGUF (model/gguf_synth) through the GGUF reader: the vocab the tiny-model tests run. */
+static void test_a_synthetic_gguf_vocab_loads_merges_and_round_trips(void **state)
+{
+    char path[] = "/tmp/memra_tok_synth_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    mdl_gguf_synth p;
+    mdl_gguf_synth_defaults(&p);
+    p.n_vocab = 600;
+    dev_err err = {0};
+    assert_int_equal(mdl_gguf_synth_write(path, &p, &err), 0);
+    tok_gguf_vocab v;
+    int rc = tok_gguf_vocab_load(path, &v, &err);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    mdl_tokenizer *t = mdl_tokenizer_create(&v.src, &err);
+    assert_non_null(t);
+    assert_int_equal(mdl_tokenizer_n_vocab(t), 600);
+    const char *text = "The pipeline keeps every stage busy. <|im_start|>Hello, world!<|im_end|>";
+    int32_t ids[256];
+    int n = mdl_tokenize(t, text, strlen(text), 1, 1, ids, 256);
+    assert_true(n > 0 && n < (int)strlen(text) / 2); /* learned merges apply */
+    int seen_start = 0;
+    for (int i = 0; i < n; i++)
+        seen_start += ids[i] == 1;
+    assert_int_equal(seen_start, 1);
+    assert_true(mdl_tokenizer_is_eog(t, 2));
+    assert_true(mdl_tokenizer_is_eog(t, 0));
+    char back[256];
+    int m = mdl_detokenize(t, ids, n, back, sizeof back, 1);
+    assert_int_equal(m, (int)strlen(text));
+    assert_memory_equal(back, text, (size_t)m);
+    mdl_tokenizer_destroy(t);
+    tok_gguf_vocab_free(&v);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_threads_tokenize_one_tokenizer_concurrently),
         cmocka_unit_test(test_unknown_model_pre_and_bad_ids_are_refused_naming_what_is_supported),
         cmocka_unit_test(test_spm_ids_match_the_hf_oracle_and_round_trip),
+        cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
