@@ -40,28 +40,11 @@ static int teardown(void **state)
     return 0;
 }
 
-/* tokenizer_corpus.txt then tokenizer_corpus_random.txt, comments dropped (the oracle's order). */
 static char **corpus(int *n)
 {
-    static const char *const files[2] = {"tokenizer_corpus.txt", "tokenizer_corpus_random.txt"};
-    char **all = NULL;
-    int k = 0;
-    for (int f = 0; f < 2; f++) {
-        char p[4096];
-        int nl;
-        char **lines = tok_read_lines(tok_data_path(files[f], p, sizeof p), &nl);
-        assert_non_null(lines);
-        all = realloc(all, (size_t)(k + nl + 1) * sizeof *all);
-        for (int i = 0; i < nl; i++) {
-            if (lines[i][0] == '#')
-                free(lines[i]);
-            else
-                all[k++] = lines[i];
-        }
-        free(lines);
-    }
-    *n = k;
-    return all;
+    char **c = tok_corpus_load(n);
+    assert_non_null(c);
+    return c;
 }
 
 static void test_smollm2_ids_match_the_hf_oracle_for_every_corpus_case(void **state)

@@ -18,6 +18,9 @@ Llama-2 tokenizer.json normalizer (see spm_oracle).
   -> tokenizer_oracle_spm.txt: the vocab ("tok <id> <type> <score> <escaped text>") then one
      "ids <escaped text> :: <ids>" line per case.
 
+Pre-tokenizers: HF's word splits of the same corpus for pre = gpt2, smollm, llama-bpe, qwen2, tekken
+  -> tokenizer_oracle_pretok.txt ("pre <name> <case> <byte length of each word>").
+
 Chat: transformers' apply_chat_template (jinja) over the GGUF's tokenizer.chat_template.
   -> chat_oracle_smollm2.txt: "case <name> <add_generation_prompt> <n>", n "msg <role> <escaped>"
      lines, then "out <escaped rendering>".
@@ -138,6 +141,31 @@ def smollm2_oracle(gguf_path, cases, out_dir):
             f.write("out %s\n" % escape(outs))
 
 
+def pretok_oracle(cases, out_dir):
+    """Word splits of every corpus case by HF pre-tokenizers, per tokenizer.ggml.pre value: the regexes as
+    the models' tokenizer.json files write them (case-insensitive groups kept), run by HF's engine."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import _LLAMA3_SPLIT, _TEKKEN_SPLIT
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_SPLIT
+    from tokenizers import Regex
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    pres = [
+        ("gpt2", byte_level, True),
+        ("smollm", pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level]), True),
+        ("llama-bpe", pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), False),
+        ("qwen2", pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"), False),
+        ("tekken", pre_tokenizers.Split(Regex(_TEKKEN_SPLIT), behavior="isolated"), False),
+    ]
+    with open(os.path.join(out_dir, "tokenizer_oracle_pretok.txt"), "w") as f:
+        f.write("# pre <name> <case index> <byte length of each word>, from HF pre_tokenize_str\n")
+        for name, pt, is_byte_level in pres:
+            for i, text in enumerate(cases):
+                words = pt.pre_tokenize_str(text.decode("utf-8"))
+                # byte-level output spells one byte per character; Split keeps the text as is
+                lens = [len(w) if is_byte_level else len(w.encode("utf-8")) for w, _ in words]
+                assert sum(lens) == len(text), (name, i)
+                f.write("pre %s %d %s\n" % (name, i, " ".join(map(str, lens))))
+
+
 # A small SentencePiece vocab: control/unknown tokens, the 256 byte tokens, then pieces with scores.
 SPM_PIECES = ["▁", "e", "t", "a", "o", "h", "l", "r", "n", "s", "w", "d", "i", "c", "H", "W", "u", "g", "!",
               ",", "é", "▁t", "he", "▁the", "ll", "llo", "▁he", "▁hello", "▁w", "or", "▁wor", "▁world", "in",
@@ -186,6 +214,7 @@ def main():
             f.write(escape(c) + "\n")
     cases += read_corpus(os.path.join(a.out, "tokenizer_corpus_random.txt"))
     smollm2_oracle(a.gguf, cases, a.out)
+    pretok_oracle(cases, a.out)
     spm_oracle(a.out)
     print("wrote oracles for %d corpus cases to %s" % (len(cases), a.out), file=sys.stderr)
 
