@@ -1,0 +1,328 @@
+/* Door parsing and the stage map. Shared mutable state: the warn_unwired table (guarded by warn_lock). */
+#include "actors/doors.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+act_pp_config act_pp_config_default(void)
+{
+    act_pp_config c;
+    memset(&c, 0, sizeof c);
+    c.shard = 1;
+    c.slots = 2;
+    c.streams = 1;
+    return c;
+}
+
+act_pp_seams act_pp_seams_default(void)
+{
+    act_pp_seams s = {.overlap = 0, .batch_pp = 1, .allow_unsplit_batch = 0, .spec_pp = 1,
+                      .prime_pp = 1, .prime_pipe = 1, .pdl = 1, .graph = 0};
+    return s;
+}
+
+/* Parse a decimal integer in [lo, hi] spanning all of s (no sign, no spaces). */
+static int parse_int(const char *s, size_t len, long lo, long hi, long *out)
+{
+    if (len == 0 || len > 9)
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Reads an integer door. Returns 1 when set (value in *out), 0 when unset, MEMRA_E_INVAL when invalid. */
+static int door_int(const char *name, long lo, long hi, const char *allowed, long *out, dev_err *err)
+{
+    const char *v = getenv(name);
+    if (!v)
+        return 0;
+    if (parse_int(v, strlen(v), lo, hi, out) != 0)
+        return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: not allowed; %s", name, v, allowed);
+    return 1;
+}
+
+/* Parses a comma list of integers in [lo, hi] into out (cap entries). Returns the count or MEMRA_E_INVAL. */
+static int door_list(const char *name, const char *v, long lo, long hi, const char *what, int *out, int cap,
+                     dev_err *err)
+{
+    int n = 0;
+    const char *p = v;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        long x;
+        if (len == 0)
+            return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: empty element; expected a comma list of %s", name, v,
+                               what);
+        if (n == cap)
+            return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: more than %d elements", name, v, cap);
+        if (parse_int(p, len, lo, hi, &x) != 0)
+            return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: element '%.*s' is not %s", name, v, (int)len, p, what);
+        out[n++] = (int)x;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
+}
+
+int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
+{
+    act_pp_config c = *cfg_io;
+    long v;
+    int r;
+
+    if ((r = door_int("MEMRA_PP_STAGES", 0, ACT_PP_MAX_STAGES, "expected an integer 0..64 (0/1 = door shut)", &v,
+                      err)) < 0)
+        return r;
+    if (r == 1)
+        c.stages = (int)v;
+
+    const char *splits = getenv("MEMRA_PP_SPLITS"), *split = getenv("MEMRA_PP_SPLIT");
+    if (splits && split)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "MEMRA_PP_SPLITS=%s and MEMRA_PP_SPLIT=%s are both set: use one (SPLIT is the N=2 spelling)",
+                           splits, split);
+    if (split) {
+        if (parse_int(split, strlen(split), 1, INT_MAX / 2, &v) != 0)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLIT=%s: expected one layer index > 0 (the N=2 cut)",
+                               split);
+        if (c.stages < 2)
+            c.stages = 2; /* the N=2 back-compat spelling opens the 2-stage door */
+        else if (c.stages != 2)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_SPLIT=%s is the N=2 spelling but MEMRA_PP_STAGES=%d: use MEMRA_PP_SPLITS with %d cuts",
+                               split, c.stages, c.stages - 1);
+        c.n_cuts = 1;
+        c.cuts[0] = (int)v;
+    }
+    if (splits) {
+        int n = door_list("MEMRA_PP_SPLITS", splits, 1, INT_MAX / 2, "a layer index > 0", c.cuts, ACT_PP_MAX_STAGES,
+                          err);
+        if (n < 0)
+            return n;
+        if (c.stages < 2)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_SPLITS=%s is set but the pipeline door is shut: set MEMRA_PP_STAGES=%d",
+                               splits, n + 1);
+        if (n != c.stages - 1)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=%s: %d cuts given, MEMRA_PP_STAGES=%d needs %d",
+                               splits, n, c.stages, c.stages - 1);
+        for (int i = 1; i < n; i++)
+            if (c.cuts[i] <= c.cuts[i - 1])
+                return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=%s: cuts must be strictly increasing", splits);
+        c.n_cuts = n;
+    }
+
+    const char *devs = getenv("MEMRA_PP_DEVICES");
+    if (devs) {
+        int n = door_list("MEMRA_PP_DEVICES", devs, 0, 1 << 20, "a device ordinal >= 0", c.devices,
+                          ACT_PP_MAX_STAGES, err);
+        if (n < 0)
+            return n;
+        if (c.stages < 2)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_DEVICES=%s is set but the pipeline door is shut: set MEMRA_PP_STAGES=%d", devs,
+                               n);
+        if (n != c.stages)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_DEVICES=%s: %d devices given, MEMRA_PP_STAGES=%d needs %d",
+                               devs, n, c.stages, c.stages);
+        c.n_devices = n;
+    }
+    if ((r = door_int("MEMRA_PP_SHARD", 0, 1, "expected 0 (all weights on the primary) or 1 (per-stage)", &v, err)) <
+        0)
+        return r;
+    if (r == 1)
+        c.shard = (int)v;
+    if ((r = door_int("MEMRA_PP_SLOTS", 1, ACT_PP_MAX_SLOTS, "expected 1..16 slots per boundary", &v, err)) < 0)
+        return r;
+    if (r == 1)
+        c.slots = (int)v;
+    if ((r = door_int("MEMRA_PP_STREAMS", 0, 1, "expected 0 (one-stream seam) or 1 (per-stage streams)", &v, err)) <
+        0)
+        return r;
+    if (r == 1)
+        c.streams = (int)v;
+
+    if (c.stages >= 2 && c.n_cuts && c.n_cuts != c.stages - 1)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d cuts for %d stages (need %d)", c.n_cuts,
+                           c.stages, c.stages - 1);
+    if (c.stages >= 2 && c.n_devices && c.n_devices != c.stages)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d devices for %d stages", c.n_devices, c.stages);
+    if (c.slots < 1 || c.slots > ACT_PP_MAX_SLOTS)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: slots=%d, allowed 1..%d", c.slots, ACT_PP_MAX_SLOTS);
+    if (c.stages >= 2 && !c.streams) {
+        for (int s = 1; s < c.n_devices; s++)
+            if (c.devices[s] != c.devices[0])
+                return dev_err_set(err, MEMRA_E_INVAL,
+                                   "MEMRA_PP_STREAMS=0 is the one-stream, one-device seam but MEMRA_PP_DEVICES places "
+                                   "stages on several devices: unset one of them");
+    }
+    *cfg_io = c;
+    return 0;
+}
+
+int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } tab[] = {
+        {"MEMRA_PP_OVERLAP", offsetof(act_pp_seams, overlap)},
+        {"MEMRA_BATCH_PP", offsetof(act_pp_seams, batch_pp)},
+        {"MEMRA_PP_ALLOW_UNSPLIT_BATCH", offsetof(act_pp_seams, allow_unsplit_batch)},
+        {"MEMRA_SPEC_PP", offsetof(act_pp_seams, spec_pp)},
+        {"MEMRA_PRIME_PP", offsetof(act_pp_seams, prime_pp)},
+        {"MEMRA_PRIME_PIPE", offsetof(act_pp_seams, prime_pipe)},
+        {"MEMRA_PDL", offsetof(act_pp_seams, pdl)},
+        {"MEMRA_PP_GRAPH", offsetof(act_pp_seams, graph)},
+    };
+    act_pp_seams s = *seams;
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        long v;
+        int r = door_int(tab[i].name, 0, 1, "expected 0 (off) or 1 (on)", &v, err);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            *(int *)((char *)&s + tab[i].off) = (int)v;
+    }
+    *seams = s;
+    return 0;
+}
+
+int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, int *fence, dev_err *err)
+{
+    int n = c->stages;
+    if (n < 2)
+        return 0;
+    if (n > n_layers)
+        return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_STAGES=%d: more stages than the model's %d layers", n,
+                           n_layers);
+    fence[0] = 0;
+    fence[n] = n_layers;
+    for (int s = 1; s < n; s++) {
+        int cut = c->n_cuts ? c->cuts[s - 1] : s * n_layers / n;
+        if (cut <= 0 || cut >= n_layers)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cut %d is outside (0, %d) for this model", cut,
+                               n_layers);
+        if (cut <= fence[s - 1])
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cuts must be strictly increasing (%d after %d)",
+                               cut, fence[s - 1]);
+        fence[s] = cut;
+    }
+    for (int s = 0; s < c->n_devices; s++)
+        if (c->devices[s] >= n_devices_avail)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_DEVICES: stage %d on device %d, but the backend has devices 0..%d", s,
+                               c->devices[s], n_devices_avail - 1);
+    return n;
+}
+
+int act_stage_of(const int *fence, int n_stages, int il)
+{
+    for (int s = 0; s < n_stages; s++)
+        if (il < fence[s + 1])
+            return s;
+    return n_stages - 1; /* trailing (MTP/NextN) blocks belong to the last stage */
+}
+
+int act_pp2_split(const act_pp_config *c, int n_layers)
+{
+    int fence[3];
+    if (c->stages != 2 || act_pp_cuts(c, n_layers, 1 << 20, fence, NULL) != 2)
+        return -1;
+    return fence[1];
+}
+
+int act_stage_device(const act_pp_config *c, int s)
+{
+    return (c->stages >= 2 && c->n_devices) ? c->devices[s] : 0;
+}
+
+int act_pp_multi_stream_same_device(const act_pp_config *c)
+{
+    if (c->stages < 2)
+        return 0;
+    if (!c->n_devices)
+        return 1;
+    for (int a = 0; a < c->n_devices; a++)
+        for (int b = a + 1; b < c->n_devices; b++)
+            if (c->devices[a] == c->devices[b])
+                return 1;
+    return 0;
+}
+
+int act_pp_sharded_cross_device(const act_pp_config *c)
+{
+    if (c->stages < 2 || !c->n_devices || !c->shard)
+        return 0;
+    for (int s = 1; s < c->n_devices; s++)
+        if (c->devices[s] != c->devices[0])
+            return 1;
+    return 0;
+}
+
+int act_refuse_unsplit_if_remote(const act_pp_config *c, const char *path, const char *alt, dev_err *err)
+{
+    if (!act_pp_sharded_cross_device(c))
+        return 0;
+    return dev_err_set(err, MEMRA_E_REFUSED,
+                       "%s refused: it would walk the whole trunk on one stream while the pipeline's sharded "
+                       "placement keeps some layers' weights on other devices (remote reads every step). Use %s, "
+                       "or MEMRA_PP_ALLOW_UNSPLIT_BATCH=1 to measure the unsplit walk anyway",
+                       path, alt);
+}
+
+/* warn_unwired_once: paths that already warned; guarded by warn_lock (any submitting thread). */
+static pthread_mutex_t warn_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *warned[64];
+static int n_warned;
+
+static int warned_index(const char *path)
+{
+    for (int i = 0; i < n_warned; i++)
+        if (strcmp(warned[i], path) == 0)
+            return i;
+    return -1;
+}
+
+int act_warn_unwired_once(const char *path)
+{
+    int printed = 0;
+    pthread_mutex_lock(&warn_lock);
+    if (warned_index(path) < 0 && n_warned < 64) {
+        warned[n_warned++] = path;
+        printed = 1;
+    }
+    pthread_mutex_unlock(&warn_lock);
+    if (printed)
+        fprintf(stderr, "memra: pipeline door is open but %s has no stage split; it runs unsplit\n", path);
+    return printed;
+}
+
+int act_warn_unwired_count(const char *path)
+{
+    pthread_mutex_lock(&warn_lock);
+    int r = warned_index(path) >= 0;
+    pthread_mutex_unlock(&warn_lock);
+    return r;
+}
+
+void act_warn_unwired_reset(void)
+{
+    pthread_mutex_lock(&warn_lock);
+    n_warned = 0;
+    pthread_mutex_unlock(&warn_lock);
+}

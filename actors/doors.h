@@ -1,0 +1,90 @@
+/* The doors: environment variables that open, shape and A/B the pipeline (docs/doors.md lists each with
+ * meaning, default, valid values and when it is read). Two kinds, as DESIGN.md §5 fixes:
+ *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
+ *    created, by the creating thread, and override the API config field by field;
+ *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH) are read by the
+ *    thread that SUBMITS a step, on every step, never memoized (the seed's rule: gates A/B both arms in one
+ *    process); the snapshot travels inside the step's messages. Actor threads never call getenv.
+ * Every invalid value is refused with a message naming the variable, the value and what is allowed (where
+ * the seed's pp_cuts answers "door shut" on a bad list, we refuse: a silent fallback hides typos). */
+#ifndef ACT_DOORS_H
+#define ACT_DOORS_H
+
+#include "device/err.h"
+
+#define ACT_PP_MAX_STAGES 64
+#define ACT_PP_MAX_SLOTS 16
+
+/* Structural pipeline config. Zero-init + act_pp_config_default() = the door shut. */
+typedef struct act_pp_config {
+    int stages;                      /* N; 0 or 1 = door shut (no behaviour change) */
+    int n_cuts;                      /* 0 = even split; else N-1 explicit cuts */
+    int cuts[ACT_PP_MAX_STAGES];     /* strictly increasing, each in (0, n_layers) */
+    int n_devices;                   /* 0 = every stage on the primary device; else N ordinals */
+    int devices[ACT_PP_MAX_STAGES];  /* device ordinal of stage s on the active backend */
+    int shard;                       /* 1 = each stage's weights on its device; 0 = all on the primary */
+    int slots;                       /* K persistent slots per boundary, 1..ACT_PP_MAX_SLOTS (default 2) */
+    int streams;                     /* 1 = per-stage streams/events; 0 = one-stream seam (single device) */
+} act_pp_config;
+
+/* Per-step seams (1 = on). */
+typedef struct act_pp_seams {
+    int overlap;             /* MEMRA_PP_OVERLAP: 1 = rotate the K slots, 0 = one slot per boundary */
+    int batch_pp;            /* MEMRA_BATCH_PP: batched step takes its own split (default 1) */
+    int allow_unsplit_batch; /* MEMRA_PP_ALLOW_UNSPLIT_BATCH: measurement override of the refusal (0) */
+    int spec_pp;             /* MEMRA_SPEC_PP: verify forward takes its own split (1) */
+    int prime_pp;            /* MEMRA_PRIME_PP: chunked prefill takes its own split (1) */
+    int prime_pipe;          /* MEMRA_PRIME_PIPE: chunk c+1 in stage 0 while chunk c in stage 1 (1) */
+    int pdl;                 /* MEMRA_PDL: programmatic dependent launch on sm_90 (1) */
+    int graph;               /* MEMRA_PP_GRAPH: one CUDA graph per stage step (0) */
+} act_pp_seams;
+
+/* The door-shut config: stages 0, even split, primary placement, shard 1, slots 2, streams 1. */
+act_pp_config act_pp_config_default(void);
+/* The documented defaults of every seam. */
+act_pp_seams act_pp_seams_default(void);
+
+/* Apply the structural doors set in the environment on top of *cfg (env overrides config). Checks what can
+ * be checked without a model (syntax, SPLIT vs SPLITS, counts vs N, slots range). Returns 0 or
+ * MEMRA_E_INVAL with the message; *cfg is unchanged on failure. */
+int act_doors_read_structural(act_pp_config *cfg, dev_err *err);
+
+/* Read every seam from the environment on top of *seams. Submitting thread only, once per step. */
+int act_doors_read_seams(act_pp_seams *seams, dev_err *err);
+
+/* The stage fence (the seed's pp_cuts): returns N >= 2 and fills fence[0..N] = [0, c1, .., cN-1, n_layers]
+ * when the door is open; returns 0 when it is shut (stages 0/1); MEMRA_E_INVAL when the config does not fit
+ * a model of n_layers (N > n_layers, a cut outside (0, n_layers)) or n_devices ordinals >= n_devices_avail.
+ * Stage s runs layers [fence[s], fence[s+1]). Default cut s = s * n_layers / N. */
+int act_pp_cuts(const act_pp_config *cfg, int n_layers, int n_devices_avail, int *fence, dev_err *err);
+
+/* The stage that owns layer il under fence (N stages); layers >= fence[N] (trailing blocks) map to the last. */
+int act_stage_of(const int *fence, int n_stages, int il);
+
+/* N=2 view of the door (the seed's pp2_split): the cut when the door is open with exactly two stages,
+ * else -1. */
+int act_pp2_split(const act_pp_config *cfg, int n_layers);
+
+/* Device ordinal of stage s (0 = the primary when no placement is set). */
+int act_stage_device(const act_pp_config *cfg, int s);
+
+/* 1 iff the door is open and two or more stage streams share one device (the seed's
+ * pp_multi_stream_same_device): no placement, or a placement with a repeated device. */
+int act_pp_multi_stream_same_device(const act_pp_config *cfg);
+
+/* 1 iff the door is open, the placement spans 2+ distinct devices and sharding is on (the seed's
+ * pp_sharded_cross_device): some layers' weights live on a device other than the primary. */
+int act_pp_sharded_cross_device(const act_pp_config *cfg);
+
+/* The seed's refuse_unsplit_if_remote: MEMRA_E_REFUSED (message names `path`, why, and `alt`) iff
+ * act_pp_sharded_cross_device(cfg); else 0. */
+int act_refuse_unsplit_if_remote(const act_pp_config *cfg, const char *path, const char *alt, dev_err *err);
+
+/* One notice on stderr per path when the door is open but `path` has no stage split (the seed's
+ * warn_unwired_once). Returns 1 if it printed now, 0 if this path had already warned. Thread-safe. */
+int act_warn_unwired_once(const char *path);
+/* Test hook: how many times `path` has warned (0 or 1), and a reset. */
+int act_warn_unwired_count(const char *path);
+void act_warn_unwired_reset(void);
+
+#endif

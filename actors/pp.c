@@ -1,0 +1,265 @@
+/* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
+#include "actors/pp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+act_pp_params act_pp_default_params(void)
+{
+    act_pp_params p;
+    memset(&p, 0, sizeof p);
+    p.config = act_pp_config_default();
+    p.apply_env = 1;
+    p.n_seq = 4;
+    p.n_ctx = 0; /* min(1024, model context) */
+    p.max_rows = 64;
+    return p;
+}
+
+int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
+{
+    float *x = host;
+    int r = mdl_embed_rows(rt->model, rec->tokens, rec->B, x, err);
+    if (r != 0)
+        return r;
+    int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd);
+    memcpy(pos, rec->pos, (size_t)rec->B * sizeof(int32_t));
+    memcpy(pos + rec->B, rec->seq, (size_t)rec->B * sizeof(int32_t));
+    return 0;
+}
+
+/* ---- create / destroy ---- */
+
+
+static int stage_init(act_pp *rt, int s, dev_err *err)
+{
+    pp_stage *st = &rt->stage[s];
+    char name[32];
+    st->rt = rt;
+    st->s = s;
+    st->dev = dev_platform_device(rt->plat, act_stage_device(&rt->cfg, s));
+    snprintf(name, sizeof name, "stage%d", s);
+    if (!(st->stream = dev_stream_create(st->dev, name, err)))
+        return err->code;
+    if (!(st->scratch = mdl_scratch_create(rt->model, st->dev, rt->max_rows, err)))
+        return err->code;
+    if (!(st->frame = dev_malloc(st->dev, pp_frame_bytes(rt, rt->max_rows), err)))
+        return err->code;
+    if (s == 0)
+        for (int i = 0; i < PP_STAGING_RING; i++) {
+            if (!(st->staging[i] = dev_host_alloc(rt->plat, pp_frame_bytes(rt, rt->max_rows), err)))
+                return err->code;
+            if (!(st->staging_ev[i] = dev_event_create(st->dev, err)))
+                return err->code;
+        }
+    for (int k = 0; k < ACT_PP_MAX_SLOTS; k++)
+        st->credit[k] = 1; /* the producer starts holding every slot of its outbound boundary */
+    if (!(st->actor = act_actor_create(name, pp_stage_handle, st, err)))
+        return err->code;
+    return 0;
+}
+
+static void stage_fini(act_pp *rt, pp_stage *st)
+{
+    if (st->actor)
+        act_actor_destroy(st->actor);
+    if (st->stream)
+        dev_stream_sync(st->stream, NULL);
+    for (int i = 0; i < PP_STAGING_RING; i++) {
+        if (st->staging[i])
+            dev_host_free(rt->plat, st->staging[i]);
+        if (st->staging_ev[i])
+            dev_event_destroy(st->staging_ev[i]);
+    }
+    if (st->frame)
+        dev_free(st->dev, st->frame);
+    if (st->scratch)
+        mdl_scratch_destroy(st->scratch);
+    if (st->stream)
+        dev_stream_destroy(st->stream);
+    free(st->queue);
+}
+
+/* Peer access between every distinct pair of devices in use (stage devices + the primary), both ways. */
+static int grant_all(act_pp *rt, dev_err *err)
+{
+    dev_device *used[ACT_PP_MAX_STAGES + 1];
+    int n = 0;
+    used[n++] = rt->primary;
+    for (int s = 0; s < rt->N; s++) {
+        int seen = 0;
+        for (int i = 0; i < n; i++)
+            seen |= used[i] == rt->stage[s].dev;
+        if (!seen)
+            used[n++] = rt->stage[s].dev;
+    }
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            if (a != b) {
+                int r = dev_peer_grant(used[a], used[b], err);
+                if (r != 0)
+                    return r;
+            }
+    return 0;
+}
+
+act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *params, dev_err *err)
+{
+    act_pp_params p = params ? *params : act_pp_default_params();
+    dev_device **layer_dev = NULL;
+    act_pp *rt = calloc(1, sizeof *rt);
+    if (!rt || !plat || !model_path) {
+        dev_err_set(err, rt ? MEMRA_E_INVAL : MEMRA_E_NOMEM, "act_pp_create: %s",
+                    rt ? "platform and model path are required" : "out of host memory");
+        free(rt);
+        return NULL;
+    }
+    rt->plat = plat;
+    pthread_mutex_init(&rt->inflight_lock, NULL);
+    pthread_cond_init(&rt->inflight_cv, NULL);
+    pthread_mutex_init(&rt->pool_lock, NULL);
+    rt->cfg = p.config;
+    if (p.apply_env && act_doors_read_structural(&rt->cfg, err) != 0)
+        goto fail;
+    if (p.n_seq < 1 || p.max_rows < 1 || p.n_ctx < 0) {
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: n_seq=%d max_rows=%d n_ctx=%d (need n_seq >= 1, "
+                                        "max_rows >= 1, n_ctx >= 0 with 0 = default)",
+                    p.n_seq, p.max_rows, p.n_ctx);
+        goto fail;
+    }
+    rt->n_seq = p.n_seq;
+    rt->max_rows = p.max_rows;
+    rt->primary = dev_platform_device(plat, 0);
+
+    /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */
+    int n_layer = mdl_model_peek_n_layer(model_path, err);
+    if (n_layer < 0)
+        goto fail;
+    int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), rt->fence, err);
+    if (N < 0)
+        goto fail;
+    if (N == 0) { /* door shut: one stage runs the whole model on the primary device */
+        N = 1;
+        rt->fence[0] = 0;
+        rt->fence[1] = n_layer;
+    }
+    rt->N = N;
+
+    /* layer_engine: each stage's layers upload through its own device when sharding is on */
+    if (!(layer_dev = calloc((size_t)n_layer, sizeof *layer_dev)))
+        goto nomem;
+    for (int il = 0; il < n_layer; il++) {
+        int s = act_stage_of(rt->fence, N, il);
+        layer_dev[il] = (rt->cfg.shard || N == 1) ? dev_platform_device(plat, act_stage_device(&rt->cfg, s))
+                                                  : rt->primary;
+    }
+    mdl_load_params lp = {.platform = plat, .layer_dev = layer_dev, .head_dev = layer_dev[n_layer - 1],
+                          .progress = p.progress, .progress_ctx = p.progress_ctx};
+    if (!(rt->model = mdl_model_load(model_path, &lp, err)))
+        goto fail;
+    const mdl_hparams *hp = mdl_model_hparams(rt->model);
+    rt->n_embd = hp->n_embd;
+    rt->n_vocab = hp->n_vocab;
+    rt->n_layer = hp->n_layer;
+    rt->n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 1024 ? hp->n_ctx_train : 1024);
+
+    if (!(rt->stage = calloc((size_t)N, sizeof *rt->stage)))
+        goto nomem;
+    for (int s = 0; s < N; s++)
+        if (stage_init(rt, s, err) != 0)
+            goto fail;
+    if (grant_all(rt, err) != 0)
+        goto fail;
+    /* new_cache: each stage's KV lives on its own device, whatever the weight placement */
+    for (int il = 0; il < n_layer; il++)
+        layer_dev[il] = rt->stage[act_stage_of(rt->fence, N, il)].dev;
+    if (!(rt->kv = mdl_kv_create(rt->model, layer_dev, rt->n_seq, rt->n_ctx, err)))
+        goto fail;
+    if (N > 1 && !(rt->bnd = calloc((size_t)(N - 1), sizeof *rt->bnd)))
+        goto nomem;
+    for (int b = 0; b + 1 < N; b++) {
+        if (!(rt->bnd[b] = bnd_create(rt->stage[b].dev, rt->stage[b + 1].dev, rt->cfg.slots,
+                                      pp_frame_bytes(rt, rt->max_rows), err)))
+            goto fail;
+        rt->stage[b].out = rt->bnd[b];
+        rt->stage[b + 1].in = rt->bnd[b];
+    }
+    dev_device *last = rt->stage[N - 1].dev;
+    if (!(rt->head_pool = mem_pool_create(last, err)))
+        goto fail;
+    if (!(rt->rb_stream = dev_stream_create(last, "readback", err)))
+        goto fail;
+    if (!(rt->rb_actor = act_actor_create("readback", pp_readback_handle, rt, err)))
+        goto fail;
+    /* sync_stages_after_load: weights went up host-synchronously; make every stream start behind them */
+    for (int s = 0; s < N; s++)
+        if (dev_stream_sync(rt->stage[s].stream, err) != 0)
+            goto fail;
+    for (int s = 0; s < N; s++)
+        if (act_actor_start(rt->stage[s].actor, err) != 0)
+            goto fail;
+    if (act_actor_start(rt->rb_actor, err) != 0)
+        goto fail;
+    free(layer_dev);
+    return rt;
+nomem:
+    dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
+fail:
+    free(layer_dev);
+    act_pp_destroy(rt);
+    return NULL;
+}
+
+void act_pp_destroy(act_pp *rt)
+{
+    if (!rt)
+        return;
+    if (rt->stage)
+        act_pp_drain(rt, NULL);
+    if (rt->plat)
+        dev_set_op_hook(rt->plat, NULL, NULL);
+    if (rt->rb_actor)
+        act_actor_destroy(rt->rb_actor);
+    for (int s = 0; rt->stage && s < rt->N; s++)
+        stage_fini(rt, &rt->stage[s]);
+    if (rt->rb_stream)
+        dev_stream_destroy(rt->rb_stream);
+    if (rt->ref_stream) {
+        dev_stream_sync(rt->ref_stream, NULL);
+        dev_stream_destroy(rt->ref_stream);
+    }
+    if (rt->ref_frame)
+        dev_free(rt->primary, rt->ref_frame);
+    if (rt->ref_slot)
+        dev_free(rt->primary, rt->ref_slot);
+    if (rt->ref_logits_d)
+        dev_free(rt->primary, rt->ref_logits_d);
+    if (rt->ref_host)
+        dev_host_free(rt->plat, rt->ref_host);
+    if (rt->ref_scratch)
+        mdl_scratch_destroy(rt->ref_scratch);
+    if (rt->ref_kv)
+        mdl_kv_destroy(rt->ref_kv);
+    if (rt->head_pool)
+        mem_pool_destroy(rt->head_pool);
+    for (int b = 0; rt->bnd && b + 1 < rt->N; b++)
+        bnd_destroy(rt->bnd[b]);
+    free(rt->bnd);
+    if (rt->kv)
+        mdl_kv_destroy(rt->kv);
+    free(rt->stage);
+    pp_pending_pool_free(rt);
+    if (rt->model)
+        mdl_model_free(rt->model);
+    pthread_mutex_destroy(&rt->inflight_lock);
+    pthread_cond_destroy(&rt->inflight_cv);
+    pthread_mutex_destroy(&rt->pool_lock);
+    free(rt);
+}
+
+int act_pp_stages(const act_pp *rt) { return rt->N; }
+const int *act_pp_fence(const act_pp *rt) { return rt->fence; }
+const act_pp_config *act_pp_get_config(const act_pp *rt) { return &rt->cfg; }
+const struct mdl_model *act_pp_model(const act_pp *rt) { return rt->model; }
+dev_device *act_pp_stage_device(const act_pp *rt, int s) { return (s >= 0 && s < rt->N) ? rt->stage[s].dev : NULL; }

@@ -1,0 +1,138 @@
+/* PpNRt: the N-stage pipeline runtime (the seed's M2, built as DESIGN.md §2's actor runtime).
+ *
+ *   submitter --STEP--> stage 0 actor --TOKEN(k)--> stage 1 actor ... --> last stage --READBACK--> readback actor
+ *                          ^                  |
+ *                          +---CREDIT(k)------+      (one credit per boundary slot, DESIGN.md §2)
+ *
+ * Each stage actor is a host thread that owns its device, its launch stream, its scratch and the KV cache of
+ * its layers; it enqueues its work and returns to its mailbox at once, so several steps are in flight.
+ * Stage 0 gathers embedding rows on the host and uploads them with the step's positions and sequence ids
+ * on its stream BEFORE its first TX; every hop carries [hidden | pos | seq] in one copy, so each stage owns
+ * its own copy of the positions (no stage reads another stage's buffer — a documented departure from the
+ * seed's shared pos_d). The last stage runs output_norm + lm_head into pool memory and records a completion
+ * event; the readback actor drains it through a DEDICATED readback stream (deferred readback, the seed's
+ * PendingLogits), so steps t+1.. keep enqueuing while the caller drains step t.
+ *
+ * Threads: act_pp_submit* / act_pp_run_unsplit may be called by ONE submitting thread at a time per runtime
+ * (the scheduler serializes clients); act_pending_* from any thread; create/destroy from one thread. */
+#ifndef ACT_PP_H
+#define ACT_PP_H
+
+#include <stdint.h>
+#include "actors/doors.h"
+#include "device/dev.h"
+
+typedef struct act_pp act_pp;           /* PpNRt */
+typedef act_pp act_pp2;                 /* Pp2Rt: the M1 name, kept for N=2 callers */
+typedef struct act_pending act_pending; /* PendingLogits */
+struct mdl_model;
+
+/* What a step is, for the liveness counters and guards (the seed's arms). */
+typedef enum act_step_kind {
+    ACT_STEP_EAGER = 0,  /* one token of one or more sequences (plain decode) */
+    ACT_STEP_BATCH,      /* batched decode: B sequences, one row each (decode_step_batch_ppn) */
+    ACT_STEP_PRIME,      /* one chunk of a prompt of one sequence (chunked prefill) */
+    ACT_STEP_PRIME_BATCH,/* chunks of several prompts primed together (cross-request batched prime) */
+    ACT_STEP_SPEC,       /* verify forward over T draft tokens of one sequence (decode_step_t_core_ppn) */
+} act_step_kind;
+
+typedef enum act_logits_mode {
+    ACT_LOGITS_ALL = 0,  /* logits of every row */
+    ACT_LOGITS_LAST = 1, /* logits of the last row only (prefill chunks) */
+    ACT_LOGITS_NONE = 2, /* no head at all (a prompt chunk that is not the last) */
+} act_logits_mode;
+
+/* One step: B rows, each a token of sequence slot seq[b] at position pos[b]. Copied at submit. */
+typedef struct act_pp_step {
+    act_step_kind kind;
+    int B;
+    const int32_t *tokens; /* (B,) */
+    const int32_t *seq;    /* (B,) KV sequence slot of each row, 0..n_seq-1 */
+    const int32_t *pos;    /* (B,) position of each row, 0..n_ctx-1 */
+    act_logits_mode logits;
+} act_pp_step;
+
+typedef struct act_pp_params {
+    act_pp_config config; /* structural config; env doors override it field by field when apply_env */
+    int apply_env;        /* 1 (default): read the structural doors at create */
+    int n_seq;            /* KV sequence slots (default 4) */
+    int n_ctx;            /* positions per sequence (default min(1024, model's context)) */
+    int max_rows;         /* most rows of one step (default 64) */
+    void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
+    void *progress_ctx;
+} act_pp_params;
+
+act_pp_params act_pp_default_params(void);
+
+/* Load the model at path with the placement the config asks for (each stage's layers upload through its
+ * own device when sharding is on; all on the primary otherwise), grant peer + pool access between every
+ * distinct pair of devices in use, start the stage and readback actors, and run the load barrier. With the
+ * door shut the runtime has ONE stage running the whole model (N=1 is the door shut, not a split).
+ * Returns NULL + err (bad config names the door/field and what is allowed). */
+act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *p, dev_err *err);
+/* Stops the actors after every submitted step has drained; frees everything. */
+void act_pp_destroy(act_pp *rt);
+
+int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
+const int *act_pp_fence(const act_pp *rt);      /* N+1 entries */
+const act_pp_config *act_pp_get_config(const act_pp *rt);
+const struct mdl_model *act_pp_model(const act_pp *rt);
+dev_device *act_pp_stage_device(const act_pp *rt, int s);
+
+/* Enqueue one step through the stage actors and return at once with its pending logits (*out). Reads the
+ * seams (MEMRA_PP_OVERLAP, ...) now, on the calling thread. A BATCH step with MEMRA_BATCH_PP=0, a PRIME step
+ * with MEMRA_PRIME_PP=0 or a SPEC step with MEMRA_SPEC_PP=0 goes through the unsplit body instead (the A/B
+ * seam), which is refused under a sharded cross-device placement for BATCH and SPEC (MEMRA_E_REFUSED naming
+ * the path and the alternative) unless MEMRA_PP_ALLOW_UNSPLIT_BATCH=1. On CUDA with two stage streams on one
+ * device, a second step in flight is refused (the seed's same-device race) unless MEMRA_PP_SAME_DEVICE_PIPE=1.
+ * Returns 0, MEMRA_E_INVAL (bad rows), MEMRA_E_REFUSED, or the first error a stage hit. */
+int act_pp_submit(act_pp *rt, const act_pp_step *step, act_pending **out, dev_err *err);
+
+/* The unsplit reference arm: walk the whole trunk + head on the PRIMARY device's stream, over the SAME loaded
+ * weights (remote ones read remotely), with its own KV cache; host-synchronous. logits_out receives the rows
+ * the step's logits mode asks for (n_vocab floats each). This is what split steps are gated against. */
+int act_pp_run_unsplit(act_pp *rt, const act_pp_step *step, float *logits_out, dev_err *err);
+
+/* Host waits until the step's logits are in host memory. *logits (rows x n_vocab floats) stays valid until
+ * act_pending_release. Returns 0 or the step's error. */
+int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err);
+/* 1 when the logits are ready (wait would not block), 0 otherwise. */
+int act_pending_ready(act_pending *p);
+/* Drop the pending; safe without waiting (its buffers free stream-ordered once the readback ran). */
+void act_pending_release(act_pending *p);
+
+/* Liveness counters (all monotonic, per runtime). */
+typedef struct act_pp_counters {
+    uint64_t split_steps;          /* PP_SPLIT_STEPS: steps whose per-stage walk ran (N >= 2), device side */
+    uint64_t pipe_overlaps;        /* PP_PIPE_OVERLAPS: a stage stream began a walk while another was mid-walk */
+    uint64_t unsplit_steps;        /* steps run by the unsplit reference arm */
+    uint64_t batch_split_steps;    /* BATCH steps through the per-stage walk */
+    uint64_t prime_split_chunks;   /* PRIME_SPLIT_CHUNKS */
+    uint64_t prime_pipe_overlaps;  /* PRIME_PIPE_OVERLAPS: a stage began a PRIME walk while another was mid-walk */
+    uint64_t prime_batches;        /* STEP35_PRIME_BATCHES: batched prime steps completed */
+    uint64_t prime_batch_splits;   /* STEP35_PRIME_BATCH_SPLITS: those that ran the per-stage walk */
+    uint64_t spec_split_steps;     /* SPEC verify steps through the per-stage walk */
+    uint64_t steps_done;           /* steps whose logits reached the host (readback actor) */
+} act_pp_counters;
+void act_pp_get_counters(const act_pp *rt, act_pp_counters *out);
+
+/* Per-stage device time spent walking (ns, device side) and the wall time since create, for busy %. */
+typedef struct act_pp_stage_stats {
+    uint64_t busy_ns;   /* time the stage stream spent between walk-begin and walk-end markers */
+    uint64_t walks;     /* walks run */
+} act_pp_stage_stats;
+void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *out);
+void act_pp_reset_stats(act_pp *rt);
+
+/* Test hook: when on, a stage (s > 0) at the end of its walk waits up to `timeout_ms` for another stage to
+ * be mid-walk, so the overlap counter does not depend on timing. */
+void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms);
+
+/* Test hook for soaks: random delays of up to max_us injected before every stage actor message and every
+ * CPU stream op (seeded). 0 turns it off. Set while no step is in flight. */
+void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed);
+
+/* Wait until every submitted step has completed (all stage streams and the readback stream idle). */
+int act_pp_drain(act_pp *rt, dev_err *err);
+
+#endif

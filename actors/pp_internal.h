@@ -1,0 +1,159 @@
+/* Internal to the pipeline runtime (actors/pp*.c): the runtime, stage, step-record and pending structs.
+ *
+ * Shared mutable state and who touches it:
+ *   act_pp.inflight / inflight_cv      submitter (inc), readback actor (dec), drain (waits)   [inflight_lock]
+ *   act_pp.active_mask, counters       stage streams' marker callbacks (device side)          [atomics]
+ *   pp_stage.queue, credit, out_next   that stage's actor thread only
+ *   pp_stage.staging ring              stage 0's actor thread only (each entry ordered by its event)
+ *   pp_rec                             written by the submitter before posting STEP, then read-only;
+ *                                      freed by the readback actor (the last reader; see pp_readback.c)
+ *   act_pending.done/status            readback actor sets, waiters read              [pending lock]
+ *   pending pool                       submitter takes, last releaser gives           [pool_lock] */
+#ifndef ACT_PP_INTERNAL_H
+#define ACT_PP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "actors/actor.h"
+#include "actors/pp.h"
+#include "mem/pool.h"
+#include "model/llama.h"
+#include "transport/boundary.h"
+
+enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK };
+
+#define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
+
+typedef struct pp_rec pp_rec;
+typedef struct pp_stage pp_stage;
+
+/* Argument of a stage stream's walk markers (one per stage per step, inside the rec). */
+typedef struct pp_mark {
+    pp_stage *stage;
+    pp_rec *rec;
+    uint64_t t0_ns; /* set by walk-begin on the stream's worker, read by walk-end on the same worker */
+} pp_mark;
+
+struct pp_rec {
+    uint64_t id;
+    act_step_kind kind;
+    act_logits_mode logits;
+    int B;
+    int out_rows;            /* rows of logits: B, 1 or 0 */
+    act_pp_seams seams;      /* snapshot read by the submitter for this step */
+    int32_t *tokens, *seq, *pos; /* (B,) each, owned */
+    act_pending *pending;    /* the step's pending (one reference held by the pipeline) */
+    void *logits_d;          /* pool memory on the last stage's device, freed on the readback stream */
+    _Atomic int failed;      /* a stage could not enqueue its part; later stages pass the token along */
+    pp_mark mark[];          /* one per stage */
+};
+
+/* Host-side logits of one step (PendingLogits). Pooled with its event and pinned buffer. */
+struct act_pending {
+    act_pp *rt;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int refs;                /* caller + pipeline; the last release returns it to the pool [lock] */
+    int done;                /* logits in host memory (or failed) [lock] */
+    int status;              /* 0 or the step's error [lock] */
+    dev_err err;             /* detail when status != 0 [lock] */
+    dev_event *ev_done;      /* recorded on the last stage's stream after the head */
+    float *host;             /* pinned, cap_rows * n_vocab floats */
+    int cap_rows, rows;
+    act_pending *next_free;  /* pool link [rt->pool_lock] */
+};
+
+typedef struct pp_item {
+    pp_rec *rec;
+    int kin;                 /* inbound slot (stage > 0), -1 when the producer passed a failed step */
+} pp_item;
+
+struct pp_stage {
+    act_pp *rt;
+    int s;
+    dev_device *dev;
+    dev_stream *stream;
+    mdl_scratch *scratch;
+    void *frame;             /* [x (B, n_embd) f32 | pos (B,) i32 | seq (B,) i32] on dev */
+    bnd_boundary *in, *out;  /* boundary s-1 (NULL for stage 0), boundary s (NULL for the last) */
+    act_actor *actor;
+    /* actor-thread-only state */
+    pp_item *queue;          /* FIFO ring of steps waiting for an outbound credit */
+    int q_head, q_len, q_cap;
+    int credit[ACT_PP_MAX_SLOTS]; /* 1 = this stage holds slot k of `out` */
+    void *staging[PP_STAGING_RING]; /* stage 0: pinned upload buffers */
+    dev_event *staging_ev[PP_STAGING_RING];
+    int staging_next;
+    /* device-side stats (marker callbacks on this stage's stream) */
+    _Atomic uint64_t busy_ns, walks;
+};
+
+struct act_pp {
+    dev_platform *plat;
+    act_pp_config cfg;
+    int N;
+    int fence[ACT_PP_MAX_STAGES + 1];
+    int n_seq, n_ctx, max_rows;
+    int n_embd, n_vocab, n_layer;
+    mdl_model *model;
+    mdl_kv *kv;              /* split arm: each layer's cache on its stage's device */
+    pp_stage *stage;         /* N stages */
+    bnd_boundary **bnd;      /* N-1 boundaries */
+    mem_pool *head_pool;     /* logits memory on the last stage's device */
+    dev_stream *rb_stream;   /* dedicated readback stream (last stage's device) */
+    act_actor *rb_actor;
+    /* unsplit reference arm (and the STREAMS=0 seam): the primary device's stream, lazily built */
+    dev_device *primary;
+    dev_stream *ref_stream;
+    mdl_kv *ref_kv;
+    mdl_scratch *ref_scratch;
+    void *ref_frame, *ref_slot, *ref_host;
+    float *ref_logits_d;
+    /* flow control */
+    pthread_mutex_t inflight_lock;
+    pthread_cond_t inflight_cv;
+    int inflight;
+    uint64_t next_id;
+    pthread_mutex_t pool_lock;
+    act_pending *pool;
+    /* liveness */
+    _Atomic uint64_t active_mask;
+    struct {
+        _Atomic uint64_t split_steps, pipe_overlaps, unsplit_steps, batch_split_steps, prime_split_chunks,
+            prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done;
+    } ctr;
+    _Atomic int rendezvous_ms;
+    _Atomic int jitter_us;
+    uint64_t jitter_seed;
+};
+
+/* Bytes of a frame of B rows. */
+static inline size_t pp_frame_bytes(const act_pp *rt, int B)
+{
+    return (size_t)B * ((size_t)rt->n_embd * sizeof(float) + 2 * sizeof(int32_t));
+}
+
+/* Fill a host frame [x | pos | seq] for rec's rows (embedding rows gathered on the host). */
+int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);
+
+/* pp_stage.c */
+int pp_stage_handle(act_actor *a, act_msg *m, void *ctx);
+void pp_walk_begin(void *arg);
+void pp_walk_end(void *arg);
+
+/* pp_readback.c */
+int pp_readback_handle(act_actor *a, act_msg *m, void *ctx);
+act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err);
+void pp_pending_finish(act_pending *p, int status, const dev_err *err);
+void pp_pending_pool_free(act_pp *rt);
+void pp_rec_free(pp_rec *rec);
+/* Post a message of kind with payload (copied) to an actor; returns 0 or MEMRA_E_*. */
+int pp_post(act_actor *to, int kind, const void *payload, size_t bytes);
+/* Record the first error of a step on its pending and mark the rec failed. */
+void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err);
+/* Jitter hook for soaks (stage actors and CPU stream ops). */
+void pp_jitter(act_pp *rt);
+
+#endif

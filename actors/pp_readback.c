@@ -1,0 +1,225 @@
+/* Deferred readback (the seed's PendingLogits): the readback actor drains a step's logits through a
+ * DEDICATED readback stream — wait the step's completion event, copy D2H into the pending's pinned buffer,
+ * free the device logits on this stream (stream-ordered: the pool hands the block back to the last stage
+ * only behind this free point), sync, complete the pending. Steps enqueued after it keep running on the
+ * stage streams meanwhile. Also: the pending pool and the small message helpers shared by pp*.c. */
+#include "actors/pp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int pp_post(act_actor *to, int kind, const void *payload, size_t bytes)
+{
+    dev_err e = {0};
+    act_msg *m = act_msg_new(to, (uint32_t)kind, &e);
+    if (!m)
+        return e.code;
+    memcpy(m->payload, payload, bytes);
+    return act_send(to, m, &e);
+}
+
+void pp_jitter(act_pp *rt)
+{
+    int max_us = atomic_load(&rt->jitter_us);
+    if (max_us <= 0)
+        return;
+    static _Thread_local uint64_t x;
+    if (!x)
+        x = rt->jitter_seed ^ (uint64_t)(uintptr_t)&x; /* per thread, seeded */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    struct timespec ts = {0, (long)(x % (uint64_t)max_us) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+void pp_rec_free(pp_rec *rec)
+{
+    if (!rec)
+        return;
+    free(rec->tokens);
+    free(rec);
+}
+
+void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err)
+{
+    atomic_store(&rec->failed, 1);
+    act_pending *p = rec->pending;
+    pthread_mutex_lock(&p->lock);
+    if (p->status == 0) {
+        p->status = code ? code : MEMRA_E_DEVICE;
+        dev_err_set(&p->err, p->status, "%s: %s", what, err && err->msg[0] ? err->msg : memra_status_str(code));
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
+{
+    act_pending *p = NULL, **link;
+    pthread_mutex_lock(&rt->pool_lock);
+    for (link = &rt->pool; *link; link = &(*link)->next_free)
+        if ((*link)->cap_rows >= rows) {
+            p = *link;
+            *link = p->next_free;
+            break;
+        }
+    pthread_mutex_unlock(&rt->pool_lock);
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p))) {
+            dev_err_set(err, MEMRA_E_NOMEM, "pending logits: out of host memory");
+            return NULL;
+        }
+        p->rt = rt;
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        p->cap_rows = rows > 0 ? rows : 1;
+        p->host = dev_host_alloc(rt->plat, (size_t)p->cap_rows * (size_t)rt->n_vocab * sizeof(float), err);
+        p->ev_done = dev_event_create(rt->stage[rt->N - 1].dev, err);
+        if (!p->host || !p->ev_done) {
+            if (p->host)
+                dev_host_free(rt->plat, p->host);
+            if (p->ev_done)
+                dev_event_destroy(p->ev_done);
+            free(p);
+            return NULL;
+        }
+    }
+    p->refs = 2; /* the caller and the pipeline */
+    p->done = 0;
+    p->status = 0;
+    dev_err_clear(&p->err);
+    p->rows = rows;
+    return p;
+}
+
+static void pending_put(act_pending *p)
+{
+    act_pp *rt = p->rt;
+    pthread_mutex_lock(&rt->pool_lock);
+    p->next_free = rt->pool;
+    rt->pool = p;
+    pthread_mutex_unlock(&rt->pool_lock);
+}
+
+void pp_pending_pool_free(act_pp *rt)
+{
+    act_pending *p = rt->pool;
+    while (p) {
+        act_pending *n = p->next_free;
+        dev_host_free(rt->plat, p->host);
+        dev_event_destroy(p->ev_done);
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->cv);
+        free(p);
+        p = n;
+    }
+    rt->pool = NULL;
+}
+
+static void pending_unref(act_pending *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int left = --p->refs;
+    pthread_mutex_unlock(&p->lock);
+    if (left == 0)
+        pending_put(p);
+}
+
+void pp_pending_finish(act_pending *p, int status, const dev_err *err)
+{
+    pthread_mutex_lock(&p->lock);
+    if (status != 0 && p->status == 0) {
+        p->status = status;
+        dev_err_set(&p->err, status, "%s", err ? err->msg : memra_status_str(status));
+    }
+    p->done = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->lock);
+    pending_unref(p);
+}
+
+int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err)
+{
+    if (!p)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pending_wait: NULL pending");
+    pthread_mutex_lock(&p->lock);
+    /* ordered by p->lock: the readback actor set done after its readback stream synced */
+    while (!p->done)
+        pthread_cond_wait(&p->cv, &p->lock);
+    int st = p->status;
+    if (st != 0)
+        dev_err_set(err, st, "%s", p->err.msg);
+    pthread_mutex_unlock(&p->lock);
+    if (logits)
+        *logits = st == 0 ? p->host : NULL;
+    if (rows)
+        *rows = st == 0 ? p->rows : 0;
+    return st;
+}
+
+int act_pending_ready(act_pending *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int d = p->done;
+    pthread_mutex_unlock(&p->lock);
+    return d;
+}
+
+void act_pending_release(act_pending *p)
+{
+    if (p)
+        pending_unref(p);
+}
+
+static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
+{
+    if (rec->kind == ACT_STEP_PRIME_BATCH && status == 0)
+        atomic_fetch_add(&rt->ctr.prime_batches, 1);
+    if (status == 0)
+        atomic_fetch_add(&rt->ctr.steps_done, 1);
+    pp_pending_finish(rec->pending, status, err);
+    pp_rec_free(rec);
+    pthread_mutex_lock(&rt->inflight_lock);
+    rt->inflight--;
+    pthread_cond_broadcast(&rt->inflight_cv);
+    pthread_mutex_unlock(&rt->inflight_lock);
+}
+
+int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
+{
+    (void)a;
+    act_pp *rt = ctx;
+    if (m->kind != PP_MSG_READBACK)
+        return 0;
+    pp_rec *rec;
+    memcpy(&rec, m->payload, sizeof rec);
+    pp_jitter(rt);
+    dev_err e = {0};
+    int r = 0;
+    if (atomic_load(&rec->failed)) {
+        /* a stage gave up mid-step: let every stream pass the work it did enqueue (its markers point
+         * into rec) before rec dies */
+        for (int s = 0; s < rt->N; s++)
+            dev_stream_sync(rt->stage[s].stream, NULL);
+        if (rec->logits_d)
+            mem_pool_free_async(rt->head_pool, rt->stage[rt->N - 1].stream, rec->logits_d);
+        finish_step(rt, rec, MEMRA_E_DEVICE, NULL);
+        return 0;
+    }
+    act_pending *p = rec->pending;
+    /* ordered by ev_done: the last stage recorded it after the head (and, through the ev_tx chain, after
+     * every earlier stage's work for this step) */
+    r = dev_stream_wait_event_async(rt->rb_stream, p->ev_done);
+    if (r == 0 && rec->out_rows > 0) {
+        r = dev_copy_d2h_async(rt->rb_stream, p->host, rec->logits_d,
+                               (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float));
+        mem_pool_free_async(rt->head_pool, rt->rb_stream, rec->logits_d);
+    }
+    if (r == 0)
+        r = dev_stream_sync(rt->rb_stream, &e);
+    if (r == 0)
+        r = dev_event_sync(p->ev_done, &e); /* the last stage's stream error, if any */
+    finish_step(rt, rec, r, &e);
+    return 0;
+}

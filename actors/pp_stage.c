@@ -1,0 +1,243 @@
+/* A stage actor: takes STEP (stage 0) or TOKEN (stage s > 0) messages, enqueues its part of the step on its
+ * own stream and returns to its mailbox at once. Steps are processed strictly in arrival order (the stage's
+ * frame buffer is reused step after step, ordered by its stream). A step that needs an outbound slot whose
+ * credit is out waits in the stage's queue until the CREDIT message for that slot arrives.
+ * All state touched here is this actor thread's own (see pp_internal.h), except the marker callbacks, which
+ * run on the stage's stream (device side) and touch only atomics. */
+#include "actors/pp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Walk-begin marker, on the stage's stream when it reaches the walk: the device-side liveness counter. */
+void pp_walk_begin(void *arg)
+{
+    pp_mark *mk = arg;
+    pp_stage *st = mk->stage;
+    act_pp *rt = st->rt;
+    uint64_t bit = 1ull << st->s;
+    uint64_t before = atomic_fetch_or(&rt->active_mask, bit);
+    if (before & ~bit) { /* another stage's stream is mid-walk right now */
+        atomic_fetch_add(&rt->ctr.pipe_overlaps, 1);
+        if (mk->rec->kind == ACT_STEP_PRIME || mk->rec->kind == ACT_STEP_PRIME_BATCH)
+            atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
+    }
+    mk->t0_ns = now_ns();
+}
+
+/* Walk-end marker: busy time, the rendezvous test hook, and (last stage of a split) the split counters. */
+void pp_walk_end(void *arg)
+{
+    pp_mark *mk = arg;
+    pp_stage *st = mk->stage;
+    act_pp *rt = st->rt;
+    uint64_t bit = 1ull << st->s;
+    int rv_ms = atomic_load(&rt->rendezvous_ms);
+    if (rv_ms > 0 && st->s > 0) {
+        /* test hook: hold this walk open until another stage is mid-walk (bounded), so overlap is forced */
+        uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
+        struct timespec nap = {0, 20000};
+        while (!(atomic_load(&rt->active_mask) & ~bit) && now_ns() < deadline)
+            nanosleep(&nap, NULL);
+    }
+    atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
+    atomic_fetch_add(&st->walks, 1);
+    atomic_fetch_and(&rt->active_mask, ~bit);
+    if (st->s == rt->N - 1 && rt->N >= 2) {
+        atomic_fetch_add(&rt->ctr.split_steps, 1);
+        switch (mk->rec->kind) {
+        case ACT_STEP_BATCH: atomic_fetch_add(&rt->ctr.batch_split_steps, 1); break;
+        case ACT_STEP_PRIME: atomic_fetch_add(&rt->ctr.prime_split_chunks, 1); break;
+        case ACT_STEP_PRIME_BATCH:
+            atomic_fetch_add(&rt->ctr.prime_split_chunks, 1);
+            atomic_fetch_add(&rt->ctr.prime_batch_splits, 1);
+            break;
+        case ACT_STEP_SPEC: atomic_fetch_add(&rt->ctr.spec_split_steps, 1); break;
+        default: break;
+        }
+    }
+}
+
+/* Stage 0: gather the step's embedding rows on the host into a pinned staging buffer and upload
+ * [x | pos | seq] into the frame on stage 0's stream — the position snapshot lands BEFORE the first TX. */
+static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
+{
+    act_pp *rt = st->rt;
+    int i = st->staging_next;
+    st->staging_next = (i + 1) % PP_STAGING_RING;
+    int r;
+    /* ordered by staging_ev[i]: the upload that last read this buffer must be done before we refill it */
+    if ((r = dev_event_sync(st->staging_ev[i], err)) != 0)
+        return r;
+    if ((r = pp_fill_frame(rt, rec, st->staging[i], err)) != 0)
+        return r;
+    if ((r = dev_copy_h2d_async(st->stream, st->frame, st->staging[i], pp_frame_bytes(rt, rec->B))) != 0)
+        return dev_err_set(err, r, "stage 0: upload of the step's frame failed");
+    return dev_event_record_async(st->staging_ev[i], st->stream);
+}
+
+/* The last stage: output_norm + lm_head into pool memory, completion event, hand-off to the readback actor. */
+static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
+{
+    act_pp *rt = st->rt;
+    int r;
+    if (rec->out_rows > 0) {
+        size_t bytes = (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float);
+        if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
+            return err->code;
+        const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
+        if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)))
+            return r;
+    }
+    return dev_event_record_async(rec->pending->ev_done, st->stream);
+}
+
+/* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last. */
+static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
+{
+    act_pp *rt = st->rt;
+    size_t bytes = pp_frame_bytes(rt, rec->B);
+    float *x = st->frame;
+    int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd);
+    int32_t *seq = pos + rec->B;
+    int r;
+    if (st->s == 0) {
+        if ((r = stage0_upload(st, rec, err)) != 0)
+            return r;
+    } else {
+        if ((r = bnd_recv_async(st->in, kin, st->stream, st->frame, bytes)) != 0)
+            return dev_err_set(err, r, "stage %d: receive from boundary %d slot %d failed", st->s, st->s - 1, kin);
+        /* credit: slot kin goes back to stage s-1 only now that our ev_rx[kin] record is enqueued */
+        if ((r = pp_post(rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &kin, sizeof kin)) != 0)
+            return dev_err_set(err, r, "stage %d: could not return credit %d", st->s, kin);
+    }
+    pp_mark *mk = &rec->mark[st->s];
+    mk->stage = st;
+    mk->rec = rec;
+    if ((r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
+        return dev_err_set(err, r, "stage %d: walk marker", st->s);
+    if ((r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
+                                      rt->fence[st->s], rt->fence[st->s + 1], err)) != 0)
+        return r;
+    if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
+        return dev_err_set(err, r, "stage %d: walk marker", st->s);
+    if (kout < 0)
+        return last_stage_head(st, rec, x, err);
+    if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
+        return dev_err_set(err, r, "stage %d: send on boundary %d slot %d failed", st->s, st->s, kout);
+    return 0;
+}
+
+/* Pass the step on: TOKEN to the next stage, or READBACK from the last. kout < 0 on a failed step. */
+static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
+{
+    act_pp *rt = st->rt;
+    if (st->s == rt->N - 1) {
+        pp_post(rt->rb_actor, PP_MSG_READBACK, &rec, sizeof rec);
+        return;
+    }
+    struct { pp_rec *rec; int k; } tok = {rec, kout};
+    pp_post(rt->stage[st->s + 1].actor, PP_MSG_TOKEN, &tok, sizeof tok);
+}
+
+/* Run queued steps in order while their outbound credit is available. */
+static void stage_pump(pp_stage *st)
+{
+    act_pp *rt = st->rt;
+    while (st->q_len > 0) {
+        pp_item it = st->queue[st->q_head];
+        pp_rec *rec = it.rec;
+        int last = st->s == rt->N - 1;
+        int failed = atomic_load(&rec->failed) || (st->s > 0 && it.kin < 0);
+        int kout = -1;
+        if (!last && !failed) {
+            kout = bnd_peek_slot(st->out, rec->seams.overlap);
+            if (!st->credit[kout])
+                return; /* wait for CREDIT(kout) from stage s+1 */
+        }
+        st->q_head = (st->q_head + 1) % st->q_cap;
+        st->q_len--;
+        if (!failed) {
+            if (!last) {
+                bnd_next_slot(st->out, rec->seams.overlap);
+                st->credit[kout] = 0;
+            }
+            dev_err e = {0};
+            if (stage_run(st, rec, it.kin, kout, &e) != 0) {
+                pp_rec_fail(rec, e.code, "stage", &e);
+                if (!last)
+                    st->credit[kout] = 1; /* nothing was sent on it */
+                kout = -1;
+            }
+        } else if (st->s > 0 && it.kin >= 0) {
+            pp_post(rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &it.kin, sizeof it.kin);
+        }
+        stage_forward(st, rec, kout);
+    }
+}
+
+static int stage_enqueue(pp_stage *st, pp_item it)
+{
+    if (st->q_len == st->q_cap) {
+        int cap = st->q_cap ? 2 * st->q_cap : 16;
+        pp_item *q = malloc((size_t)cap * sizeof *q);
+        if (!q)
+            return MEMRA_E_NOMEM;
+        for (int i = 0; i < st->q_len; i++)
+            q[i] = st->queue[(st->q_head + i) % st->q_cap];
+        free(st->queue);
+        st->queue = q;
+        st->q_head = 0;
+        st->q_cap = cap;
+    }
+    st->queue[(st->q_head + st->q_len) % st->q_cap] = it;
+    st->q_len++;
+    return 0;
+}
+
+int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
+{
+    (void)a;
+    pp_stage *st = ctx;
+    pp_jitter(st->rt);
+    switch (m->kind) {
+    case PP_MSG_STEP: {
+        pp_rec *rec;
+        memcpy(&rec, m->payload, sizeof rec);
+        if (stage_enqueue(st, (pp_item){rec, -1}) != 0) {
+            pp_rec_fail(rec, MEMRA_E_NOMEM, "stage queue", NULL);
+            stage_forward(st, rec, -1);
+        }
+        break;
+    }
+    case PP_MSG_TOKEN: {
+        struct { pp_rec *rec; int k; } tok;
+        memcpy(&tok, m->payload, sizeof tok);
+        if (stage_enqueue(st, (pp_item){tok.rec, tok.k}) != 0) {
+            pp_rec_fail(tok.rec, MEMRA_E_NOMEM, "stage queue", NULL);
+            if (tok.k >= 0)
+                pp_post(st->rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &tok.k, sizeof tok.k);
+            stage_forward(st, tok.rec, -1);
+        }
+        break;
+    }
+    case PP_MSG_CREDIT: {
+        int k;
+        memcpy(&k, m->payload, sizeof k);
+        st->credit[k] = 1;
+        break;
+    }
+    default:
+        break;
+    }
+    stage_pump(st);
+    return 0;
+}

@@ -1,0 +1,300 @@
+/* Submitting steps: the split arm through the stage actors, the unsplit reference arm on the primary
+ * stream, and the one-stream seam (MEMRA_PP_STREAMS=0). Runs on the submitting thread, which is the only
+ * thread that reads the seams (once per step) — the snapshot travels in the step record. */
+#include "actors/pp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
+{
+    if (!st || st->B < 1 || st->B > rt->max_rows || !st->tokens || !st->seq || !st->pos)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: B=%d rows (allowed 1..%d) with tokens, seq and pos arrays",
+                           st ? st->B : 0, rt->max_rows);
+    if (st->logits < ACT_LOGITS_ALL || st->logits > ACT_LOGITS_NONE)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: logits mode %d (allowed ALL, LAST, NONE)", (int)st->logits);
+    for (int b = 0; b < st->B; b++) {
+        if (st->tokens[b] < 0 || st->tokens[b] >= rt->n_vocab)
+            return dev_err_set(err, MEMRA_E_INVAL, "step: row %d token %d outside the vocabulary 0..%d", b,
+                               st->tokens[b], rt->n_vocab - 1);
+        if (st->seq[b] < 0 || st->seq[b] >= rt->n_seq)
+            return dev_err_set(err, MEMRA_E_INVAL, "step: row %d sequence slot %d outside 0..%d", b, st->seq[b],
+                               rt->n_seq - 1);
+        if (st->pos[b] < 0 || st->pos[b] >= rt->n_ctx)
+            return dev_err_set(err, MEMRA_E_FULL, "step: row %d position %d outside the context 0..%d", b,
+                               st->pos[b], rt->n_ctx - 1);
+    }
+    return 0;
+}
+
+static int out_rows_of(const act_pp_step *st)
+{
+    return st->logits == ACT_LOGITS_ALL ? st->B : st->logits == ACT_LOGITS_LAST ? 1 : 0;
+}
+
+static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *seams, dev_err *err)
+{
+    pp_rec *rec = calloc(1, sizeof *rec + (size_t)rt->N * sizeof(pp_mark));
+    int32_t *arr = malloc(3 * (size_t)st->B * sizeof(int32_t));
+    if (!rec || !arr) {
+        free(rec);
+        free(arr);
+        dev_err_set(err, MEMRA_E_NOMEM, "step: out of host memory");
+        return NULL;
+    }
+    rec->id = rt->next_id++;
+    rec->kind = st->kind;
+    rec->logits = st->logits;
+    rec->B = st->B;
+    rec->out_rows = out_rows_of(st);
+    rec->seams = *seams;
+    rec->tokens = arr;
+    rec->seq = arr + st->B;
+    rec->pos = arr + 2 * st->B;
+    memcpy(rec->tokens, st->tokens, (size_t)st->B * sizeof(int32_t));
+    memcpy(rec->seq, st->seq, (size_t)st->B * sizeof(int32_t));
+    memcpy(rec->pos, st->pos, (size_t)st->B * sizeof(int32_t));
+    return rec;
+}
+
+/* ---- the unsplit body: whole trunk on the primary stream (reference arm, and the A/B seams' "0") ---- */
+
+static int ref_init(act_pp *rt, dev_err *err)
+{
+    if (rt->ref_stream)
+        return 0;
+    size_t fb = pp_frame_bytes(rt, rt->max_rows);
+    if (!(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err)) ||
+        !(rt->ref_scratch = mdl_scratch_create(rt->model, rt->primary, rt->max_rows, err)) ||
+        !(rt->ref_frame = dev_malloc(rt->primary, fb, err)) || !(rt->ref_slot = dev_malloc(rt->primary, fb, err)) ||
+        !(rt->ref_logits_d = dev_malloc(rt->primary, (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float), err)) ||
+        !(rt->ref_host = dev_host_alloc(rt->plat, fb > (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float)
+                                                       ? fb
+                                                       : (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float),
+                                        err)))
+        return err->code;
+    return 0;
+}
+
+/* Runs rec on the primary stream, host-synchronously. ranges: 1 = the whole trunk in one walk with its own
+ * KV (the reference arm); N = the per-stage ranges with two plain d2d copies per boundary on this one stream
+ * and the split arm's KV (the MEMRA_PP_STREAMS=0 seam). Logits rows go to out (host). */
+static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, float *out, dev_err *err)
+{
+    int r;
+    if ((r = ref_init(rt, err)) != 0)
+        return r;
+    mdl_kv *kv = rt->kv;
+    if (ranges == 1) {
+        if (!rt->ref_kv) {
+            dev_device **dev = malloc((size_t)rt->n_layer * sizeof *dev);
+            if (!dev)
+                return dev_err_set(err, MEMRA_E_NOMEM, "unsplit arm: out of host memory");
+            for (int il = 0; il < rt->n_layer; il++)
+                dev[il] = rt->primary;
+            rt->ref_kv = mdl_kv_create(rt->model, dev, rt->n_seq, rt->n_ctx, err);
+            free(dev);
+            if (!rt->ref_kv)
+                return err->code;
+        }
+        kv = rt->ref_kv;
+    }
+    size_t fb = pp_frame_bytes(rt, rec->B);
+    float *x = rt->ref_frame;
+    int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd), *seq = pos + rec->B;
+    dev_stream *s = rt->ref_stream;
+    if ((r = pp_fill_frame(rt, rec, rt->ref_host, err)) != 0)
+        return r;
+    if ((r = dev_copy_h2d_async(s, rt->ref_frame, rt->ref_host, fb)) != 0)
+        return dev_err_set(err, r, "unsplit arm: upload failed");
+    for (int i = 0; i < ranges; i++) {
+        int l0 = ranges == 1 ? 0 : rt->fence[i], l1 = ranges == 1 ? rt->n_layer : rt->fence[i + 1];
+        if (i > 0) { /* the one-stream boundary: two plain copies, ordered by the stream itself */
+            if ((r = dev_copy_d2d_async(s, rt->ref_slot, rt->ref_frame, fb)) != 0 ||
+                (r = dev_copy_d2d_async(s, rt->ref_frame, rt->ref_slot, fb)) != 0)
+                return dev_err_set(err, r, "one-stream seam: boundary copy failed");
+        }
+        if ((r = mdl_forward_layers_async(rt->model, kv, rt->ref_scratch, s, x, pos, seq, rec->B, l0, l1, err)) != 0)
+            return r;
+    }
+    if (rec->out_rows > 0) {
+        const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
+        size_t lb = (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float);
+        if ((r = mdl_forward_head_async(rt->model, rt->ref_scratch, s, xh, rt->ref_logits_d, rec->out_rows, err)) ||
+            (r = dev_copy_d2h_async(s, rt->ref_host, rt->ref_logits_d, lb)))
+            return r;
+        if ((r = dev_stream_sync(s, err)) != 0)
+            return r;
+        memcpy(out, rt->ref_host, lb);
+        return 0;
+    }
+    return dev_stream_sync(s, err);
+}
+
+int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev_err *err)
+{
+    int r = check_rows(rt, st, err);
+    if (r != 0)
+        return r;
+    if (out_rows_of(st) > 0 && !logits_out)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits_out is NULL but the step wants logits");
+    act_pp_seams seams = act_pp_seams_default();
+    pp_rec *rec = rec_new(rt, st, &seams, err);
+    if (!rec)
+        return err->code;
+    r = run_on_primary(rt, rec, 1, logits_out, err);
+    if (r == 0) {
+        atomic_fetch_add(&rt->ctr.unsplit_steps, 1);
+        if (st->kind == ACT_STEP_PRIME_BATCH)
+            atomic_fetch_add(&rt->ctr.prime_batches, 1);
+    }
+    pp_rec_free(rec);
+    return r;
+}
+
+/* A pending that is already complete (the synchronous seams). */
+static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, dev_err *err)
+{
+    act_pending *p = pp_pending_get(rt, rec->out_rows, err);
+    if (!p)
+        return err->code;
+    int r = run_on_primary(rt, rec, ranges, p->host, err);
+    if (r == 0) {
+        if (ranges > 1)
+            atomic_fetch_add(&rt->ctr.split_steps, 1);
+        else
+            atomic_fetch_add(&rt->ctr.unsplit_steps, 1);
+        if (rec->kind == ACT_STEP_PRIME_BATCH)
+            atomic_fetch_add(&rt->ctr.prime_batches, 1);
+        atomic_fetch_add(&rt->ctr.steps_done, 1);
+    }
+    pp_pending_finish(p, r, err);
+    pp_rec_free(rec);
+    if (r != 0) {
+        act_pending_release(p);
+        return r;
+    }
+    *out = p;
+    return 0;
+}
+
+int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err *err)
+{
+    if (!rt || !out)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_submit: NULL runtime or out");
+    *out = NULL;
+    int r = check_rows(rt, st, err);
+    if (r != 0)
+        return r;
+    act_pp_seams seams = act_pp_seams_default();
+    if ((r = act_doors_read_seams(&seams, err)) != 0) /* per step, never memoized */
+        return r;
+    /* the A/B seams: which arms go through the unsplit body this step */
+    int unsplit = 0;
+    const char *path = NULL, *alt = NULL;
+    if (rt->N > 1) {
+        if (st->kind == ACT_STEP_BATCH && !seams.batch_pp)
+            unsplit = 1, path = "decode_step_batch (MEMRA_BATCH_PP=0)", alt = "MEMRA_BATCH_PP=1 (the batched split)";
+        else if (st->kind == ACT_STEP_SPEC && !seams.spec_pp)
+            unsplit = 1, path = "decode_step_t_core (MEMRA_SPEC_PP=0)", alt = "MEMRA_SPEC_PP=1 (the verify split)";
+        else if ((st->kind == ACT_STEP_PRIME || st->kind == ACT_STEP_PRIME_BATCH) && !seams.prime_pp)
+            unsplit = 1; /* prime keeps no refusal: its unsplit walk is the gate's reference arm */
+    }
+    if (unsplit && path && !seams.allow_unsplit_batch &&
+        (r = act_refuse_unsplit_if_remote(&rt->cfg, path, alt, err)) != 0)
+        return r;
+    if (rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg)) {
+        pthread_mutex_lock(&rt->inflight_lock);
+        int busy = rt->inflight;
+        pthread_mutex_unlock(&rt->inflight_lock);
+        if (busy)
+            return dev_err_set(err, MEMRA_E_REFUSED,
+                               "pipelined arm refused: %d stage streams share one CUDA device (the seed's unresolved "
+                               "same-device race); wait each step before the next, or place stages on distinct "
+                               "devices with MEMRA_PP_DEVICES",
+                               rt->N);
+    }
+    pp_rec *rec = rec_new(rt, st, &seams, err);
+    if (!rec)
+        return err->code;
+    if (unsplit)
+        return submit_sync(rt, rec, 1, out, err);
+    if (rt->N > 1 && !rt->cfg.streams)
+        return submit_sync(rt, rec, rt->N, out, err);
+
+    if (!(rec->pending = pp_pending_get(rt, rec->out_rows, err))) {
+        pp_rec_free(rec);
+        return err->code;
+    }
+    pthread_mutex_lock(&rt->inflight_lock);
+    rt->inflight++;
+    pthread_mutex_unlock(&rt->inflight_lock);
+    act_pending *p = rec->pending;
+    /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
+    if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
+        pthread_mutex_lock(&rt->inflight_lock);
+        rt->inflight--;
+        pthread_mutex_unlock(&rt->inflight_lock);
+        act_pending_release(p);
+        act_pending_release(p);
+        pp_rec_free(rec);
+        return dev_err_set(err, r, "act_pp_submit: stage 0 mailbox refused the step");
+    }
+    *out = p;
+    return 0;
+}
+
+int act_pp_drain(act_pp *rt, dev_err *err)
+{
+    pthread_mutex_lock(&rt->inflight_lock);
+    while (rt->inflight > 0)
+        pthread_cond_wait(&rt->inflight_cv, &rt->inflight_lock);
+    pthread_mutex_unlock(&rt->inflight_lock);
+    return 0;
+}
+
+void act_pp_get_counters(const act_pp *rt, act_pp_counters *o)
+{
+    act_pp *m = (act_pp *)rt;
+    o->split_steps = atomic_load(&m->ctr.split_steps);
+    o->pipe_overlaps = atomic_load(&m->ctr.pipe_overlaps);
+    o->unsplit_steps = atomic_load(&m->ctr.unsplit_steps);
+    o->batch_split_steps = atomic_load(&m->ctr.batch_split_steps);
+    o->prime_split_chunks = atomic_load(&m->ctr.prime_split_chunks);
+    o->prime_pipe_overlaps = atomic_load(&m->ctr.prime_pipe_overlaps);
+    o->prime_batches = atomic_load(&m->ctr.prime_batches);
+    o->prime_batch_splits = atomic_load(&m->ctr.prime_batch_splits);
+    o->spec_split_steps = atomic_load(&m->ctr.spec_split_steps);
+    o->steps_done = atomic_load(&m->ctr.steps_done);
+}
+
+void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *o)
+{
+    pp_stage *st = &((act_pp *)rt)->stage[s];
+    o->busy_ns = atomic_load(&st->busy_ns);
+    o->walks = atomic_load(&st->walks);
+}
+
+void act_pp_reset_stats(act_pp *rt)
+{
+    for (int s = 0; s < rt->N; s++) {
+        atomic_store(&rt->stage[s].busy_ns, 0);
+        atomic_store(&rt->stage[s].walks, 0);
+    }
+}
+
+void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms) { atomic_store(&rt->rendezvous_ms, on ? timeout_ms : 0); }
+
+static void jitter_op_hook(void *ctx, dev_stream *s, const char *op)
+{
+    (void)s;
+    (void)op;
+    pp_jitter(ctx);
+}
+
+void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed)
+{
+    rt->jitter_seed = seed | 1;
+    atomic_store(&rt->jitter_us, max_us);
+    dev_set_op_hook(rt->plat, max_us > 0 ? jitter_op_hook : NULL, max_us > 0 ? rt : NULL);
+}

@@ -1,0 +1,215 @@
+/* The doors: every valid spelling, and a table of invalid ones each with its exact error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "actors/doors.h"
+
+static const char *all_doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
+                                  "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
+                                  "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
+                                  "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_PDL", "MEMRA_PP_GRAPH"};
+
+static int clear_env(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof all_doors / sizeof all_doors[0]; i++)
+        unsetenv(all_doors[i]);
+    return 0;
+}
+
+/* Reads the structural doors and the fence for a 30-layer model on 8 devices. Returns N, 0 or an error. */
+static int fence_of(int *fence, dev_err *err)
+{
+    act_pp_config c = act_pp_config_default();
+    int r = act_doors_read_structural(&c, err);
+    if (r < 0)
+        return r;
+    return act_pp_cuts(&c, 30, 8, fence, err);
+}
+
+static void test_unset_zero_and_one_keep_the_door_shut(void **state)
+{
+    int fence[65];
+    dev_err e = {0};
+    assert_int_equal(fence_of(fence, &e), 0);
+    setenv("MEMRA_PP_STAGES", "0", 1);
+    assert_int_equal(fence_of(fence, &e), 0);
+    setenv("MEMRA_PP_STAGES", "1", 1);
+    assert_int_equal(fence_of(fence, &e), 0);
+    assert_int_equal(e.code, MEMRA_OK);
+}
+
+static void test_default_cuts_split_evenly(void **state)
+{
+    int fence[65];
+    dev_err e = {0};
+    setenv("MEMRA_PP_STAGES", "4", 1);
+    assert_int_equal(fence_of(fence, &e), 4);
+    int want[] = {0, 7, 15, 22, 30}; /* cut s = s*30/4 */
+    assert_memory_equal(fence, want, sizeof want);
+    assert_int_equal(act_stage_of(fence, 4, 0), 0);
+    assert_int_equal(act_stage_of(fence, 4, 7), 1);
+    assert_int_equal(act_stage_of(fence, 4, 29), 3);
+    assert_int_equal(act_stage_of(fence, 4, 31), 3); /* trailing blocks map to the last stage */
+}
+
+static void test_explicit_splits_and_the_n2_spelling(void **state)
+{
+    int fence[65];
+    dev_err e = {0};
+    setenv("MEMRA_PP_STAGES", "3", 1);
+    setenv("MEMRA_PP_SPLITS", "5,20", 1);
+    assert_int_equal(fence_of(fence, &e), 3);
+    int want[] = {0, 5, 20, 30};
+    assert_memory_equal(fence, want, sizeof want);
+    clear_env(NULL);
+    setenv("MEMRA_PP_SPLIT", "12", 1); /* opens the N=2 door by itself */
+    assert_int_equal(fence_of(fence, &e), 2);
+    assert_int_equal(fence[1], 12);
+    act_pp_config c = act_pp_config_default();
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(act_pp2_split(&c, 30), 12);
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    assert_int_equal(fence_of(fence, &e), 2);
+}
+
+static void test_env_overrides_the_config_field_by_field(void **state)
+{
+    act_pp_config c = act_pp_config_default();
+    c.stages = 3;
+    c.slots = 4;
+    dev_err e = {0};
+    setenv("MEMRA_PP_SLOTS", "3", 1);
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.stages, 3);
+    assert_int_equal(c.slots, 3);
+    setenv("MEMRA_PP_DEVICES", "0,1,1", 1);
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.n_devices, 3);
+    assert_int_equal(act_stage_device(&c, 2), 1);
+    assert_true(act_pp_multi_stream_same_device(&c));
+    assert_true(act_pp_sharded_cross_device(&c));
+    c.shard = 0;
+    assert_false(act_pp_sharded_cross_device(&c));
+}
+
+static void test_seams_read_per_call_with_defaults(void **state)
+{
+    act_pp_seams s = act_pp_seams_default();
+    dev_err e = {0};
+    assert_int_equal(act_doors_read_seams(&s, &e), 0);
+    assert_int_equal(s.overlap, 0);
+    assert_int_equal(s.batch_pp, 1);
+    setenv("MEMRA_PP_OVERLAP", "1", 1);
+    setenv("MEMRA_BATCH_PP", "0", 1);
+    assert_int_equal(act_doors_read_seams(&s, &e), 0);
+    assert_int_equal(s.overlap, 1);
+    assert_int_equal(s.batch_pp, 0);
+    setenv("MEMRA_PDL", "yes", 1);
+    s = act_pp_seams_default();
+    assert_int_equal(act_doors_read_seams(&s, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "MEMRA_PDL=yes: not allowed; expected 0 (off) or 1 (on)");
+    assert_int_equal(s.overlap, 0); /* unchanged on failure */
+}
+
+struct bad {
+    const char *env[3][2];
+    const char *msg;
+};
+
+static const struct bad bad_table[] = {
+    {{{"MEMRA_PP_STAGES", "two"}}, "MEMRA_PP_STAGES=two: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", ""}}, "MEMRA_PP_STAGES=: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", "-2"}}, "MEMRA_PP_STAGES=-2: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", "65"}}, "MEMRA_PP_STAGES=65: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", "31"}}, "MEMRA_PP_STAGES=31: more stages than the model's 30 layers"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "20,10"}},
+     "MEMRA_PP_SPLITS=20,10: cuts must be strictly increasing"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10,10"}},
+     "MEMRA_PP_SPLITS=10,10: cuts must be strictly increasing"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10,30"}},
+     "MEMRA_PP_SPLITS: cut 30 is outside (0, 30) for this model"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "0,10"}},
+     "MEMRA_PP_SPLITS=0,10: element '0' is not a layer index > 0"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10,,20"}},
+     "MEMRA_PP_SPLITS=10,,20: empty element; expected a comma list of a layer index > 0"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10,x"}},
+     "MEMRA_PP_SPLITS=10,x: element 'x' is not a layer index > 0"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10"}}, "MEMRA_PP_SPLITS=10: 1 cuts given, MEMRA_PP_STAGES=3 needs 2"},
+    {{{"MEMRA_PP_SPLITS", "10"}}, "MEMRA_PP_SPLITS=10 is set but the pipeline door is shut: set MEMRA_PP_STAGES=2"},
+    {{{"MEMRA_PP_SPLIT", "10"}, {"MEMRA_PP_SPLITS", "10"}},
+     "MEMRA_PP_SPLITS=10 and MEMRA_PP_SPLIT=10 are both set: use one (SPLIT is the N=2 spelling)"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLIT", "10"}},
+     "MEMRA_PP_SPLIT=10 is the N=2 spelling but MEMRA_PP_STAGES=3: use MEMRA_PP_SPLITS with 2 cuts"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_DEVICES", "0,9"}},
+     "MEMRA_PP_DEVICES: stage 1 on device 9, but the backend has devices 0..7"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_DEVICES", "0"}},
+     "MEMRA_PP_DEVICES=0: 1 devices given, MEMRA_PP_STAGES=2 needs 2"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_DEVICES", "0,-1"}},
+     "MEMRA_PP_DEVICES=0,-1: element '-1' is not a device ordinal >= 0"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SLOTS", "0"}},
+     "MEMRA_PP_SLOTS=0: not allowed; expected 1..16 slots per boundary"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SHARD", "2"}},
+     "MEMRA_PP_SHARD=2: not allowed; expected 0 (all weights on the primary) or 1 (per-stage)"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_STREAMS", "0"}, {"MEMRA_PP_DEVICES", "0,1"}},
+     "MEMRA_PP_STREAMS=0 is the one-stream, one-device seam but MEMRA_PP_DEVICES places stages on several devices: "
+     "unset one of them"},
+};
+
+static void test_every_invalid_spelling_is_refused_with_its_exact_error(void **state)
+{
+    for (size_t i = 0; i < sizeof bad_table / sizeof bad_table[0]; i++) {
+        clear_env(NULL);
+        for (int k = 0; k < 3 && bad_table[i].env[k][0]; k++)
+            setenv(bad_table[i].env[k][0], bad_table[i].env[k][1], 1);
+        int fence[65];
+        dev_err e = {0};
+        int r = fence_of(fence, &e);
+        if (r != MEMRA_E_INVAL || strcmp(e.msg, bad_table[i].msg) != 0)
+            fail_msg("case %zu: got %d '%s', want '%s'", i, r, e.msg, bad_table[i].msg);
+    }
+}
+
+static void test_refuse_unsplit_names_path_and_alternative(void **state)
+{
+    act_pp_config c = act_pp_config_default();
+    c.stages = 2;
+    c.n_devices = 2;
+    c.devices[1] = 1;
+    dev_err e = {0};
+    assert_int_equal(act_refuse_unsplit_if_remote(&c, "decode_step_batch", "MEMRA_BATCH_PP=1", &e), MEMRA_E_REFUSED);
+    assert_non_null(strstr(e.msg, "decode_step_batch refused"));
+    assert_non_null(strstr(e.msg, "Use MEMRA_BATCH_PP=1"));
+    c.devices[1] = 0;
+    dev_err ok = {0};
+    assert_int_equal(act_refuse_unsplit_if_remote(&c, "x", "y", &ok), 0);
+}
+
+static void test_warn_unwired_fires_once_per_path(void **state)
+{
+    act_warn_unwired_reset();
+    assert_int_equal(act_warn_unwired_once("dc_loop"), 1);
+    assert_int_equal(act_warn_unwired_once("dc_loop"), 0);
+    assert_int_equal(act_warn_unwired_once("graph_loop"), 1);
+    assert_int_equal(act_warn_unwired_count("dc_loop"), 1);
+    assert_int_equal(act_warn_unwired_count("spec_loop"), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_unset_zero_and_one_keep_the_door_shut, clear_env),
+        cmocka_unit_test_setup(test_default_cuts_split_evenly, clear_env),
+        cmocka_unit_test_setup(test_explicit_splits_and_the_n2_spelling, clear_env),
+        cmocka_unit_test_setup(test_env_overrides_the_config_field_by_field, clear_env),
+        cmocka_unit_test_setup(test_seams_read_per_call_with_defaults, clear_env),
+        cmocka_unit_test_setup(test_every_invalid_spelling_is_refused_with_its_exact_error, clear_env),
+        cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),
+        cmocka_unit_test_setup(test_warn_unwired_fires_once_per_path, clear_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

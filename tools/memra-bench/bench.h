@@ -1,0 +1,12 @@
+/* memra-bench subcommands. Each prints a table and returns the process exit status (0 ok, 2 usage/error).
+ * Benchmarks report; they never assert speed. */
+#ifndef MEMRA_BENCH_H
+#define MEMRA_BENCH_H
+
+int bench_mailbox(int argc, char **argv);     /* hand-off latency between two threads (actors/) */
+int bench_decode(int argc, char **argv);      /* single-stage prefill/decode tokens/s (model/) */
+int bench_hop(int argc, char **argv);         /* one boundary hop per transport and slot count (transport/) */
+int bench_pp_scaling(int argc, char **argv);  /* PP-1 vs PP-N with S sequences in flight (actors/pp) */
+int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
+
+#endif

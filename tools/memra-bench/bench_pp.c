@@ -1,0 +1,172 @@
+/* memra-bench pp-scaling: PP-1 and PP-N in ONE process on the same model file, S sequences in flight
+ * (each sequence is one micro-batch of one row; the scheduler keeps all S submitted), T decode tokens per
+ * sequence. Prints tokens/s, per-stage busy % and bubble %, and a last line with ratio=<PP-N / PP-1>. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actors/pp.h"
+#include "bench.h"
+#include "model/llama.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct run_result {
+    double tok_s, wall_s;
+    int N;
+    double busy[64];
+} run_result;
+
+static int32_t argmax_row(const float *x, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Decode T tokens for each of S sequences with all S in flight; greedy. */
+static int run_one(dev_platform *plat, const char *model, int stages, int S, int T, int prompt, run_result *out)
+{
+    act_pp_params p = act_pp_default_params();
+    p.config.stages = stages;
+    p.apply_env = stages > 1; /* PP-1 is the door shut whatever the environment says */
+    p.n_seq = S;
+    p.max_rows = prompt > S ? prompt : S;
+    dev_err err = {0};
+    act_pp *rt = act_pp_create(plat, model, &p, &err);
+    if (!rt) {
+        fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
+        return 2;
+    }
+    int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+    int32_t *tok = calloc((size_t)S, sizeof *tok), *pos = calloc((size_t)S, sizeof *pos);
+    int32_t *ptok = calloc((size_t)prompt, sizeof *ptok), *pseq = calloc((size_t)prompt, sizeof *pseq),
+            *ppos = calloc((size_t)prompt, sizeof *ppos);
+    act_pending **pd = calloc((size_t)S, sizeof *pd);
+    int rc = 0;
+    /* prime every sequence with the same short prompt (one chunk each) */
+    for (int s = 0; s < S && rc == 0; s++) {
+        for (int i = 0; i < prompt; i++)
+            ptok[i] = (int32_t)((i * 7919 + 13) % n_vocab), pseq[i] = s, ppos[i] = i;
+        act_pp_step st = {.kind = ACT_STEP_PRIME, .B = prompt, .tokens = ptok, .seq = pseq, .pos = ppos,
+                          .logits = ACT_LOGITS_LAST};
+        const float *l;
+        if ((rc = act_pp_submit(rt, &st, &pd[s], &err)) == 0 && (rc = act_pending_wait(pd[s], &l, NULL, &err)) == 0)
+            tok[s] = argmax_row(l, n_vocab);
+        act_pending_release(pd[s]);
+        pd[s] = NULL;
+        pos[s] = prompt;
+    }
+    act_pp_drain(rt, NULL);
+    act_pp_reset_stats(rt);
+    double t0 = now_s();
+    int done = 0, total = S * T;
+    int32_t seq_ids[64];
+    for (int s = 0; s < S; s++)
+        seq_ids[s] = s;
+    /* keep every sequence in flight: one pending per sequence, resubmitted as soon as it is drained */
+    for (int s = 0; s < S && rc == 0; s++) {
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[s], .seq = &seq_ids[s], .pos = &pos[s],
+                          .logits = ACT_LOGITS_ALL};
+        rc = act_pp_submit(rt, &st, &pd[s], &err);
+    }
+    for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
+        if (!pd[k])
+            continue;
+        const float *l;
+        if ((rc = act_pending_wait(pd[k], &l, NULL, &err)) != 0)
+            break;
+        tok[k] = argmax_row(l, n_vocab);
+        act_pending_release(pd[k]);
+        pd[k] = NULL;
+        pos[k]++;
+        done++;
+        if (pos[k] - prompt < T) {
+            act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[k], .seq = &seq_ids[k], .pos = &pos[k],
+                              .logits = ACT_LOGITS_ALL};
+            rc = act_pp_submit(rt, &st, &pd[k], &err);
+        }
+    }
+    double wall = now_s() - t0;
+    if (rc != 0)
+        fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
+    out->N = act_pp_stages(rt);
+    out->wall_s = wall;
+    out->tok_s = done / wall;
+    for (int s = 0; s < out->N && s < 64; s++) {
+        act_pp_stage_stats ss;
+        act_pp_get_stage_stats(rt, s, &ss);
+        out->busy[s] = 100.0 * (double)ss.busy_ns / (wall * 1e9);
+    }
+    for (int s = 0; s < S; s++)
+        if (pd[s]) {
+            act_pending_wait(pd[s], NULL, NULL, NULL);
+            act_pending_release(pd[s]);
+        }
+    act_pp_destroy(rt);
+    free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd);
+    return rc ? 2 : 0;
+}
+
+int bench_pp_scaling(int argc, char **argv)
+{
+    const char *model = NULL;
+    int N = 2, S = 4, T = 32, prompt = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") && v)
+            model = v, i++;
+        else if (!strcmp(a, "--stages") && v)
+            N = atoi(v), i++;
+        else if (!strcmp(a, "--seqs") && v)
+            S = atoi(v), i++;
+        else if (!strcmp(a, "--tokens") && v)
+            T = atoi(v), i++;
+        else if (!strcmp(a, "--prompt") && v)
+            prompt = atoi(v), i++;
+        else {
+            fprintf(stderr, "usage: memra-bench pp-scaling -m MODEL [--stages N=2] [--seqs S=4 (1..64)] "
+                            "[--tokens T=32] [--prompt P=8]\n(placement and slots from MEMRA_PP_DEVICES, "
+                            "MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here)\n");
+            return 2;
+        }
+    }
+    if (!model || N < 2 || S < 1 || S > 64 || T < 1 || prompt < 1) {
+        fprintf(stderr, "memra-bench pp-scaling: need -m MODEL, --stages >= 2, --seqs 1..64, --tokens >= 1\n");
+        return 2;
+    }
+    setenv("MEMRA_PP_OVERLAP", getenv("MEMRA_PP_OVERLAP") ? getenv("MEMRA_PP_OVERLAP") : "1", 1);
+    dev_err err = {0};
+    dev_platform *plat = dev_platform_open_env(&err);
+    if (!plat) {
+        fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
+        return 2;
+    }
+    run_result r1 = {0}, rn = {0};
+    int rc = run_one(plat, model, 1, S, T, prompt, &r1);
+    if (rc == 0)
+        rc = run_one(plat, model, N, S, T, prompt, &rn);
+    if (rc == 0) {
+        printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
+               dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");
+        printf("%-6s %10s %8s  %s\n", "run", "tokens/s", "wall s", "busy % per stage (bubble % = 100 - busy)");
+        const run_result *rr[2] = {&r1, &rn};
+        for (int i = 0; i < 2; i++) {
+            printf("PP-%-3d %10.2f %8.2f ", rr[i]->N, rr[i]->tok_s, rr[i]->wall_s);
+            for (int s = 0; s < rr[i]->N; s++)
+                printf(" s%d %5.1f%%", s, rr[i]->busy[s]);
+            printf("\n");
+        }
+        printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
+    }
+    dev_platform_close(plat);
+    return rc;
+}

@@ -1,0 +1,155 @@
+/* memra-gate: split vs unsplit (or pipelined vs serial) bit-identity gates, in one process, one load.
+ * Exit status: 0 = the arm passed, 1 = it failed (logits differ, counter did not advance, remote reads),
+ * 2 = it could not run (usage, model, door error). Doors come from the environment. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/pp_gate.h"
+#include "model/llama.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: memra-gate <arm> -m MODEL [options]\n"
+            "arms: eager, replay, batch, prime, prime-batch, spec, soak\n"
+            "  -m, --model PATH     GGUF model (required)\n"
+            "  --stages N           pipeline stages (MEMRA_PP_STAGES overrides)\n"
+            "  --steps T            decode steps compared (default 8)\n"
+            "  --seqs S             sequences for batch / prime-batch (default 3)\n"
+            "  --prompt P --chunk C prime: prompt tokens and chunk rows (default 24, 8)\n"
+            "  --draft T            spec: draft tokens per verify (default 4)\n"
+            "  --runs R             soak runs (default 20)\n"
+            "  --jitter US          soak: max random delay per actor message / stream op (default 200)\n"
+            "  --no-rendezvous      do not force the stage overlap with the rendezvous test hook\n"
+            "  --seed X             token seed\n"
+            "  -v                   print every compared row\n"
+            "doors: MEMRA_PP_STAGES, MEMRA_PP_SPLITS, MEMRA_PP_DEVICES, MEMRA_PP_SHARD, MEMRA_PP_SLOTS,\n"
+            "       MEMRA_PP_OVERLAP, MEMRA_PP_STREAMS, MEMRA_BATCH_PP, MEMRA_PRIME_PP, MEMRA_PRIME_PIPE, ...\n"
+            "       (docs/doors.md); MEMRA_BACKEND=cpu|cuda, MEMRA_CPU_DEVICES=N\n");
+}
+
+static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || x < lo || x > hi) {
+        fprintf(stderr, "memra-gate: %s %s: expected an integer %d..%d\n", flag, v ? v : "(missing)", lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    int arm = act_gate_arm_parse(argv[1]);
+    if (arm < 0) {
+        fprintf(stderr, "memra-gate: unknown arm '%s'\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    act_gate_params gp = act_gate_default_params((act_gate_arm)arm);
+    act_pp_params pp = act_pp_default_params();
+    const char *model = NULL;
+    int verbose = 0, seed = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            model = v, i++, bad = !v;
+        else if (!strcmp(a, "--stages"))
+            bad = int_arg(a, v, 0, ACT_PP_MAX_STAGES, &pp.config.stages), i++;
+        else if (!strcmp(a, "--steps"))
+            bad = int_arg(a, v, 1, 100000, &gp.steps), i++;
+        else if (!strcmp(a, "--seqs"))
+            bad = int_arg(a, v, 1, 64, &gp.seqs), i++;
+        else if (!strcmp(a, "--prompt"))
+            bad = int_arg(a, v, 1, 100000, &gp.prompt), i++;
+        else if (!strcmp(a, "--chunk"))
+            bad = int_arg(a, v, 1, 4096, &gp.chunk), i++;
+        else if (!strcmp(a, "--draft"))
+            bad = int_arg(a, v, 1, 64, &gp.draft), i++;
+        else if (!strcmp(a, "--runs"))
+            bad = int_arg(a, v, 1, 100000, &gp.runs), i++;
+        else if (!strcmp(a, "--jitter"))
+            bad = int_arg(a, v, 0, 1000000, &gp.jitter_us), i++;
+        else if (!strcmp(a, "--seed"))
+            bad = int_arg(a, v, 0, 1 << 30, &seed), i++, gp.seed = (uint64_t)seed;
+        else if (!strcmp(a, "--no-rendezvous"))
+            gp.rendezvous_ms = 0;
+        else if (!strcmp(a, "-v"))
+            verbose = 1;
+        else {
+            fprintf(stderr, "memra-gate: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!model) {
+        fprintf(stderr, "memra-gate: -m MODEL is required\n");
+        return 2;
+    }
+    int rows = gp.arm == ACT_GATE_PRIME_BATCH ? gp.seqs * gp.chunk : gp.arm == ACT_GATE_PRIME ? gp.chunk : 0;
+    if (gp.arm == ACT_GATE_BATCH)
+        rows = gp.seqs;
+    if (gp.arm == ACT_GATE_SPEC)
+        rows = gp.draft;
+    if (rows > pp.max_rows)
+        pp.max_rows = rows;
+    if (pp.n_seq < gp.seqs)
+        pp.n_seq = gp.seqs;
+    gp.log = verbose ? stdout : NULL;
+
+    dev_err err = {0};
+    dev_platform *plat = dev_platform_open_env(&err);
+    if (!plat) {
+        fprintf(stderr, "memra-gate: %s\n", err.msg);
+        return 2;
+    }
+    act_pp *rt = act_pp_create(plat, model, &pp, &err);
+    if (!rt) {
+        fprintf(stderr, "memra-gate: %s\n", err.msg);
+        dev_platform_close(plat);
+        return 2;
+    }
+    const act_pp_config *cfg = act_pp_get_config(rt);
+    int N = act_pp_stages(rt);
+    const int *fence = act_pp_fence(rt);
+    act_pp_seams seams = act_pp_seams_default();
+    act_doors_read_seams(&seams, NULL);
+    printf("memra-gate %s: model %s, backend %s, N=%d, fence [", argv[1], model,
+           dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu", N);
+    for (int s = 0; s <= N; s++)
+        printf("%s%d", s ? "," : "", fence[s]);
+    printf("], devices [");
+    for (int s = 0; s < N; s++)
+        printf("%s%s", s ? "," : "", dev_device_name(act_pp_stage_device(rt, s)));
+    printf("], slots %d, overlap %d, shard %d, streams %d\n", cfg->slots, seams.overlap, cfg->shard, cfg->streams);
+    act_gate_report rep;
+    int r = act_gate_run(rt, &gp, &rep, &err);
+    int status;
+    if (r != 0) {
+        fprintf(stderr, "memra-gate: %s: could not run: %s\n", argv[1], err.msg);
+        status = 2;
+    } else {
+        printf("compared %d logit rows split vs unsplit: %d differ, max |diff| %g\n", rep.compared, rep.mismatches,
+               rep.max_abs_diff);
+        printf("%s %llu -> %llu, overlaps +%llu, split-arm remote bytes %llu", rep.counter_name,
+               (unsigned long long)rep.counter_before, (unsigned long long)rep.counter_after,
+               (unsigned long long)rep.pipe_overlaps, (unsigned long long)rep.split_remote_bytes);
+        if (gp.arm == ACT_GATE_SOAK)
+            printf(", soak %d/%d runs bit-identical", rep.runs_ok, gp.runs);
+        printf("\n%s: %s\n", rep.pass ? "PASS" : "FAIL", rep.msg);
+        status = rep.pass ? 0 : 1;
+    }
+    act_pp_destroy(rt);
+    dev_platform_close(plat);
+    return status;
+}

@@ -1,0 +1,120 @@
+/* Boundary slots and their events. Shared state: slot memory and events are touched by the producer
+ * stream (send) and the consumer stream (recv), ordered by ev_tx/ev_rx; the host fields below are
+ * producer-actor-only (next, stats) — see boundary.h. */
+#include "transport/boundary.h"
+
+#include <stdlib.h>
+
+struct bnd_boundary {
+    dev_device *src, *dst;
+    bnd_transport kind;
+    int n_slots;
+    size_t slot_bytes;
+    void **slot;          /* n_slots buffers on dst */
+    dev_event **ev_tx;    /* producer wrote slot k */
+    dev_event **ev_rx;    /* consumer copied slot k out */
+    uint64_t next;        /* overlap step counter (producer actor only) */
+    bnd_stats stats;      /* producer actor only */
+};
+
+bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err)
+{
+    if (n_slots < 1 || slot_bytes == 0) {
+        dev_err_set(err, MEMRA_E_INVAL, "boundary: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", n_slots,
+                    slot_bytes);
+        return NULL;
+    }
+    bnd_boundary *b = calloc(1, sizeof *b);
+    if (!b)
+        goto nomem;
+    b->src = src;
+    b->dst = dst;
+    b->kind = src == dst ? BND_DTOD : BND_PEER;
+    b->n_slots = n_slots;
+    b->slot_bytes = slot_bytes;
+    b->slot = calloc((size_t)n_slots, sizeof *b->slot);
+    b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx);
+    b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx);
+    if (!b->slot || !b->ev_tx || !b->ev_rx)
+        goto nomem;
+    for (int k = 0; k < n_slots; k++) {
+        if (!(b->slot[k] = dev_malloc(dst, slot_bytes, err)))
+            goto fail;
+        /* ev_tx is recorded on the producer's stream, ev_rx on the consumer's: each lives on that device */
+        if (!(b->ev_tx[k] = dev_event_create(src, err)) || !(b->ev_rx[k] = dev_event_create(dst, err)))
+            goto fail;
+    }
+    return b;
+nomem:
+    dev_err_set(err, MEMRA_E_NOMEM, "boundary: out of host memory");
+fail:
+    bnd_destroy(b);
+    return NULL;
+}
+
+void bnd_destroy(bnd_boundary *b)
+{
+    if (!b)
+        return;
+    for (int k = 0; k < b->n_slots; k++) {
+        if (b->slot && b->slot[k])
+            dev_free(b->dst, b->slot[k]);
+        if (b->ev_tx && b->ev_tx[k])
+            dev_event_destroy(b->ev_tx[k]);
+        if (b->ev_rx && b->ev_rx[k])
+            dev_event_destroy(b->ev_rx[k]);
+    }
+    free(b->slot);
+    free(b->ev_tx);
+    free(b->ev_rx);
+    free(b);
+}
+
+bnd_transport bnd_transport_kind(const bnd_boundary *b) { return b->kind; }
+int bnd_slots(const bnd_boundary *b) { return b->n_slots; }
+
+int bnd_peek_slot(const bnd_boundary *b, int overlap)
+{
+    return overlap ? (int)(b->next % (uint64_t)b->n_slots) : 0;
+}
+
+int bnd_next_slot(bnd_boundary *b, int overlap)
+{
+    int k = bnd_peek_slot(b, overlap);
+    b->next++;
+    return k;
+}
+
+int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src, size_t bytes)
+{
+    if (k < 0 || k >= b->n_slots || bytes > b->slot_bytes)
+        return MEMRA_E_INVAL;
+    int r;
+    /* ordered by ev_rx[k]: the consumer recorded it after copying the slot's previous token out */
+    if ((r = dev_stream_wait_event_async(producer, b->ev_rx[k])) != 0)
+        return r;
+    if (b->kind == BND_DTOD)
+        r = dev_copy_d2d_async(producer, b->slot[k], src, bytes);
+    else
+        r = dev_copy_peer_async(producer, b->slot[k], b->dst, src, b->src, bytes);
+    if (r != 0)
+        return r;
+    b->stats.hops++;
+    b->stats.bytes += bytes;
+    return dev_event_record_async(b->ev_tx[k], producer);
+}
+
+int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size_t bytes)
+{
+    if (k < 0 || k >= b->n_slots || bytes > b->slot_bytes)
+        return MEMRA_E_INVAL;
+    int r;
+    /* ordered by ev_tx[k]: the producer recorded it after writing this token into slot k */
+    if ((r = dev_stream_wait_event_async(consumer, b->ev_tx[k])) != 0)
+        return r;
+    if ((r = dev_copy_d2d_async(consumer, dst, b->slot[k], bytes)) != 0)
+        return r;
+    return dev_event_record_async(b->ev_rx[k], consumer);
+}
+
+void bnd_get_stats(const bnd_boundary *b, bnd_stats *out) { *out = b->stats; }

@@ -1,0 +1,52 @@
+/* A pipeline boundary: the only road a tensor takes between two stages (the hidden state, plus the step's
+ * positions and sequence ids packed behind it). K persistent slots live on the CONSUMER's device; each slot k
+ * has two events:
+ *   ev_tx[k]  recorded on the producer's stream after it wrote slot k    (consumer waits it before reading)
+ *   ev_rx[k]  recorded on the consumer's stream after it copied slot k out (producer waits it before writing)
+ * Transport per boundary: a d2d copy when both stages share a device, a peer copy (cudaMemcpyPeerAsync)
+ * across devices. The device events make a hop safe; the HOST credit protocol (actors/, DESIGN.md §2) makes
+ * sure the consumer's ev_rx[k] record is enqueued before the producer enqueues its wait on it — without the
+ * credit the producer's wait could bind to an older record and overrun the slot.
+ * Threads: bnd_send_async / bnd_next_slot are called only by the producer stage's actor, bnd_recv_async only
+ * by the consumer stage's actor; create/destroy by the runtime when no stage runs. */
+#ifndef BND_BOUNDARY_H
+#define BND_BOUNDARY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "device/dev.h"
+
+typedef enum bnd_transport { BND_DTOD = 0, BND_PEER = 1 } bnd_transport;
+
+typedef struct bnd_boundary bnd_boundary;
+
+typedef struct bnd_stats {
+    uint64_t hops;  /* sends enqueued */
+    uint64_t bytes; /* bytes sent */
+} bnd_stats;
+
+/* K slots of slot_bytes each on dst's device. Returns NULL + err on failure. */
+bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err);
+/* Frees slots and events; every stream that used them must have been synced. */
+void bnd_destroy(bnd_boundary *b);
+
+bnd_transport bnd_transport_kind(const bnd_boundary *b);
+int bnd_slots(const bnd_boundary *b);
+
+/* The boundary's own overlap step counter: the slot of the next send. overlap=1 rotates 0,1,..,K-1; overlap=0
+ * always uses slot 0 (one token in flight on this boundary). bnd_peek_slot tells the slot without taking it
+ * (the producer checks it holds that slot's credit first); bnd_next_slot takes it. Producer actor only. */
+int bnd_peek_slot(const bnd_boundary *b, int overlap);
+int bnd_next_slot(bnd_boundary *b, int overlap);
+
+/* On the producer stream: wait ev_rx[k], copy bytes from src (producer's device) into slot k, record ev_tx[k].
+ * The producer must hold slot k's credit. */
+int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src, size_t bytes);
+
+/* On the consumer stream: wait ev_tx[k], copy bytes of slot k into dst (consumer's device), record ev_rx[k].
+ * After this returns the consumer may hand slot k's credit back to the producer. */
+int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size_t bytes);
+
+void bnd_get_stats(const bnd_boundary *b, bnd_stats *out);
+
+#endif
