@@ -39,8 +39,8 @@ int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const fl
                            dev_err *err);
 
 /* y (B, n_out) = x (B, n_in) @ W^T: fused dequant GEMV, one warp per output row, B <= 8 rows per launch
- * (larger B: one launch per 8 rows). W->data must be 2-byte aligned; for block types x must be 16-byte
- * aligned. y and x must not overlap. */
+ * (larger B: one launch per 8 rows). W->data must be 2-byte aligned (f32: 4); for block types x must be
+ * 16-byte aligned. y and x must not overlap. */
 int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B, dev_err *err);
 
 /* y (B, n) += bias (n,) */

@@ -24,7 +24,7 @@ static int ew_check(dev_err *err, int *rc, const char *op, int B, int n, const v
         *rc = dev_err_set(err, MEMRA_E_INVAL, "%s: NULL pointer argument", op);
         return 0;
     }
-    if ((size_t)B * (size_t)n / EW_THREADS >= (size_t)INT32_MAX * 1024) {
+    if ((size_t)B * (size_t)n > (size_t)INT32_MAX * EW_THREADS) { /* grid.x limit */
         *rc = dev_err_set(err, MEMRA_E_INVAL, "%s: B*n = %zu too large", op, (size_t)B * (size_t)n);
         return 0;
     }

@@ -460,8 +460,10 @@ extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weig
     if (W->n_in % be != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: n_in=%d is not a multiple of %d (type %d blocks)",
                            W->n_in, be, W->type);
-    if (!krn_cuda_aligned(W->data, 2))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W->data %p must be 2-byte aligned", W->data);
+    const unsigned walign = W->type == KRN_F32 ? 4 : 2;
+    if (!krn_cuda_aligned(W->data, walign) || !krn_cuda_aligned(x, 4))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W->data %p must be %u-byte aligned, x %p 4-byte",
+                           W->data, walign, (const void *)x);
     const int is_float = be == 1;
     if (!is_float && !krn_cuda_aligned(x, 16))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x %p must be 16-byte aligned for block types",
