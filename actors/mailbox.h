@@ -8,8 +8,8 @@
  * Wake-up (zero cost while the consumer is busy): cds_wfcq_enqueue reports whether the queue was empty
  * before. Only a producer that made the queue non-empty looks at the consumer's `sleeping` word, and only
  * if the consumer announced sleep does it issue the futex wake syscall. Sleep protocol of the consumer:
- * bounded spin on the queue (opts.spin_ns), then store sleeping=1, full fence, re-check the queue, futex-wait while
- * sleeping==1. The producer's enqueue is a full barrier before it reads `sleeping`; so either the
+ * optional bounded spin on the queue (opts.spin_ns), then store sleeping=1, full fence, re-check the
+ * queue, futex-wait while sleeping==1. The producer's enqueue is a full barrier before it reads `sleeping`; so either the
  * consumer's re-check sees the message or the producer sees sleeping=1 and wakes it (no lost wake-up).
  * No timed sleeps: the consumer blocks in the kernel until a producer wakes it.
  *
@@ -31,9 +31,11 @@
 
 typedef struct act_mailbox act_mailbox;
 
-/* Default consumer spin: about the cost of a futex sleep + wake pair on a VM, so spinning never costs
- * more than the sleep it may save. */
-#define ACT_SPIN_NS_DEFAULT 2000
+/* Default consumer spin: none. Measured (docs/bench/mailbox.md): a spin shorter than the peer's whole
+ * round trip only adds its own length to every hop, and on a machine with fewer cores than busy threads
+ * it steals the peer's CPU; a long spin (tens of us) wins only when both threads own a core. Actors that
+ * have dedicated cores and a latency-critical peer set opts.spin_ns (e.g. 50000). */
+#define ACT_SPIN_NS_DEFAULT 0
 
 /* Creation options; a zeroed struct (or NULL) means defaults. */
 typedef struct act_mailbox_opts {

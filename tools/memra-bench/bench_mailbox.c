@@ -2,12 +2,13 @@
  *
  * Rows (each on fresh mailboxes, after a warm-up):
  *   ping-pong spin X    A posts to B's mailbox, B's thread echoes into A's mailbox; latency = RTT/2.
- *                       Consumers spin X before sleeping (2 us = ACT_SPIN_NS_DEFAULT, the actor default;
- *                       50 us = both sides stay hot, the pure cache-line hand-off when both have a core).
- *   ping-pong no spin   same with spin_ns=-1: every hop finds the consumer asleep (futex wake + wait).
+ *                       Consumers spin X before sleeping (2 us: a short spin; 50 us: both sides stay hot,
+ *                       the pure cache-line hand-off when both have a core).
+ *   ping-pong no spin   same without spin (ACT_SPIN_NS_DEFAULT): a hop finds the consumer asleep unless it
+ *                       is still on its way to sleep (futex wake + wait).
  *   one-way paced N us  A stamps CLOCK_MONOTONIC into the message and posts every N us (busy-wait pacing);
  *                       B records take-time minus stamp. 10 us with a 50 us spin keeps B hot; 200 us with
- *                       the default spin lets B fall asleep between messages (the wake-up path).
+ *                       no spin has B asleep at every message (the wake-up path).
  *   actor round trip    act_send with a reply act_future to an act_actor, act_future_wait; full round trip
  *                       (what a pipeline "step done" / pending wait costs on the host).
  * Output: a table of median / p99 / p99.9 / max in ns and wake-up syscalls per hop. Reported, not
@@ -263,11 +264,11 @@ int bench_mailbox(int argc, char **argv)
             break;
         }
         switch (i) {
-        case 0: rc = ping_pong(&rows[i], 0, warmup, &err); break;
+        case 0: rc = ping_pong(&rows[i], 2000, warmup, &err); break;
         case 1: rc = ping_pong(&rows[i], 50000, warmup, &err); break;
         case 2: rc = ping_pong(&rows[i], -1, warmup, &err); break;
         case 3: rc = one_way(&rows[i], 10000, 50000, warmup / 10, &err); break;
-        case 4: rc = one_way(&rows[i], 200000, 0, warmup / 100, &err); break;
+        case 4: rc = one_way(&rows[i], 200000, -1, warmup / 100, &err); break;
         default: rc = actor_round_trip(&rows[i], warmup, &err); break;
         }
     }
