@@ -42,19 +42,15 @@ void pp_walk_end(void *arg)
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
     int rv_ms = atomic_load(&rt->rendezvous_ms);
-    /* Test hook: hold this walk open (bounded) until another stage is mid-walk, so the overlap counter never
-     * depends on timing — but only while stage s-1 can still begin a later walk without us: it holds the
-     * steps we have not received yet in at most k_eff slots, so it can begin up to step w + k_eff + 1 (w =
-     * the step we are walking) before its send blocks on a slot only our next receive frees. */
-    uint64_t w = atomic_load(&st->walks), k_eff = mk->rec->seams.overlap ? (uint64_t)rt->cfg.slots : 1;
-    uint64_t posted = atomic_load(&rt->posted), limit = w + k_eff + 2 < posted ? w + k_eff + 2 : posted;
-    if (rv_ms > 0 && st->s > 0 && atomic_load(&rt->stage[st->s - 1].begins) < limit) {
+    /* Test hook (rendezvous): when a later step exists, hold this walk open (bounded) until stage s-1 has
+     * begun that step, so its walk-begin sees us mid-walk and the overlap counter never depends on timing.
+     * Deadlock-free: stage s-1 needs nothing more from us to begin it (we already received this step, which
+     * frees the slot its next send needs), and stage 0 is never held. */
+    uint64_t w = atomic_load(&st->walks); /* index of the step we are walking */
+    if (rv_ms > 0 && st->s > 0 && atomic_load(&rt->posted) >= w + 2) {
         uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        uint64_t seen = atomic_load(&rt->ctr.pipe_overlaps);
-        /* done once another stage is mid-walk, or one began (and maybe ended) while we were held open */
-        while (!(atomic_load(&rt->active_mask) & ~bit) && atomic_load(&rt->ctr.pipe_overlaps) == seen &&
-               atomic_load(&rt->stage[st->s - 1].begins) < limit && now_ns() < deadline)
+        while (atomic_load(&rt->stage[st->s - 1].begins) < w + 2 && now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
