@@ -1,6 +1,6 @@
 /* The op table: every operation the model's forward needs, enqueued on a stream (`_async`, returns at once).
- * Each op dispatches on the stream's backend: kernels/cpu/*.c (a dev_launch_cpu_async op declaring the
- * buffers it touches) or kernels/cuda/*.cu. All pointers are device memory of the stream's device or of a
+ * Each op dispatches on the stream's backend: kernels/cpu/ (a dev_launch_cpu_async op declaring the
+ * buffers it touches) or kernels/cuda/. All pointers are device memory of the stream's device or of a
  * device it holds a peer grant for. B is the number of rows (tokens) in the op; rows are independent
  * except in attention, where row b of sequence seq[b] attends over that sequence's cache [0, pos[b]].
  * Every op is deterministic: fixed reduction order, no atomics in reductions, so the same inputs give the
