@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -590,6 +591,14 @@ static void test_missing_file_and_directory_are_io_errors(void **state)
     dev_err_clear(&err);
     assert_null(mdl_gguf_open("/tmp", &err));
     assert_int_equal(err.code, MEMRA_E_IO);
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s.fifo", tmp);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    dev_err_clear(&err);
+    assert_null(mdl_gguf_open(fifo, &err)); /* refused at once, not blocked waiting for a writer */
+    assert_int_equal(err.code, MEMRA_E_IO);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    unlink(fifo);
     mdl_gguf_close(NULL);
 }
 
@@ -675,7 +684,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nested_arrays_too_deep_and_bad_bools_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_threads_read_one_open_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mkgguf_cli_writes_a_model_the_reader_opens, setup, teardown),
-        cmocka_unit_test(test_missing_file_and_directory_are_io_errors),
+        cmocka_unit_test_setup_teardown(test_missing_file_and_directory_are_io_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
