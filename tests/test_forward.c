@@ -25,6 +25,7 @@
 #include "model/llama.h"
 #include "model/gguf_write.h"
 #include "support/gguf_tiny.h"
+#include "support/model_rig.h"
 
 /* ---- tiny models ---- */
 
@@ -227,71 +228,36 @@ static void ref_forward(const ref_model *r, const int32_t *tokens, int T, double
     free(v);
 }
 
-/* ---- running our engine ---- */
+/* ---- running our engine (tests/support/model_rig) ---- */
 
 typedef struct rig {
     dev_platform *p;
-    mdl_model *m;
-    mdl_kv *kv;
-    mdl_scratch *sc;
-    dev_stream *s;
-    float *x_d, *logits_d;
-    int32_t *pos_d, *seq_d;
+    model_rig r;
+    mdl_model *m; /* = r.m */
 } rig;
 
 static void rig_open(rig *r, const char *path, int n_seq, dev_device *const *layer_dev, int n_dev)
 {
     dev_err err = { 0 };
-    memset(r, 0, sizeof *r);
     r->p = dev_platform_open(DEV_KIND_CPU, n_dev, &err);
     assert_non_null(r->p);
-    r->m = mdl_model_load(path, &(mdl_load_params){ .platform = r->p, .layer_dev = layer_dev }, &err);
-    if (!r->m)
-        fail_msg("load %s: %s", path, err.msg);
-    dev_device *d = dev_platform_device(r->p, 0);
-    r->kv = mdl_kv_create(r->m, NULL, n_seq, CTX, &err);
-    r->sc = mdl_scratch_create(r->m, d, CTX * n_seq, &err);
-    r->s = dev_stream_create(d, "test", &err);
-    r->x_d = dev_malloc(d, sizeof(float) * CTX * n_seq * E, &err);
-    r->logits_d = dev_malloc(d, sizeof(float) * CTX * n_seq * V, &err);
-    r->pos_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
-    r->seq_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
-    assert_true(r->kv && r->sc && r->s && r->x_d && r->logits_d && r->pos_d && r->seq_d);
+    if (model_rig_open(&r->r, r->p, path, layer_dev, n_seq, CTX, CTX * n_seq, &err))
+        fail_msg("rig %s: %s", path, err.msg);
+    r->m = r->r.m;
 }
 
 static void rig_close(rig *r)
 {
-    dev_stream_destroy(r->s);
-    dev_device *d = dev_platform_device(r->p, 0);
-    dev_free(d, r->x_d);
-    dev_free(d, r->logits_d);
-    dev_free(d, r->pos_d);
-    dev_free(d, r->seq_d);
-    mdl_scratch_destroy(r->sc);
-    mdl_kv_destroy(r->kv);
-    mdl_model_free(r->m);
+    model_rig_close(&r->r);
     dev_platform_close(r->p);
 }
 
-/* Rows b = tokens[b] at (seq[b], pos[b]) through layers [0, L) in one call per cut of `cuts` (a list
- * ending at L), then the head on every row: logits (B, V) host. */
 static void rig_rows(rig *r, const int32_t *tokens, const int32_t *seq, const int32_t *pos, int B, const int *cuts,
                      float *logits)
 {
     dev_err err = { 0 };
-    float *x = malloc(sizeof(float) * B * E);
-    assert_int_equal(mdl_embed_rows(r->m, tokens, B, x, &err), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->x_d, x, sizeof(float) * B * E), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->pos_d, pos, sizeof(int32_t) * B), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->seq_d, seq, sizeof(int32_t) * B), 0);
-    for (int l0 = 0, i = 0; l0 < L; l0 = cuts[i++])
-        assert_int_equal(mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, l0,
-                                                  cuts[i], &err), 0);
-    assert_int_equal(mdl_forward_head_async(r->m, r->sc, r->s, r->x_d, r->logits_d, B, &err), 0);
-    assert_int_equal(dev_copy_d2h_async(r->s, logits, r->logits_d, sizeof(float) * B * V), 0);
-    if (dev_stream_sync(r->s, &err))
-        fail_msg("stream: %s", err.msg);
-    free(x);
+    if (model_rig_rows(&r->r, tokens, seq, pos, B, cuts, logits, &err))
+        fail_msg("rows: %s", err.msg);
 }
 
 static const int32_t k_prompt[] = { 5, 17, 42, 3, 88, 61, 9, 30, 77, 1 };
