@@ -236,7 +236,7 @@ static int encode_raw(const mdl_tokenizer *t, const char *s, size_t n, int prev_
 int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                  int32_t *out, int cap)
 {
-    if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > (size_t)INT32_MAX)
+    if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > (size_t)INT32_MAX / 4)
         return MEMRA_E_INVAL;
     tok_out o = {out, cap, 0};
     if (add_special && t->add_bos)

@@ -1,6 +1,7 @@
 /* model/gguf (reader), model/gguf_write (writer), model/gguf_synth (tiny models): round trips of every
  * metadata and tensor type, and each validation rule with the error it must give. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -591,6 +593,74 @@ static void test_missing_file_and_directory_are_io_errors(void **state)
     mdl_gguf_close(NULL);
 }
 
+static void *reader_thread(void *arg)
+{
+    const mdl_gguf *g = arg;
+    long ok = 0;
+    for (int it = 0; it < 200; it++) {
+        const char *s;
+        size_t n;
+        uint32_t u;
+        dev_err err = {0};
+        ok += mdl_gguf_tensor_find(g, "blk.1.ffn_up.weight") != NULL;
+        ok += mdl_gguf_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)(it % 300), &s, &n) == 0;
+        ok += mdl_gguf_get_u32(g, "llama.block_count", &u, &err) == 0 && u == 4;
+    }
+    return (void *)ok;
+}
+
+/* An opened file is immutable: any number of threads read it at once (TSan checks there is no write). */
+static void test_many_threads_read_one_open_file(void **state)
+{
+    (void)state;
+    dev_err err = {0};
+    assert_int_equal(gguf_tiny_write(tmp, NULL, &err), 0);
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, reader_thread, g), 0);
+    for (int i = 0; i < 4; i++) {
+        void *ok;
+        assert_int_equal(pthread_join(th[i], &ok), 0);
+        assert_int_equal((long)ok, 600);
+    }
+    mdl_gguf_close(g);
+}
+
+/* tools/memra-mkgguf as a user runs it (needs MEMRA_BIN_DIR, which ctest sets). */
+static void test_mkgguf_cli_writes_a_model_the_reader_opens(void **state)
+{
+    (void)state;
+    const char *bin = getenv("MEMRA_BIN_DIR");
+    if (!bin) {
+        printf("MEMRA_BIN_DIR unset: run through ctest to test the CLI\n");
+        skip();
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --arch qwen2 --layers 3 --embd 128 --heads 4 --kv-heads 2 "
+             "--ff 256 --vocab 400 --ctx 64 --type q8_0 --seed 7 --tied", bin, tmp);
+    assert_int_equal(system(cmd), 0);
+    dev_err err = {0};
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    uint32_t u;
+    assert_int_equal(mdl_gguf_get_u32(g, "qwen2.block_count", &u, &err), 0);
+    assert_int_equal(u, 3);
+    assert_int_equal(mdl_gguf_get_u32(g, "qwen2.embedding_length", &u, &err), 0);
+    assert_int_equal(u, 128);
+    assert_non_null(mdl_gguf_tensor_find(g, "blk.2.attn_v.bias"));
+    assert_null(mdl_gguf_tensor_find(g, "output.weight"));
+    assert_int_equal(mdl_gguf_tensor_find(g, "blk.0.attn_q.weight")->type, KRN_Q8_0);
+    mdl_gguf_close(g);
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --type q5_0 2>/dev/null", bin, tmp);
+    const int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --type q4_K 2>/dev/null", bin, tmp); /* embd 64 */
+    const int rc2 = system(cmd);
+    assert_true(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +673,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_errors_name_the_problem, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tensor_info_errors_name_the_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nested_arrays_too_deep_and_bad_bools_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_threads_read_one_open_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mkgguf_cli_writes_a_model_the_reader_opens, setup, teardown),
         cmocka_unit_test(test_missing_file_and_directory_are_io_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* kernels/quant: block layouts, conversions, quantizers and the deterministic dot product. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -353,9 +354,49 @@ static void test_bad_length_or_type_gives_nan_not_a_crash(void **state)
     assert_true(krn_dot_row(KRN_Q4_1, row, x, 0) == 0.0f);
 }
 
+typedef struct dot_job {
+    const void *row;
+    const float *x;
+    int type;
+    uint32_t bits[64];
+} dot_job;
+
+static void *dot_thread(void *arg)
+{
+    dot_job *j = arg;
+    for (int i = 0; i < 64; i++)
+        j->bits[i] = fbits(krn_dot_row(j->type, j->row, j->x, 512));
+    return NULL;
+}
+
+/* The path is picked on first use; threads racing to that first use must agree (TSan checks the pick). */
+static void test_concurrent_dots_from_many_threads_agree(void **state)
+{
+    (void)state;
+    enum { N = 512, T = 4 };
+    static float w[N], x[N];
+    static uint8_t q[1024];
+    fill(w, N, 0.1f);
+    fill(x, N, 1.0f);
+    krn_quant_row(KRN_Q4_K, w, q, N);
+    dot_job jobs[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (dot_job){.row = q, .x = x, .type = KRN_Q4_K};
+        assert_int_equal(pthread_create(&th[i], NULL, dot_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < T; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    const uint32_t want = fbits(krn_dot_row(KRN_Q4_K, q, x, N));
+    for (int i = 0; i < T; i++)
+        for (int k = 0; k < 64; k++)
+            assert_int_equal(jobs[i].bits[k], want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_dots_from_many_threads_agree), /* first: races the path pick */
         cmocka_unit_test(test_type_table_sizes_match_ggml),
         cmocka_unit_test(test_f16_and_bf16_convert_exactly_and_round_to_nearest_even),
         cmocka_unit_test(test_every_type_round_trips_within_its_tolerance),

@@ -11,7 +11,12 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <unistd.h>
+
+#include "model/gguf_synth.h"
+#include "model/tok_internal.h" /* tok_pretok_*: the pre-tokenizer alone, against HF's splits */
 #include "model/tokenizer.h"
+#include "support/tok_gguf_vocab.h"
 #include "support/tok_testdata.h"
 
 /* ---- a tiny byte-level vocab: 256 byte symbols (id = byte), then added tokens ---- */
@@ -427,6 +432,104 @@ static void test_spm_ids_match_the_hf_oracle_and_round_trip(void **state)
     tok_lines_free(lines, nl);
 }
 
+typedef struct split_rec {
+    size_t lens[4096];
+    int n;
+} split_rec;
+
+static int record_word(void *ctx, const char *w, size_t len)
+{
+    split_rec *r = ctx;
+    if (r->n < 4096)
+        r->lens[r->n] = len;
+    r->n++;
+    return 0;
+}
+
+static void test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case(void **state)
+{
+    int nc, nl, checked = 0, bad = 0;
+    char **cases = tok_corpus_load(&nc);
+    assert_non_null(cases);
+    char p[4096];
+    char **lines = tok_read_lines(tok_data_path("tokenizer_oracle_pretok.txt", p, sizeof p), &nl);
+    assert_non_null(lines);
+    char cur[32] = "";
+    tok_pretok pre = {0};
+    static split_rec rec;
+    static int want[4096];
+    for (int i = 0; i < nl; i++) {
+        char name[32];
+        int idx, off;
+        if (sscanf(lines[i], "pre %31s %d %n", name, &idx, &off) != 2)
+            continue;
+        if (strcmp(name, cur) != 0) {
+            tok_pretok_free(&pre);
+            dev_err err = {0};
+            assert_int_equal(tok_pretok_init(&pre, name, &err), 0);
+            snprintf(cur, sizeof cur, "%s", name);
+        }
+        assert_true(idx >= 0 && idx < nc);
+        size_t len;
+        char *text = tok_unescape(cases[idx], &len);
+        rec.n = 0;
+        assert_int_equal(tok_pretok_split(&pre, text, len, record_word, &rec), 0);
+        int nw = tok_parse_ids(lines[i] + off, want, 4096);
+        int same = rec.n == nw;
+        for (int k = 0; same && k < nw; k++)
+            same = rec.lens[k] == (size_t)want[k];
+        if (!same && bad++ < 5)
+            fprintf(stderr, "pre %s case %d '%s': %d words, want %d (%s)\n", name, idx, cases[idx], rec.n, nw,
+                    lines[i] + off);
+        checked++;
+        free(text);
+    }
+    tok_pretok_free(&pre);
+    tok_lines_free(lines, nl);
+    tok_lines_free(cases, nc);
+    assert_true(checked >= 5 * 300);
+    assert_int_equal(bad, 0);
+}
+
+/* The synthetic model GGUF (model/gguf_synth) through the GGUF reader: the vocab the tiny-model tests run. */
+static void test_a_synthetic_gguf_vocab_loads_merges_and_round_trips(void **state)
+{
+    char path[] = "/tmp/memra_tok_synth_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    mdl_gguf_synth p;
+    mdl_gguf_synth_defaults(&p);
+    p.n_vocab = 600;
+    dev_err err = {0};
+    assert_int_equal(mdl_gguf_synth_write(path, &p, &err), 0);
+    tok_gguf_vocab v;
+    int rc = tok_gguf_vocab_load(path, &v, &err);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    mdl_tokenizer *t = mdl_tokenizer_create(&v.src, &err);
+    assert_non_null(t);
+    assert_int_equal(mdl_tokenizer_n_vocab(t), 600);
+    const char *text = "The pipeline keeps every stage busy. <|im_start|>Hello, world!<|im_end|>";
+    int32_t ids[256];
+    int n = mdl_tokenize(t, text, strlen(text), 1, 1, ids, 256);
+    assert_true(n > 0 && n < (int)strlen(text) / 2); /* learned merges apply */
+    int seen_start = 0;
+    for (int i = 0; i < n; i++)
+        seen_start += ids[i] == 1;
+    assert_int_equal(seen_start, 1);
+    assert_true(mdl_tokenizer_is_eog(t, 2));
+    assert_true(mdl_tokenizer_is_eog(t, 0));
+    char back[256];
+    int m = mdl_detokenize(t, ids, n, back, sizeof back, 1);
+    assert_int_equal(m, (int)strlen(text));
+    assert_memory_equal(back, text, (size_t)m);
+    mdl_tokenizer_destroy(t);
+    tok_gguf_vocab_free(&v);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +542,8 @@ int main(void)
         cmocka_unit_test(test_threads_tokenize_one_tokenizer_concurrently),
         cmocka_unit_test(test_unknown_model_pre_and_bad_ids_are_refused_naming_what_is_supported),
         cmocka_unit_test(test_spm_ids_match_the_hf_oracle_and_round_trip),
+        cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
+        cmocka_unit_test(test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

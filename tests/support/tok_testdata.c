@@ -44,6 +44,32 @@ void tok_lines_free(char **lines, int n)
     free(lines);
 }
 
+char **tok_corpus_load(int *n)
+{
+    static const char *const files[2] = {"tokenizer_corpus.txt", "tokenizer_corpus_random.txt"};
+    char **all = NULL;
+    int k = 0;
+    for (int f = 0; f < 2; f++) {
+        char p[4096];
+        int nl;
+        char **lines = tok_read_lines(tok_data_path(files[f], p, sizeof p), &nl);
+        if (!lines) {
+            tok_lines_free(all, k);
+            return NULL;
+        }
+        all = realloc(all, (size_t)(k + nl + 1) * sizeof *all);
+        for (int i = 0; i < nl; i++) {
+            if (lines[i][0] == '#')
+                free(lines[i]);
+            else
+                all[k++] = lines[i];
+        }
+        free(lines);
+    }
+    *n = k;
+    return all;
+}
+
 static int hexv(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 0;

@@ -13,6 +13,10 @@ const char *tok_data_path(const char *name, char *buf, size_t cap);
 char **tok_read_lines(const char *path, int *n);
 void tok_lines_free(char **lines, int n);
 
+/* Every case of tokenizer_corpus.txt then tokenizer_corpus_random.txt (comments dropped), still escaped:
+ * the order of the oracle files. NULL when a file is missing. Free with tok_lines_free. */
+char **tok_corpus_load(int *n);
+
 /* Undo the corpus escaping (\n \t \r \\ \xHH); returns a malloc'd buffer (NUL-terminated too) and its
  * byte length in *len. */
 char *tok_unescape(const char *s, size_t *len);
