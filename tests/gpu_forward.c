@@ -40,7 +40,6 @@ static void make_tiny(char *path, size_t cap, const char *arch, int type)
     p.n_layer = L;
     p.n_ctx = 64;
     p.seed = 77u + (unsigned)type;
-    p.pre = "gpt2";
     dev_err err = { 0 };
     if (gguf_tiny_write_temp(path, cap, &p, &err))
         fail_msg("gguf_tiny_write_temp: %s", err.msg);

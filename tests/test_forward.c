@@ -51,7 +51,6 @@ static void make_tiny(tiny *tm, const char *arch, int t, int tied, unsigned seed
     p.n_ctx = 64;
     p.tied = tied;
     p.seed = seed;
-    p.pre = "gpt2"; /* the synth default "gpt-2" is not a tokenizer.ggml.pre the tokenizer knows */
     dev_err err = { 0 };
     if (gguf_tiny_write_temp(tm->path, sizeof tm->path, &p, &err))
         fail_msg("gguf_tiny_write_temp: %s", err.msg);
