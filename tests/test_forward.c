@@ -348,6 +348,66 @@ static void test_unknown_architecture_is_refused_naming_the_supported_ones(void 
     unlink(tm.path);
 }
 
+/* A hand-written 1-layer llama (f32, no tokenizer): every tensor present and well shaped except `omit`
+ * (left out) and `bad` (written as (3, 32) instead of its shape). Loads, or fails with err. */
+static mdl_model *load_manual(const char *omit, const char *bad, dev_platform *p, dev_err *err)
+{
+    enum { ME = 32, MFF = 64, MV = 16 };
+    char path[256];
+    assert_int_equal(gguf_tiny_temp_path(path, sizeof path, "manual", err), 0);
+    mdl_gguf_writer *w = mdl_gguf_writer_create(err);
+    mdl_gguf_writer_str(w, "general.architecture", "llama");
+    mdl_gguf_writer_u32(w, "llama.block_count", 1);
+    mdl_gguf_writer_u32(w, "llama.embedding_length", ME);
+    mdl_gguf_writer_u32(w, "llama.feed_forward_length", MFF);
+    mdl_gguf_writer_u32(w, "llama.attention.head_count", 2);
+    static const struct { const char *name; int n_out, n_in; } ts[] = {
+        { "token_embd.weight", MV, ME },       { "output_norm.weight", 1, ME },
+        { "blk.0.attn_norm.weight", 1, ME },   { "blk.0.attn_q.weight", ME, ME },
+        { "blk.0.attn_k.weight", ME, ME },     { "blk.0.attn_v.weight", ME, ME },
+        { "blk.0.attn_output.weight", ME, ME }, { "blk.0.ffn_norm.weight", 1, ME },
+        { "blk.0.ffn_gate.weight", MFF, ME },  { "blk.0.ffn_up.weight", MFF, ME },
+        { "blk.0.ffn_down.weight", ME, MFF },
+    };
+    static float ones[MFF * MFF];
+    for (size_t i = 0; i < sizeof ones / sizeof ones[0]; i++)
+        ones[i] = 0.01f;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        if (omit && !strcmp(omit, ts[i].name))
+            continue;
+        const int is_bad = bad && !strcmp(bad, ts[i].name);
+        const int64_t ne[2] = { is_bad ? 32 : ts[i].n_in, is_bad ? 3 : ts[i].n_out };
+        mdl_gguf_writer_tensor_f32(w, ts[i].name, KRN_F32, ne[1] == 1 ? 1 : 2, ne, ones);
+    }
+    assert_int_equal(mdl_gguf_writer_save(w, path, err), 0);
+    mdl_gguf_writer_destroy(w);
+    mdl_model *m = mdl_model_load(path, &(mdl_load_params){ .platform = p }, err);
+    unlink(path);
+    return m;
+}
+
+static void test_a_missing_or_misshaped_tensor_is_refused_naming_it(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    mdl_model *m = load_manual(NULL, NULL, p, &err); /* the control: complete, tied, no tokenizer */
+    if (!m)
+        fail_msg("complete model: %s", err.msg);
+    assert_int_equal(mdl_model_hparams(m)->tied_embeddings, 1);
+    assert_int_equal(mdl_model_hparams(m)->head_dim, 16);
+    assert_null(mdl_model_tokenizer(m));
+    mdl_model_free(m);
+    assert_null(load_manual("blk.0.ffn_up.weight", NULL, p, &err));
+    assert_int_equal(err.code, MEMRA_E_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_up.weight is missing"));
+    dev_err_clear(&err);
+    assert_null(load_manual(NULL, "blk.0.attn_k.weight", p, &err));
+    assert_int_equal(err.code, MEMRA_E_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.attn_k.weight is (3, 32)"));
+    dev_platform_close(p);
+}
+
 /* Every cut [0,a) + [a,L) gives the same bits as [0,L). */
 static void test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk(void **state)
 {
@@ -524,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_with_biases_and_neox_rope_matches_the_double_reference),
         cmocka_unit_test(test_tied_embeddings_use_token_embd_as_lm_head),
         cmocka_unit_test(test_unknown_architecture_is_refused_naming_the_supported_ones),
+        cmocka_unit_test(test_a_missing_or_misshaped_tensor_is_refused_naming_it),
         cmocka_unit_test(test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk),
         cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
