@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/chat.h"
 #include "model/sampler.h"
@@ -151,9 +152,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
     return 0;
 }
 
+/* The load progress: a redrawn bar on a terminal; on a pipe or file, one line at the end. */
 static void progress_bar(float frac, void *ctx)
 {
-    (void)ctx;
+    const int tty = *(const int *)ctx;
+    if (!tty) {
+        if (frac >= 1.0f)
+            fprintf(stderr, "loading: done\n");
+        return;
+    }
     const int w = 40, filled = (int)(frac * w + 0.5f);
     fprintf(stderr, "\rloading [%.*s%*s] %3d%%", filled, "========================================", w - filled, "",
             (int)(frac * 100.0f + 0.5f));
@@ -202,7 +209,8 @@ int main(int argc, char **argv)
         rc = 2;
         goto out_quiet;
     }
-    mdl_load_params lp = { .platform = p, .layer_dev = layer_dev, .progress = progress_bar };
+    int tty = isatty(STDERR_FILENO);
+    mdl_load_params lp = { .platform = p, .layer_dev = layer_dev, .progress = progress_bar, .progress_ctx = &tty };
     if (!(m = mdl_model_load(o.model, &lp, &err)))
         goto out;
     const mdl_hparams *hp = mdl_model_hparams(m);
