@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/chat.h"
 #include "model/sampler.h"
@@ -176,9 +177,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
     return 0;
 }
 
+/* The load progress: a redrawn bar on a terminal; on a pipe or file, one line at the end. */
 static void progress_bar(float frac, void *ctx)
 {
-    (void)ctx;
+    const int tty = *(const int *)ctx;
+    if (!tty) {
+        if (frac >= 1.0f)
+            fprintf(stderr, "loading: done\n");
+        return;
+    }
     const int w = 40, filled = (int)(frac * w + 0.5f);
     fprintf(stderr, "\rloading [%.*s%*s] %3d%%", filled, "========================================", w - filled, "",
             (int)(frac * 100.0f + 0.5f));
@@ -237,7 +244,9 @@ int main(int argc, char **argv)
     pp.n_seq = o.n_prompts;
     pp.n_ctx = o.n_ctx;
     pp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
+    int tty = isatty(STDERR_FILENO);
     pp.progress = progress_bar;
+    pp.progress_ctx = &tty;
     if (o.n_prompts > 1 && !getenv("MEMRA_PP_OVERLAP"))
         setenv("MEMRA_PP_OVERLAP", "1", 1); /* several sequences in flight: rotate the boundary slots */
     if (!(rt = act_pp_create(p, o.model, &pp, &err))) {
