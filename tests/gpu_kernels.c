@@ -421,8 +421,9 @@ static void test_rope_rotates_pairs_in_both_layouts(void **state) {
                         ref[i1] = xh[i0] * sin(th) + xh[i1] * cos(th);
                     }
                     for (int d = 0; d < hd; d++) {
-                        /* theta is computed in fp32 on the GPU: its rounding (~2^-23 * theta) dominates */
-                        const double tol = 1e-5 + 4e-7 * (double)pos[b] * fscale;
+                        /* theta = pos * scale * powf(..) in fp32 on the GPU: a few ulps of theta (up to
+                         * ~6e-7 * theta relative) times |x| <= sqrt(2) dominate */
+                        const double tol = 1e-5 + 1e-6 * (double)pos[b] * fscale;
                         if (!(fabs(yh[d] - ref[d]) <= tol))
                             fail_msg("rope neox=%d n_rot=%d pos=%d: x[%d][%d][%d] = %.9g, reference %.9g", neox,
                                      n_rot, pos[b], b, h, d, yh[d], ref[d]);
@@ -516,8 +517,9 @@ static void check_attention_ref(const float *out, const float *q, const float *k
                     o += sc[t] * vc[((size_t)seq[b] * n_ctx + t) * kvd + (size_t)g * hd + i];
                 o /= l;
                 const double got = out[((size_t)b * nh + h) * hd + i];
-                /* values are convex combinations of v in [-1, 1]: fp32 softmax and sums, absolute 2e-5 */
-                if (!(fabs(got - o) <= 2e-5))
+                /* values are convex combinations of v in [-1, 1]: fp32 scores, softmax and sums, absolute
+                 * 5e-5 (a missing or foreign key moves a value by ~1/(pos+1) >= 1e-3) */
+                if (!(fabs(got - o) <= 5e-5))
                     fail_msg("attention b=%d h=%d d=%d (pos %d, n_ctx %d, hd %d): %.9g, reference %.9g", b, h, i,
                              pos[b], n_ctx, hd, got, o);
             }
