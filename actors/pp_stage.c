@@ -30,6 +30,7 @@ void pp_walk_begin(void *arg)
         if (mk->rec->kind == ACT_STEP_PRIME || mk->rec->kind == ACT_STEP_PRIME_BATCH)
             atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
     }
+    atomic_fetch_add(&st->begins, 1);
     mk->t0_ns = now_ns();
 }
 
@@ -41,11 +42,21 @@ void pp_walk_end(void *arg)
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
     int rv_ms = atomic_load(&rt->rendezvous_ms);
-    if (rv_ms > 0 && st->s > 0) {
-        /* test hook: hold this walk open until another stage is mid-walk (bounded), so overlap is forced */
+    /* Test hook (rendezvous): hold this walk open (bounded) until a neighbour begins a walk that can begin
+     * without us, so its walk-begin sees us mid-walk and the overlap counter never depends on timing:
+     *  - upstream: stage s-1 beginning the next step (it needs nothing more from us: we already received
+     *    this step, which frees the slot its next send needs);
+     *  - downstream: stage s+1 beginning the previous step (we already sent it).
+     * Holds only wait on work that needs nothing from the holder, so they cannot form a cycle. */
+    uint64_t w = atomic_load(&st->walks); /* index of the step we are walking */
+    if (rv_ms > 0) {
         uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        while (!(atomic_load(&rt->active_mask) & ~bit) && now_ns() < deadline)
+        int up = st->s > 0 && atomic_load(&rt->posted) >= w + 2;
+        int down = st->s + 1 < rt->N && w >= 1;
+        while (((up && atomic_load(&rt->stage[st->s - 1].begins) < w + 2) ||
+                (down && atomic_load(&rt->stage[st->s + 1].begins) < w)) &&
+               now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
@@ -97,7 +108,7 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
         if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)))
             return r;
     }
-    return dev_event_record_async(rec->pending->ev_done, st->stream);
+    return 0;
 }
 
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last. */
@@ -127,10 +138,12 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
     if ((r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
                                       rt->fence[st->s], rt->fence[st->s + 1], err)) != 0)
         return r;
+    if (kout < 0 && (r = last_stage_head(st, rec, x, err)) != 0) /* the head is part of the last stage's walk */
+        return r;
     if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
-    if (kout < 0)
-        return last_stage_head(st, rec, x, err);
+    if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
+        return dev_event_record_async(rec->pending->ev_done, st->stream);
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
         return dev_err_set(err, r, "stage %d: send on boundary %d slot %d failed", st->s, st->s, kout);
     return 0;
