@@ -15,6 +15,7 @@
  * Shared mutable state: `path_cached` (the picked path), written at most once per value by any thread via
  * a relaxed atomic store of the same value; no other state. */
 #include "kernels/quant_impl.h"
+#include "kernels/quant_batch.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -220,15 +221,30 @@ static int valid_n(int t, int64_t n)
     return be > 0 && n >= 0 && n % be == 0;
 }
 
+void krn_dot_row_batch_path(int p, int t, const void *row, const float *x, int64_t ldx, int B, float *out,
+                            int64_t n)
+{
+    if (B <= 0)
+        return;
+    if (!valid_n(t, n)) {
+        for (int k = 0; k < B; k++)
+            out[k] = __builtin_nanf("");
+        return;
+    }
+#if defined(__x86_64__)
+    if (p == KRN_PATH_AVX2) {
+        dot_batch_avx2(t, row, x, ldx, B, out, n);
+        return;
+    }
+#endif
+    dot_batch_generic(t, row, x, ldx, B, out, n);
+}
+
 float krn_dot_row_path(int p, int t, const void *row, const float *x, int64_t n)
 {
-    if (!valid_n(t, n))
-        return __builtin_nanf("");
-#if defined(__x86_64__)
-    if (p == KRN_PATH_AVX2)
-        return dot_avx2(t, row, x, n);
-#endif
-    return dot_generic(t, row, x, n);
+    float out;
+    krn_dot_row_batch_path(p, t, row, x, 0, 1, &out, n);
+    return out;
 }
 
 void krn_dequant_row_path(int p, int t, const void *src, float *dst, int64_t n)
@@ -242,6 +258,11 @@ void krn_dequant_row_path(int p, int t, const void *src, float *dst, int64_t n)
     }
 #endif
     deq_generic(t, src, dst, n);
+}
+
+void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int B, float *out, int64_t n)
+{
+    krn_dot_row_batch_path(krn_quant_path(), t, row, x, ldx, B, out, n);
 }
 
 float krn_dot_row(int t, const void *row, const float *x, int64_t n)
