@@ -7,6 +7,7 @@
 #include "kernels/cpu/krn_cpu.h"
 
 #if defined(MEMRA_HAVE_CUDA) && __has_include("kernels/cuda/krn_cuda.h")
+#include <cuda_runtime_api.h>
 #include "kernels/cuda/krn_cuda.h"
 #define KRN_CUDA 1
 #else
@@ -21,19 +22,55 @@ static int on_cuda(dev_stream *s)
     return dev_platform_kind(dev_device_platform(dev_stream_device(s))) == DEV_KIND_CUDA;
 }
 
-/* Route op: CPU wrapper, CUDA kernel, or MEMRA_E_UNSUPPORTED when built without the CUDA kernels. */
 #if KRN_CUDA
-#define DISPATCH(s, op, ...) \
-    (on_cuda(s) ? krn_cuda_##op(s, __VA_ARGS__) : krn_cpu_##op##_async(s, __VA_ARGS__))
+/* A CUDA launch needs the stream's device current on the calling thread. Like device/, the op table never
+ * leaves the caller's current device changed: enter makes s's device current (remembering the old one),
+ * leave restores it. Both are no-ops when it already is (the usual case: a stage thread on its device). */
+static int cuda_enter(dev_stream *s, int *prev)
+{
+    const int want = dev_device_ordinal(dev_stream_device(s));
+    if (cudaGetDevice(prev) != cudaSuccess)
+        return MEMRA_E_DEVICE;
+    if (*prev != want && cudaSetDevice(want) != cudaSuccess)
+        return MEMRA_E_DEVICE;
+    return 0;
+}
+
+static void cuda_leave(dev_stream *s, int prev)
+{
+    if (prev != dev_device_ordinal(dev_stream_device(s)))
+        cudaSetDevice(prev);
+}
+
+/* Route op (a statement that returns): CUDA kernel with its device current, or the CPU wrapper. */
+#define DISPATCH(s, op, ...)                                                                              \
+    do {                                                                                                  \
+        if (on_cuda(s)) {                                                                                 \
+            int prev_, rc_ = cuda_enter(s, &prev_);                                                       \
+            if (!rc_) {                                                                                   \
+                rc_ = krn_cuda_##op(s, __VA_ARGS__);                                                      \
+                cuda_leave(s, prev_);                                                                     \
+            }                                                                                             \
+            return rc_;                                                                                   \
+        }                                                                                                 \
+        return krn_cpu_##op##_async(s, __VA_ARGS__);                                                      \
+    } while (0)
 #else
-#define DISPATCH(s, op, ...) (on_cuda(s) ? MEMRA_E_UNSUPPORTED : krn_cpu_##op##_async(s, __VA_ARGS__))
+/* Route op (a statement that returns): the CPU wrapper; MEMRA_E_UNSUPPORTED on a CUDA stream when this
+ * build has no CUDA kernels. */
+#define DISPATCH(s, op, ...)                                                                              \
+    do {                                                                                                  \
+        if (on_cuda(s))                                                                                   \
+            return MEMRA_E_UNSUPPORTED;                                                                   \
+        return krn_cpu_##op##_async(s, __VA_ARGS__);                                                      \
+    } while (0)
 #endif
 
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
 {
     if (!s || !y || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f))
         return MEMRA_E_INVAL;
-    return DISPATCH(s, rmsnorm, y, x, w, B, n, eps);
+    DISPATCH(s, rmsnorm, y, x, w, B, n, eps);
 }
 
 int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
@@ -41,14 +78,14 @@ int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *
     if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
         !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
         return MEMRA_E_INVAL; /* unsupported type, or n_in not a multiple of the type's block */
-    return DISPATCH(s, matmul, y, W, x, B);
+    DISPATCH(s, matmul, y, W, x, B);
 }
 
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
 {
     if (!s || !y || !bias || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, add_bias, y, bias, B, n);
+    DISPATCH(s, add_bias, y, bias, B, n);
 }
 
 int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
@@ -57,7 +94,7 @@ int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_hea
     if (!s || !x || !pos || B <= 0 || n_heads <= 0 || head_dim <= 0 || n_rot <= 0 || n_rot % 2 ||
         n_rot > head_dim || !(freq_base > 0.0f) || !(freq_scale > 0.0f) || (neox != 0 && neox != 1))
         return MEMRA_E_INVAL;
-    return DISPATCH(s, rope, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox);
+    DISPATCH(s, rope, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox);
 }
 
 int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
@@ -65,7 +102,7 @@ int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const floa
 {
     if (!s || !k_cache || !v_cache || !k || !v || !seq || !pos || B <= 0 || kv_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, kv_store, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
+    DISPATCH(s, kv_store, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
 }
 
 int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
@@ -75,26 +112,26 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const float *
     if (!s || !out || !q || !k_cache || !v_cache || !seq || !pos || B <= 0 || n_head <= 0 ||
         n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, attention, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+    DISPATCH(s, attention, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
 }
 
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
 {
     if (!s || !y || !gate || !up || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, swiglu, y, gate, up, B, n);
+    DISPATCH(s, swiglu, y, gate, up, B, n);
 }
 
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n)
 {
     if (!s || !y || !a || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, add, y, a, B, n);
+    DISPATCH(s, add, y, a, B, n);
 }
 
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
 {
     if (!s || !out || !x || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    return DISPATCH(s, argmax, out, x, B, n);
+    DISPATCH(s, argmax, out, x, B, n);
 }

@@ -23,86 +23,13 @@
 #include <cmocka.h>
 
 #include "model/llama.h"
+#include "support/model_ref.h"
+#include "support/model_rig.h"
 
 #define TOL 1e-3
-#define NPROMPT 3
-#define NSTEP 8
-#define NTOP 20
-#define NPROBE 64
-#define MAXTOK 64
 
-typedef struct ref_step {
-    int fed, argmax;
-    double lse, mean, std;
-    int top_id[NTOP], probe_id[NPROBE];
-    double top[NTOP], probe[NPROBE];
-} ref_step;
-
-typedef struct ref_prompt {
-    char text[256];
-    int n;
-    int32_t ids[MAXTOK];
-    ref_step step[NSTEP];
-} ref_prompt;
-
-static ref_prompt g_ref[NPROMPT];
+static model_ref g_ref;
 static const char *g_model;
-
-/* Parse "id:val id:val ..." after the 2-char tag. */
-static void parse_pairs(const char *line, int n, int *ids, double *vals)
-{
-    const char *c = line + 2;
-    for (int i = 0; i < n; i++) {
-        char *end;
-        ids[i] = (int)strtol(c, &end, 10);
-        assert_true(*end == ':');
-        vals[i] = strtod(end + 1, &end);
-        c = end;
-    }
-}
-
-static int load_ref(void)
-{
-    const char *src = getenv("MEMRA_SRC_DIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/ref_logits_smollm2.txt", src ? src : ".");
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return -1;
-    }
-    static char line[65536];
-    int pi = 0, st = -1;
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (line[0] == 'Q') {
-            char *sp = strchr(line + 2, ' ');
-            pi = atoi(line + 2);
-            snprintf(g_ref[pi].text, sizeof g_ref[pi].text, "%s", sp + 1);
-        } else if (line[0] == 'P') {
-            char *c = line + 2, *end;
-            pi = (int)strtol(c, &end, 10);
-            g_ref[pi].n = (int)strtol(end, &end, 10);
-            for (int i = 0; i < g_ref[pi].n; i++)
-                g_ref[pi].ids[i] = (int32_t)strtol(end, &end, 10);
-        } else if (line[0] == 'S') {
-            ref_step *s;
-            int p2;
-            if (sscanf(line + 2, "%d %d", &p2, &st) != 2)
-                return -1;
-            s = &g_ref[p2].step[st];
-            if (sscanf(line + 2, "%*d %*d %d %d %lf %lf %lf", &s->fed, &s->argmax, &s->lse, &s->mean, &s->std) != 5)
-                return -1;
-            pi = p2;
-        } else if (line[0] == 'T') {
-            parse_pairs(line, NTOP, g_ref[pi].step[st].top_id, g_ref[pi].step[st].top);
-        } else if (line[0] == 'F') {
-            parse_pairs(line, NPROBE, g_ref[pi].step[st].probe_id, g_ref[pi].step[st].probe);
-        }
-    }
-    fclose(f);
-    return 0;
-}
 
 static void test_our_tokenizer_gives_the_oracle_prompt_ids(void **state)
 {
@@ -112,79 +39,46 @@ static void test_our_tokenizer_gives_the_oracle_prompt_ids(void **state)
     mdl_model *m = mdl_model_load(g_model, &(mdl_load_params){ .platform = p }, &err);
     if (!m)
         fail_msg("load: %s", err.msg);
-    for (int pi = 0; pi < NPROMPT; pi++) {
-        int32_t ids[MAXTOK];
-        int n = mdl_tokenize(mdl_model_tokenizer(m), g_ref[pi].text, strlen(g_ref[pi].text), 1, 0, ids, MAXTOK);
-        assert_int_equal(n, g_ref[pi].n);
-        assert_memory_equal(ids, g_ref[pi].ids, sizeof(int32_t) * n);
+    for (int pi = 0; pi < g_ref.n_prompt; pi++) {
+        const model_ref_prompt *r = &g_ref.prompt[pi];
+        int32_t ids[MODEL_REF_TOKENS];
+        int n = mdl_tokenize(mdl_model_tokenizer(m), r->text, strlen(r->text), 1, 0, ids, MODEL_REF_TOKENS);
+        assert_int_equal(n, r->n);
+        assert_memory_equal(ids, r->ids, sizeof(int32_t) * n);
     }
     mdl_model_free(m);
     dev_platform_close(p);
 }
 
+/* Prompt pi of sequence pi in one chunk, then the oracle's tokens one by one (teacher forcing). */
 static void test_cpu_logits_match_the_float64_oracle_at_every_step(void **state)
 {
     (void)state;
     dev_err err = { 0 };
     dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
-    mdl_model *m = mdl_model_load(g_model, &(mdl_load_params){ .platform = p }, &err);
-    if (!m)
-        fail_msg("load: %s", err.msg);
-    const mdl_hparams *hp = mdl_model_hparams(m);
-    dev_device *d = dev_platform_device(p, 0);
-    mdl_kv *kv = mdl_kv_create(m, NULL, NPROMPT, MAXTOK, &err);
-    mdl_scratch *sc = mdl_scratch_create(m, d, MAXTOK, &err);
-    dev_stream *s = dev_stream_create(d, "oracle", &err);
-    float *x_d = dev_malloc(d, sizeof(float) * MAXTOK * hp->n_embd, &err);
-    float *lg_d = dev_malloc(d, sizeof(float) * hp->n_vocab, &err);
-    int32_t *ps_d = dev_malloc(d, sizeof(int32_t) * 2 * MAXTOK, &err);
-    float *x_h = malloc(sizeof(float) * MAXTOK * hp->n_embd), *lg = malloc(sizeof(float) * hp->n_vocab);
-    assert_true(kv && sc && s && x_d && lg_d && ps_d && x_h && lg);
+    model_rig r;
+    if (model_rig_open(&r, p, g_model, NULL, g_ref.n_prompt, MODEL_REF_TOKENS, MODEL_REF_TOKENS, &err))
+        fail_msg("open: %s", err.msg);
+    float *lg = malloc(sizeof(float) * MODEL_REF_TOKENS * r.n_vocab);
     double worst = 0;
-    int near_ties = 0;
-    for (int pi = 0; pi < NPROMPT; pi++) {
-        const ref_prompt *r = &g_ref[pi];
-        for (int st = 0; st < NSTEP; st++) {
-            const ref_step *rs = &r->step[st];
-            /* step 0: the whole prompt in one chunk; step k: the oracle's token k-1 (teacher forcing) */
-            const int32_t *toks = st == 0 ? r->ids : &rs->fed;
-            const int B = st == 0 ? r->n : 1, pos0 = st == 0 ? 0 : r->n + st - 1;
+    int near_ties = 0, steps = 0;
+    for (int pi = 0; pi < g_ref.n_prompt; pi++) {
+        const model_ref_prompt *rp = &g_ref.prompt[pi];
+        for (int st = 0; st < rp->n_steps; st++, steps++) {
+            const model_ref_step *rs = &rp->step[st];
+            const int32_t *toks = st == 0 ? rp->ids : &rs->fed;
+            const int B = st == 0 ? rp->n : 1, pos0 = st == 0 ? 0 : rp->n + st - 1;
             assert_int_equal(toks[B - 1], rs->fed);
-            int32_t ps[2 * MAXTOK];
+            int32_t pos[MODEL_REF_TOKENS], seq[MODEL_REF_TOKENS];
             for (int b = 0; b < B; b++) {
-                ps[b] = pos0 + b;  /* pos */
-                ps[MAXTOK + b] = pi; /* seq */
+                pos[b] = pos0 + b;
+                seq[b] = pi;
             }
-            assert_int_equal(mdl_embed_rows(m, toks, B, x_h, &err), 0);
-            assert_int_equal(dev_copy_h2d_async(s, x_d, x_h, sizeof(float) * B * hp->n_embd), 0);
-            assert_int_equal(dev_copy_h2d_async(s, ps_d, ps, sizeof ps), 0);
-            assert_int_equal(mdl_forward_layers_async(m, kv, sc, s, x_d, ps_d, ps_d + MAXTOK, B, 0, hp->n_layer,
-                                                      &err), 0);
-            assert_int_equal(mdl_forward_head_async(m, sc, s, x_d + (size_t)(B - 1) * hp->n_embd, lg_d, 1, &err), 0);
-            assert_int_equal(dev_copy_d2h_async(s, lg, lg_d, sizeof(float) * hp->n_vocab), 0);
-            if (dev_stream_sync(s, &err))
-                fail_msg("stream: %s", err.msg);
-
-            double diff = 0, mx = -INFINITY, sum = 0, mean = 0, var = 0;
-            int am = 0;
-            for (int i = 0; i < NTOP; i++)
-                diff = fmax(diff, fabs(lg[rs->top_id[i]] - rs->top[i]));
-            for (int i = 0; i < NPROBE; i++)
-                diff = fmax(diff, fabs(lg[rs->probe_id[i]] - rs->probe[i]));
-            for (int i = 0; i < hp->n_vocab; i++) {
-                if (lg[i] > lg[am])
-                    am = i;
-                mean += lg[i];
-            }
-            mx = lg[am];
-            mean /= hp->n_vocab;
-            for (int i = 0; i < hp->n_vocab; i++) {
-                sum += exp(lg[i] - mx);
-                var += (lg[i] - mean) * (lg[i] - mean);
-            }
-            const double lse = mx + log(sum), sd = sqrt(var / hp->n_vocab);
-            diff = fmax(diff, fmax(fabs(lse - rs->lse), fmax(fabs(mean - rs->mean), fabs(sd - rs->std))));
-            worst = fmax(worst, diff);
+            if (model_rig_rows(&r, toks, seq, pos, B, NULL, lg, &err))
+                fail_msg("rows: %s", err.msg);
+            double diff;
+            const int am = model_ref_compare(rs, lg + (size_t)(B - 1) * r.n_vocab, r.n_vocab, &diff);
+            worst = diff > worst ? diff : worst;
             if (diff > TOL)
                 fail_msg("prompt %d step %d: max |ours - oracle| = %g > %g", pi, st, diff, TOL);
             if (am != rs->argmax) {
@@ -197,16 +91,10 @@ static void test_cpu_logits_match_the_float64_oracle_at_every_step(void **state)
         }
     }
     printf("model_logits: worst max |ours - oracle| = %.3g over %d steps (tolerance %g); near-tie top-1 flips: %d\n",
-           worst, NPROMPT * NSTEP, TOL, near_ties);
-    dev_stream_destroy(s);
-    dev_free(d, x_d);
-    dev_free(d, lg_d);
-    dev_free(d, ps_d);
-    free(x_h);
+           worst, steps, TOL, near_ties);
+    assert_int_equal(steps, 24);
     free(lg);
-    mdl_scratch_destroy(sc);
-    mdl_kv_destroy(kv);
-    mdl_model_free(m);
+    model_rig_close(&r);
     dev_platform_close(p);
 }
 
@@ -219,10 +107,8 @@ int main(void)
         return 77;
     }
     fclose(f);
-    if (load_ref()) {
-        printf("model_logits: cannot read the oracle file tests/data/ref_logits_smollm2.txt\n");
+    if (model_ref_load("tests/data/ref_logits_smollm2.txt", &g_ref))
         return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_our_tokenizer_gives_the_oracle_prompt_ids),
         cmocka_unit_test(test_cpu_logits_match_the_float64_oracle_at_every_step),

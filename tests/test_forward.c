@@ -10,6 +10,7 @@
  * so the bound leaves ~40x margin. A wrong rope pair, head mapping, norm or bias moves logits by >= 0.1
  * (checked by mutation: flipping the rope layout gives 0.3-0.5). */
 #include <math.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -577,6 +578,81 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
     unlink(tm.path);
 }
 
+/* Two stage streams on one device sharing the hidden state x: with the event wait the checker is silent;
+ * without it, stage 1's first kernel (rmsnorm reading x) is reported against stage 0's last write of x:
+ * the kernels' access lists are what make the missing wait visible. In the no-wait round a semaphore
+ * (host functions on the streams, invisible to the checker's vector clocks) still makes stage 1 run after
+ * stage 0 in real time, so the program never races for real and stays clean under TSan. */
+static void post_sem(void *sem) { sem_post(sem); }
+static void wait_sem(void *sem) { sem_wait(sem); }
+
+static void test_a_stage_that_skips_its_event_wait_is_reported_as_a_race(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q8_0, 0, 23);
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    dev_device *d = dev_platform_device(p, 0);
+    mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err);
+    assert_non_null(m);
+    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, &err);
+    mdl_scratch *sc0 = mdl_scratch_create(m, d, T, &err), *sc1 = mdl_scratch_create(m, d, T, &err);
+    dev_stream *s0 = dev_stream_create(d, "stage0", &err), *s1 = dev_stream_create(d, "stage1", &err);
+    dev_event *ev = dev_event_create(d, &err);
+    float *x = dev_malloc(d, sizeof(float) * T * E, &err);
+    int32_t *ps = dev_malloc(d, sizeof(int32_t) * 2 * T, &err);
+    assert_true(kv && sc0 && sc1 && s0 && s1 && ev && x && ps);
+    int32_t ps_h[2 * T] = { 0 };
+    for (int t = 0; t < T; t++)
+        ps_h[t] = t;
+    float x_h[T * E];
+    assert_int_equal(mdl_embed_rows(m, k_prompt, T, x_h, &err), 0);
+    sem_t sem;
+    sem_init(&sem, 0, 0);
+    for (int wait = 1; wait >= 0; wait--) {
+        dev_race_reset(p);
+        assert_int_equal(dev_copy_h2d_async(s0, x, x_h, sizeof x_h), 0);
+        assert_int_equal(dev_copy_h2d_async(s0, ps, ps_h, sizeof ps_h), 0);
+        assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x, ps, ps + T, T, 0, 1, &err), 0);
+        assert_int_equal(dev_event_record_async(ev, s0), 0);
+        if (wait) { /* ordered by ev: stage 0 wrote x (and the layer-0 cache) before it */
+            assert_int_equal(dev_stream_wait_event_async(s1, ev), 0);
+        } else {    /* real-time order only: stage 1 starts after stage 0 posted */
+            assert_int_equal(dev_host_fn_async(s0, post_sem, &sem), 0);
+            assert_int_equal(dev_host_fn_async(s1, wait_sem, &sem), 0);
+        }
+        assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x, ps, ps + T, T, 1, L, &err), 0);
+        dev_stream_sync(s1, NULL);
+        dev_stream_sync(s0, NULL);
+        if (wait)
+            assert_int_equal(dev_race_count(p), 0);
+        else {
+            char why[512];
+            assert_true(dev_race_first(p, why, sizeof why) > 0);
+            printf("  reported: %s\n", why);
+            assert_non_null(strstr(why, "stage1")); /* the stream that skipped its wait */
+        }
+        /* the streams' sticky errors are not what this test is about: start the next round clean */
+        dev_stream_destroy(s0);
+        dev_stream_destroy(s1);
+        s0 = dev_stream_create(d, "stage0", &err);
+        s1 = dev_stream_create(d, "stage1", &err);
+    }
+    dev_stream_destroy(s0);
+    dev_stream_destroy(s1);
+    sem_destroy(&sem);
+    dev_event_destroy(ev);
+    dev_free(d, x);
+    dev_free(d, ps);
+    mdl_scratch_destroy(sc0);
+    mdl_scratch_destroy(sc1);
+    mdl_kv_destroy(kv);
+    mdl_model_free(m);
+    dev_platform_close(p);
+    unlink(tm.path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -589,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
         cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
+        cmocka_unit_test(test_a_stage_that_skips_its_event_wait_is_reported_as_a_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,13 +8,15 @@ token ids come from a HuggingFace `tokenizers` ByteLevel BPE built from the GGUF
 test feeds exactly these ids and does not depend on our tokenizer.
 
 For each prompt: logits after the prompt, then greedy-decode 7 more tokens (8 logit vectors per prompt).
+Archs: llama (rope pairs 2i, 2i+1) and qwen2 (NeoX pairs i, i + d/2, attn_q/k/v biases).
 Output (text, one record per step):
   Q <prompt index> <text>                          the prompt text (rest of the line)
   P <prompt index> <n tokens> <ids...>             the prompt's token ids
   S <prompt> <step> <fed token> <argmax> <logsumexp> <mean> <std>
   T <id>:<logit> x20                                top-20 ids by logit, descending
-  F <id>:<logit> x64                                fixed probe ids (every 768th id), for max-abs diff
-Usage: ref_logits.py MODEL.gguf OUT.txt
+  F <id>:<logit> ...                               fixed probe ids (every n_vocab//64-th id), for max-abs diff
+Usage: ref_logits.py MODEL.gguf OUT.txt                 the 3 text prompts below (needs the GGUF's vocab)
+       ref_logits.py MODEL.gguf OUT.txt --ids 5,17,42   one prompt given as token ids (tiny test models)
 """
 import sys
 
@@ -29,7 +31,6 @@ PROMPTS = [
 ]
 STEPS = 8
 TOPK = 20
-PROBE_STRIDE = 768
 
 
 def field(r, key):
@@ -37,10 +38,11 @@ def field(r, key):
     return f.contents()
 
 
-def main(path, out_path):
+def main(path, out_path, ids_arg=None):
     r = gguf.GGUFReader(path)
     arch = field(r, "general.architecture")
-    assert arch == "llama", arch
+    assert arch in ("llama", "qwen2"), arch
+    neox = arch == "qwen2"
     n_layer = field(r, f"{arch}.block_count")
     n_head = field(r, f"{arch}.attention.head_count")
     n_head_kv = field(r, f"{arch}.attention.head_count_kv")
@@ -60,32 +62,42 @@ def main(path, out_path):
     layers = []
     for il in range(n_layer):
         p = f"blk.{il}."
-        layers.append({k: W(p + k + ".weight") for k in
-                       ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                        "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]})
+        L = {k: W(p + k + ".weight") for k in
+             ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+              "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]}
+        for k in ["attn_q", "attn_k", "attn_v"]:
+            L[k + ".bias"] = W(p + k + ".bias") if neox else 0.0
+        layers.append(L)
     out_norm = W("output_norm.weight")
 
-    # tokenizer from the GGUF vocab/merges
-    toks = field(r, "tokenizer.ggml.tokens")
-    merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
-    vocab = {t: i for i, t in enumerate(toks)}
-    tk = Tokenizer(models.BPE(vocab, merges))
-    tk.decoder = decoders.ByteLevel()
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    if ids_arg is None:  # tokenizer from the GGUF vocab/merges
+        toks = field(r, "tokenizer.ggml.tokens")
+        merges = [tuple(m.split(" ", 1)) for m in field(r, "tokenizer.ggml.merges")]
+        vocab = {t: i for i, t in enumerate(toks)}
+        tk = Tokenizer(models.BPE(vocab, merges))
+        tk.decoder = decoders.ByteLevel()
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        prompts = [(p, tk.encode(p).ids) for p in PROMPTS]
+        source = "prompt ids from a tokenizers BPE over the GGUF vocab"
+    else:
+        tk = None
+        prompts = [(None, [int(t) for t in ids_arg.split(",")])]
+        source = "prompt ids given"
 
     def rms(x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
-    def rope(x, T):  # x (T, heads, hd); llama (GGUF) layout: pairs (2i, 2i+1)
+    def rope(x, T):  # x (T, heads, hd); llama (GGUF): pairs (2i, 2i+1); qwen2 (NeoX): (i, i + hd/2)
         i = np.arange(hd // 2)
         theta = np.arange(T)[:, None] * base ** (-2.0 * i / hd)[None, :]
         c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
-        x0, x1 = x[..., 0::2], x[..., 1::2]
+        a, b = (slice(0, hd // 2), slice(hd // 2, hd)) if neox else (slice(0, None, 2), slice(1, None, 2))
+        x0, x1 = x[..., a], x[..., b]
         y = np.empty_like(x)
-        y[..., 0::2] = x0 * c - x1 * s
-        y[..., 1::2] = x0 * s + x1 * c
+        y[..., a] = x0 * c - x1 * s
+        y[..., b] = x0 * s + x1 * c
         return y
 
     def forward(ids):  # returns the logits of the last position
@@ -95,9 +107,9 @@ def main(path, out_path):
         g = n_head // n_head_kv
         for L in layers:
             h = rms(x, L["attn_norm"])
-            q = rope((h @ L["attn_q"].T).reshape(T, n_head, hd), T)
-            k = rope((h @ L["attn_k"].T).reshape(T, n_head_kv, hd), T)
-            v = (h @ L["attn_v"].T).reshape(T, n_head_kv, hd)
+            q = rope((h @ L["attn_q"].T + L["attn_q.bias"]).reshape(T, n_head, hd), T)
+            k = rope((h @ L["attn_k"].T + L["attn_k.bias"]).reshape(T, n_head_kv, hd), T)
+            v = (h @ L["attn_v"].T + L["attn_v.bias"]).reshape(T, n_head_kv, hd)
             att = np.empty((T, n_head, hd))
             for hh in range(n_head):
                 sc = q[:, hh, :] @ k[:, hh // g, :].T / np.sqrt(hd) + mask
@@ -111,11 +123,11 @@ def main(path, out_path):
         return rms(x[-1], out_norm) @ out_w.T
 
     with open(out_path, "w") as f:
-        f.write(f"# SmolLM2 float64 numpy oracle: {path.split('/')[-1]}; {len(PROMPTS)} prompts x {STEPS} "
-                f"greedy steps; prompt ids from a tokenizers BPE over the GGUF vocab\n")
-        for pi, prompt in enumerate(PROMPTS):
-            ids = tk.encode(prompt).ids
-            f.write(f"Q {pi} {prompt}\n")
+        f.write(f"# {arch} float64 numpy oracle: {path.split('/')[-1]}; {len(prompts)} prompts x {STEPS} "
+                f"greedy steps; {source}\n")
+        for pi, (prompt, ids) in enumerate(prompts):
+            if prompt is not None:
+                f.write(f"Q {pi} {prompt}\n")
             f.write(f"P {pi} {len(ids)} {' '.join(map(str, ids))}\n")
             seq = list(ids)
             for st in range(STEPS):
@@ -125,13 +137,17 @@ def main(path, out_path):
                 f.write(f"S {pi} {st} {seq[-1]} {am} {lse:.6f} {lg.mean():.6f} {lg.std():.6f}\n")
                 top = np.argsort(-lg, kind="stable")[:TOPK]
                 f.write("T " + " ".join(f"{i}:{lg[i]:.6f}" for i in top) + "\n")
-                probes = range(0, len(lg), PROBE_STRIDE)
+                probes = range(0, len(lg), len(lg) // 64)
                 f.write("F " + " ".join(f"{i}:{lg[i]:.6f}" for i in probes) + "\n")
                 seq.append(am)
-            print(f"prompt {pi}: {prompt!r} -> {tk.decode(seq[len(ids):])!r}", file=sys.stderr)
+            shown = tk.decode(seq[len(ids):]) if tk else seq[len(ids):]
+            print(f"prompt {pi}: {prompt!r} -> {shown!r}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) == 3:
+        main(sys.argv[1], sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[3] == "--ids":
+        main(sys.argv[1], sys.argv[2], sys.argv[4])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,42 @@
+/* Test helper: the oracle files written by tools/ref/ref_logits.py (tests/data/ref_logits_*.txt) and the
+ * comparison of our logits against one of their steps. */
+#ifndef TESTS_MODEL_REF_H
+#define TESTS_MODEL_REF_H
+
+#include <stdint.h>
+
+#define MODEL_REF_PROMPTS 4
+#define MODEL_REF_STEPS 8
+#define MODEL_REF_TOP 20
+#define MODEL_REF_PROBES 96
+#define MODEL_REF_TOKENS 64
+
+typedef struct model_ref_step {
+    int fed, argmax;              /* the token fed at this step; the oracle's argmax after it */
+    double lse, mean, std;        /* full-vector logsumexp, mean and std of the oracle's logits */
+    int n_top, n_probe;
+    int top_id[MODEL_REF_TOP], probe_id[MODEL_REF_PROBES];
+    double top[MODEL_REF_TOP], probe[MODEL_REF_PROBES];
+} model_ref_step;
+
+typedef struct model_ref_prompt {
+    char text[256];               /* "" when the file gave ids only */
+    int n;                        /* prompt tokens */
+    int32_t ids[MODEL_REF_TOKENS];
+    int n_steps;
+    model_ref_step step[MODEL_REF_STEPS];
+} model_ref_prompt;
+
+typedef struct model_ref {
+    int n_prompt;
+    model_ref_prompt prompt[MODEL_REF_PROMPTS];
+} model_ref;
+
+/* Parse $MEMRA_SRC_DIR/<rel> (or ./<rel>) into r. Returns 0, or -1 after printing why. */
+int model_ref_load(const char *rel, model_ref *r);
+
+/* Compare logits (n_vocab) with step rs: the max abs difference over the oracle's top ids, its probe ids
+ * and the full-vector lse/mean/std goes to *diff; returns our argmax (lowest index on ties). */
+int model_ref_compare(const model_ref_step *rs, const float *logits, int n_vocab, double *diff);
+
+#endif
