@@ -18,6 +18,8 @@
 #ifdef MEMRA_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
+#include "device/dev.h"
+#include "kernels/krn.h"
 #include "kernels/cuda/krn_cuda.h"
 #include "support/cuda_ref.h"
 
@@ -483,6 +485,63 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
     free(x);
 }
 
+/* The op table (kernels/krn.c) sends a CUDA dev_stream to these kernels: krn_matmul_async on every visible
+ * GPU, each launched while GPU 0 is the thread's current device (the adapter switches and restores),
+ * gives the bits of the raw call. */
+static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state) {
+    (void)state;
+    const cuda_ref_type *t = &CUDA_REF_TYPES[4]; /* q4_0 */
+    const int n_out = 37, n_in = 32 * 67, B = 3;
+    const size_t wbytes = (size_t)n_out * (n_in / 32) * 18, xb = sizeof(float) * (size_t)B * n_in;
+    const size_t yb = sizeof(float) * (size_t)B * n_out;
+    uint8_t *hw = malloc(wbytes);
+    float *hx = malloc(xb), *ref = malloc(yb), *got = malloc(yb);
+    for (int r = 0; r < n_out; r++)
+        cuda_ref_rand_row(t, hw + (size_t)r * (wbytes / n_out), n_in);
+    cuda_ref_rand_floats(hx, (size_t)B * n_in);
+    uint8_t *dw = dupload(hw, wbytes);
+    float *dx = dupload(hx, xb), *dy = dalloc(yb);
+    krn_weight W = {t->type, n_out, n_in, dw};
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
+    sync_both();
+    download(ref, dy, yb);
+
+    dev_platform *p = dev_platform_open(DEV_KIND_CUDA, 0, &err);
+    if (!p)
+        fail_msg("dev_platform_open(cuda): %s", err.msg);
+    int ran = 0;
+    for (int o = 0; o < dev_platform_count(p); o++) {
+        dev_device *d = dev_platform_device(p, o);
+        dev_stream *s = dev_stream_create(d, "krn", &err);
+        assert_non_null(s);
+        void *w = dev_malloc(d, wbytes, &err), *x = dev_malloc(d, xb, &err), *y = dev_malloc(d, yb, &err);
+        assert_true(w && x && y);
+        assert_int_equal(dev_copy_h2d_sync(d, w, hw, wbytes, &err), 0);
+        assert_int_equal(dev_copy_h2d_sync(d, x, hx, xb, &err), 0);
+        CK(cudaSetDevice(0));
+        krn_weight Wd = {t->type, n_out, n_in, w};
+        assert_int_equal(krn_matmul_async(s, y, &Wd, x, B), 0);
+        int cur = -1;
+        CK(cudaGetDevice(&cur));
+        assert_int_equal(cur, 0); /* the adapter restored the caller's device */
+        assert_int_equal(dev_copy_d2h_async(s, got, y, yb), 0);
+        assert_int_equal(dev_stream_sync(s, &err), 0);
+        if (memcmp(got, ref, yb) != 0)
+            fail_msg("krn_matmul_async on %s differs from the raw call", dev_device_name(d));
+        ran++;
+        dev_free(d, w);
+        dev_free(d, x);
+        dev_free(d, y);
+        dev_stream_destroy(s);
+    }
+    assert_true(ran >= 1);
+    dev_platform_close(p);
+    CK(cudaSetDevice(0));
+    cudaFree(dw); cudaFree(dx); cudaFree(dy);
+    free(hw); free(hx); free(ref); free(got);
+}
+
 static int setup(void **state) {
     (void)state;
     if (cudaStreamCreateWithFlags(&g_s1, cudaStreamNonBlocking) != cudaSuccess)
@@ -517,6 +576,7 @@ int main(void) {
         cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),
         cmocka_unit_test(test_swiglu_add_and_add_bias_match_reference),
         cmocka_unit_test(test_argmax_takes_the_lowest_index_on_ties),
+        cmocka_unit_test(test_op_table_runs_these_kernels_on_each_devices_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -75,7 +75,8 @@ int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B
 
 /* ---- dev_stream adapters: krn_cuda_<op>(s, same arguments as krn_<op>_async), the form kernels/krn.c
  * dispatches to. Each calls its _async twin on dev_stream_native(s) with err = NULL (the status code is
- * all that comes back; call the _async form directly for the message). s must be a CUDA stream. ---- */
+ * all that comes back; call the _async form directly for the message). s must be a CUDA stream; its
+ * device is made current for the launch and the caller's current device restored. ---- */
 int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
 int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);

@@ -1,21 +1,40 @@
 /* dev_stream adapters of the CUDA op table: krn_cuda_<op>(dev_stream *s, ...) -> krn_cuda_<op>_async on
- * dev_stream_native(s). kernels/krn.c calls these for streams of a CUDA device. A stream without a native
- * handle (not a CUDA stream) is MEMRA_E_INVAL. Shared mutable state: none. */
+ * dev_stream_native(s). kernels/krn.c calls these for streams of a CUDA device. The device layer never
+ * changes a thread's current device, so each adapter makes the stream's device current for the launch and
+ * restores the caller's afterwards (cudaGetDevice is a thread-local read; cudaSetDevice runs only when the
+ * devices differ). A stream without a native handle (not a CUDA stream) is MEMRA_E_INVAL.
+ * Shared mutable state: none (the current device is per host thread). */
 #include "kernels/cuda/krn_cuda_util.cuh"
 
-static cudaStream_t native(dev_stream *s, int *ok) {
+/* Make s's device current; *prev = the caller's. 0, MEMRA_E_INVAL (not a CUDA stream) or MEMRA_E_DEVICE. */
+static int adapt_begin(dev_stream *s, cudaStream_t *st, int *prev) {
     void *h = s ? dev_stream_native(s) : NULL;
-    *ok = h != NULL;
-    return (cudaStream_t)h;
+    if (!h)
+        return MEMRA_E_INVAL;
+    const int ord = dev_device_ordinal(dev_stream_device(s));
+    if (cudaGetDevice(prev) != cudaSuccess || (*prev != ord && cudaSetDevice(ord) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        return MEMRA_E_DEVICE;
+    }
+    *st = (cudaStream_t)h;
+    return 0;
+}
+
+static void adapt_end(int prev) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev)
+        cudaSetDevice(prev);
 }
 
 #define ADAPT(call)                                                                                            \
     do {                                                                                                       \
-        int ok;                                                                                                \
-        cudaStream_t st = native(s, &ok);                                                                      \
-        if (!ok)                                                                                               \
-            return MEMRA_E_INVAL;                                                                              \
-        return call;                                                                                           \
+        cudaStream_t st;                                                                                       \
+        int prev_, rc_ = adapt_begin(s, &st, &prev_);                                                          \
+        if (rc_)                                                                                               \
+            return rc_;                                                                                        \
+        rc_ = (call);                                                                                          \
+        adapt_end(prev_);                                                                                      \
+        return rc_;                                                                                            \
     } while (0)
 
 extern "C" int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps) {

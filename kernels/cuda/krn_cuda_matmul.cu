@@ -52,8 +52,13 @@ static __device__ __forceinline__ float u2f_off(uint32_t v, float off) {
     return __uint_as_float(0x4B000000u | v) - (8388608.0f + off);
 }
 
-/* Nibble i (low: shift 0, high: shift 4) of the 4 bytes of q, minus off, as a float. */
-#define NIB(q, i, shift, off) u2f_off(((q) >> (8 * (i) + (shift))) & 0xFu, (off))
+/* Byte i of q minus off, as a float, exactly: one byte permute puts the byte under the exponent bits of
+ * 2^23 (0x4B0000bb), one add removes 2^23 + off. Unpack 4 packed values with a mask first, then 4 of these. */
+static __device__ __forceinline__ float byte_f(uint32_t q, int i, float off) {
+    return __uint_as_float(__byte_perm(q, 0x4B000000u, 0x7440u | (unsigned)i)) - (8388608.0f + off);
+}
+#define LO4(q) ((q) & 0x0F0F0F0Fu)        /* low nibble of each byte */
+#define HI4(q) (((q) >> 4) & 0x0F0F0F0Fu) /* high nibble of each byte */
 
 /* ---- one sub-item per type: bp = the block in shared memory, xb = x at the block's first element
  * (row 0; row b at xb + b*n_in), acc[b] += the sub-item's part of row b's dot product ---- */
@@ -64,8 +69,9 @@ static __device__ __forceinline__ void sub_q4_0(const uint8_t *bp, int k, const 
                                                 float (&acc)[NB]) {
     const float d = krn_h2f(ld_u16(bp));
     const uint32_t q = ld_u32_2(bp + 2 + 4 * k);
-    float l0 = NIB(q, 0, 0, 8.0f), l1 = NIB(q, 1, 0, 8.0f), l2 = NIB(q, 2, 0, 8.0f), l3 = NIB(q, 3, 0, 8.0f);
-    float h0 = NIB(q, 0, 4, 8.0f), h1 = NIB(q, 1, 4, 8.0f), h2 = NIB(q, 2, 4, 8.0f), h3 = NIB(q, 3, 4, 8.0f);
+    const uint32_t lo = LO4(q), hi = HI4(q);
+    float l0 = byte_f(lo, 0, 8.0f), l1 = byte_f(lo, 1, 8.0f), l2 = byte_f(lo, 2, 8.0f), l3 = byte_f(lo, 3, 8.0f);
+    float h0 = byte_f(hi, 0, 8.0f), h1 = byte_f(hi, 1, 8.0f), h2 = byte_f(hi, 2, 8.0f), h3 = byte_f(hi, 3, 8.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in;
@@ -82,8 +88,9 @@ static __device__ __forceinline__ void sub_q4_1(const uint8_t *bp, int k, const 
                                                 float (&acc)[NB]) {
     const float d = krn_h2f(ld_u16(bp)), m = krn_h2f(ld_u16(bp + 2));
     const uint32_t q = ld_u32_2(bp + 4 + 4 * k);
-    float l0 = NIB(q, 0, 0, 0.0f), l1 = NIB(q, 1, 0, 0.0f), l2 = NIB(q, 2, 0, 0.0f), l3 = NIB(q, 3, 0, 0.0f);
-    float h0 = NIB(q, 0, 4, 0.0f), h1 = NIB(q, 1, 4, 0.0f), h2 = NIB(q, 2, 4, 0.0f), h3 = NIB(q, 3, 4, 0.0f);
+    const uint32_t lo = LO4(q), hi = HI4(q);
+    float l0 = byte_f(lo, 0, 0.0f), l1 = byte_f(lo, 1, 0.0f), l2 = byte_f(lo, 2, 0.0f), l3 = byte_f(lo, 3, 0.0f);
+    float h0 = byte_f(hi, 0, 0.0f), h1 = byte_f(hi, 1, 0.0f), h2 = byte_f(hi, 2, 0.0f), h3 = byte_f(hi, 3, 0.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in;
@@ -100,12 +107,13 @@ template <int NB>
 static __device__ __forceinline__ void sub_q8_0(const uint8_t *bp, int k, const float *xb, int n_in,
                                                 float (&acc)[NB]) {
     const float d = krn_h2f(ld_u16(bp));
-    const uint32_t q0 = ld_u32_2(bp + 2 + 8 * k), q1 = ld_u32_2(bp + 6 + 8 * k);
+    /* int8 b = (b ^ 0x80) - 128 */
+    const uint32_t q0 = ld_u32_2(bp + 2 + 8 * k) ^ 0x80808080u, q1 = ld_u32_2(bp + 6 + 8 * k) ^ 0x80808080u;
     float w[8];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        w[i] = u2f_off(((q0 >> (8 * i)) & 0xFFu) ^ 0x80u, 128.0f); /* int8 b: (b ^ 0x80) - 128 */
-        w[4 + i] = u2f_off(((q1 >> (8 * i)) & 0xFFu) ^ 0x80u, 128.0f);
+        w[i] = byte_f(q0, i, 128.0f);
+        w[4 + i] = byte_f(q1, i, 128.0f);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -144,8 +152,9 @@ static __device__ __forceinline__ void sub_q4_k(const uint8_t *bp, int s, const 
     q4k_scale_min(2 * p + 1, bp + 4, &sc2, &m2);
     const float d1 = d * sc1, d2 = d * sc2, n1 = dmin * m1, n2 = dmin * m2;
     const uint32_t q = ld_u32_2(bp + 16 + 32 * p + 4 * k);
-    float l0 = NIB(q, 0, 0, 0.0f), l1 = NIB(q, 1, 0, 0.0f), l2 = NIB(q, 2, 0, 0.0f), l3 = NIB(q, 3, 0, 0.0f);
-    float h0 = NIB(q, 0, 4, 0.0f), h1 = NIB(q, 1, 4, 0.0f), h2 = NIB(q, 2, 4, 0.0f), h3 = NIB(q, 3, 4, 0.0f);
+    const uint32_t lo = LO4(q), hi = HI4(q);
+    float l0 = byte_f(lo, 0, 0.0f), l1 = byte_f(lo, 1, 0.0f), l2 = byte_f(lo, 2, 0.0f), l3 = byte_f(lo, 3, 0.0f);
+    float h0 = byte_f(hi, 0, 0.0f), h1 = byte_f(hi, 1, 0.0f), h2 = byte_f(hi, 2, 0.0f), h3 = byte_f(hi, 3, 0.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in + 64 * p + 4 * k;
@@ -173,14 +182,16 @@ static __device__ __forceinline__ void sub_q6_k(const uint8_t *bp, int s, const 
     const float d = krn_h2f(ld_u16(bp + 208));
     const float d1 = d * u2f_off(scu[0] ^ 0x80u, 128.0f), d2 = d * u2f_off(scu[2] ^ 0x80u, 128.0f);
     const float d3 = d * u2f_off(scu[4] ^ 0x80u, 128.0f), d4 = d * u2f_off(scu[6] ^ 0x80u, 128.0f);
+    /* the four 6-bit values of each l, 4 bytes at a time: nibble | 2 bits of qh moved to bits 4-5 */
+    const uint32_t v1 = LO4(qa) | ((qh << 4) & 0x30303030u), v2 = LO4(qb) | ((qh << 2) & 0x30303030u);
+    const uint32_t v3 = HI4(qa) | (qh & 0x30303030u), v4 = HI4(qb) | ((qh >> 2) & 0x30303030u);
     float w1[4], w2[4], w3[4], w4[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const uint32_t a = (qa >> (8 * i)) & 0xFFu, b = (qb >> (8 * i)) & 0xFFu, h = (qh >> (8 * i)) & 0xFFu;
-        w1[i] = u2f_off((a & 0xFu) | ((h & 3u) << 4), 32.0f);
-        w2[i] = u2f_off((b & 0xFu) | (((h >> 2) & 3u) << 4), 32.0f);
-        w3[i] = u2f_off((a >> 4) | (((h >> 4) & 3u) << 4), 32.0f);
-        w4[i] = u2f_off((b >> 4) | (((h >> 6) & 3u) << 4), 32.0f);
+        w1[i] = byte_f(v1, i, 32.0f);
+        w2[i] = byte_f(v2, i, 32.0f);
+        w3[i] = byte_f(v3, i, 32.0f);
+        w4[i] = byte_f(v4, i, 32.0f);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {
