@@ -6,8 +6,8 @@
  *   msgs        messages allocated so far; growers reserve with fetch_add (cap check), stats readers
  *   waiters/gen takers sleeping at the cap (futex on gen), givers wake them
  *   counters    relaxed atomics, any thread */
-#ifndef MEMRA_TSAN
-#define _LGPL_SOURCE /* inline liburcu fast paths; TSan builds call the library (see sync.h) */
+#if !defined(MEMRA_TSAN) && !defined(MEMRA_ASAN)
+#define _LGPL_SOURCE /* inline liburcu fast paths; sanitizer builds call the library (see sync.h) */
 #endif
 #include "actors/freelist.h"
 

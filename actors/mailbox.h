@@ -8,8 +8,8 @@
  * Wake-up (zero cost while the consumer is busy): cds_wfcq_enqueue reports whether the queue was empty
  * before. Only a producer that made the queue non-empty looks at the consumer's `sleeping` word, and only
  * if the consumer announced sleep does it issue the futex wake syscall. Sleep protocol of the consumer:
- * bounded spin on the queue, then store sleeping=1, full fence, re-check the queue, futex-wait while
- * sleeping==1. The producer's enqueue is a full barrier before it reads `sleeping`; so either the
+ * optional bounded spin on the queue (opts.spin_ns), then store sleeping=1, full fence, re-check the
+ * queue, futex-wait while sleeping==1. The producer's enqueue is a full barrier before it reads `sleeping`; so either the
  * consumer's re-check sees the message or the producer sees sleeping=1 and wakes it (no lost wake-up).
  * No timed sleeps: the consumer blocks in the kernel until a producer wakes it.
  *
@@ -31,12 +31,19 @@
 
 typedef struct act_mailbox act_mailbox;
 
+/* Default consumer spin: none. Measured (docs/bench/mailbox.md): a spin shorter than the peer's whole
+ * round trip only adds its own length to every hop, and on a machine with fewer cores than busy threads
+ * it steals the peer's CPU; a long spin (tens of us) wins only when both threads own a core. Actors that
+ * have dedicated cores and a latency-critical peer set opts.spin_ns (e.g. 50000). */
+#define ACT_SPIN_NS_DEFAULT 0
+
 /* Creation options; a zeroed struct (or NULL) means defaults. */
 typedef struct act_mailbox_opts {
     uint32_t chunk_msgs;   /* free-list growth chunk in messages (0 = 64) */
     uint64_t max_msgs;     /* cap on the free list (0 = unbounded); at the cap alloc waits or fails */
     uint64_t prealloc;     /* messages allocated at creation (0 = one chunk on first use) */
-    int32_t spin;          /* consumer spin iterations before sleeping (0 = default 200, <0 = never spin) */
+    int32_t spin_ns;       /* consumer spin before sleeping, in ns (0 = default ACT_SPIN_NS_DEFAULT, < 0 = never
+                            * spin; at most 1e6) */
 } act_mailbox_opts;
 
 typedef struct act_mailbox_stats {
@@ -48,7 +55,8 @@ typedef struct act_mailbox_stats {
     act_freelist_stats free; /* the mailbox's free list */
 } act_mailbox_stats;
 
-/* A mailbox named `name` (copied). Returns NULL + err (MEMRA_E_INVAL, MEMRA_E_NOMEM). */
+/* A mailbox named `name` (copied). Returns NULL + err (MEMRA_E_INVAL: spin_ns > 1e6 or a bad free-list
+ * option, MEMRA_E_NOMEM). */
 act_mailbox *act_mailbox_create(const char *name, const act_mailbox_opts *opts, dev_err *err);
 
 /* Destroy: messages still queued are given back, then every chunk of the free list is freed. The caller
@@ -67,8 +75,8 @@ int act_mailbox_post(act_mailbox *mb, act_msg *m);
  * Never sleeps (may yield briefly while a producer is between its two enqueue steps). */
 act_msg *act_mailbox_try_take(act_mailbox *mb);
 
-/* Consumer only: the next message; when the queue is empty spins up to opts.spin iterations, then sleeps
- * until a producer posts. Never returns NULL. */
+/* Consumer only: the next message; when the queue is empty spins up to opts.spin_ns, then sleeps until
+ * a producer posts. Never returns NULL. */
 act_msg *act_mailbox_take(act_mailbox *mb);
 
 /* True when the consumer is asleep (or committed to sleep) right now; a snapshot for tests/traces. */

@@ -368,6 +368,8 @@ int act_gate_run(act_pp *rt, const act_gate_params *p, act_gate_report *rep, dev
     }
     act_pp_counters c0, c1;
     act_pp_get_counters(rt, &c0);
+    dev_platform *plat = dev_device_platform(act_pp_stage_device(rt, 0));
+    uint64_t races0 = dev_race_count(plat);
     rep->counter_before = counter_of(rt, p->arm, &rep->counter_name);
     uint64_t pb0 = c0.prime_batches;
     int r;
@@ -403,6 +405,13 @@ int act_gate_run(act_pp *rt, const act_gate_params *p, act_gate_report *rep, dev
     rep->pass = 0;
     if (rep->mismatches > 0)
         return 0; /* msg names the first differing step */
+    if (dev_race_count(plat) > races0) {
+        char first[256];
+        dev_race_first(plat, first, sizeof first);
+        snprintf(rep->msg, sizeof rep->msg, "the stream-order checker reported %llu race(s); first: %s",
+                 (unsigned long long)(dev_race_count(plat) - races0), first);
+        return 0;
+    }
     if (N < 2) {
         snprintf(rep->msg, sizeof rep->msg, "the pipeline door is shut (N=1): nothing was split, the comparison is "
                                             "vacuous; set MEMRA_PP_STAGES>=2");

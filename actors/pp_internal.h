@@ -87,7 +87,7 @@ struct pp_stage {
     dev_event *staging_ev[PP_STAGING_RING];
     int staging_next;
     /* device-side stats (marker callbacks on this stage's stream) */
-    _Atomic uint64_t busy_ns, walks;
+    _Atomic uint64_t busy_ns, walks, begins;
 };
 
 struct act_pp {
@@ -124,6 +124,7 @@ struct act_pp {
         _Atomic uint64_t split_steps, pipe_overlaps, unsplit_steps, batch_split_steps, prime_split_chunks,
             prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done;
     } ctr;
+    _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;
     _Atomic int jitter_us;
     uint64_t jitter_seed;

@@ -30,6 +30,7 @@ void pp_walk_begin(void *arg)
         if (mk->rec->kind == ACT_STEP_PRIME || mk->rec->kind == ACT_STEP_PRIME_BATCH)
             atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
     }
+    atomic_fetch_add(&st->begins, 1);
     mk->t0_ns = now_ns();
 }
 
@@ -41,11 +42,19 @@ void pp_walk_end(void *arg)
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
     int rv_ms = atomic_load(&rt->rendezvous_ms);
-    if (rv_ms > 0 && st->s > 0) {
-        /* test hook: hold this walk open until another stage is mid-walk (bounded), so overlap is forced */
+    /* Test hook: hold this walk open (bounded) until another stage is mid-walk, so the overlap counter never
+     * depends on timing — but only while stage s-1 can still begin a later walk without us: it holds the
+     * steps we have not received yet in at most k_eff slots, so it can begin up to step w + k_eff + 1 (w =
+     * the step we are walking) before its send blocks on a slot only our next receive frees. */
+    uint64_t w = atomic_load(&st->walks), k_eff = mk->rec->seams.overlap ? (uint64_t)rt->cfg.slots : 1;
+    uint64_t posted = atomic_load(&rt->posted), limit = w + k_eff + 2 < posted ? w + k_eff + 2 : posted;
+    if (rv_ms > 0 && st->s > 0 && atomic_load(&rt->stage[st->s - 1].begins) < limit) {
         uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        while (!(atomic_load(&rt->active_mask) & ~bit) && now_ns() < deadline)
+        uint64_t seen = atomic_load(&rt->ctr.pipe_overlaps);
+        /* done once another stage is mid-walk, or one began (and maybe ended) while we were held open */
+        while (!(atomic_load(&rt->active_mask) & ~bit) && atomic_load(&rt->ctr.pipe_overlaps) == seen &&
+               atomic_load(&rt->stage[st->s - 1].begins) < limit && now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);

@@ -76,16 +76,17 @@ static int ref_init(act_pp *rt, dev_err *err)
     return 0;
 }
 
-/* Runs rec on the primary stream, host-synchronously. ranges: 1 = the whole trunk in one walk with its own
- * KV (the reference arm); N = the per-stage ranges with two plain d2d copies per boundary on this one stream
- * and the split arm's KV (the MEMRA_PP_STREAMS=0 seam). Logits rows go to out (host). */
-static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, float *out, dev_err *err)
+/* Runs rec on the primary stream, host-synchronously. ranges: 1 = the whole trunk in one walk; N = the
+ * per-stage ranges with two plain d2d copies per boundary on this one stream (the MEMRA_PP_STREAMS=0 seam).
+ * own_kv: 1 = the reference arm's own KV cache, 0 = the runtime's (stage-owned) cache, so an A/B seam's
+ * unsplit body continues the same sequences the split arm runs. Logits rows go to out (host). */
+static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float *out, dev_err *err)
 {
     int r;
     if ((r = ref_init(rt, err)) != 0)
         return r;
     mdl_kv *kv = rt->kv;
-    if (ranges == 1) {
+    if (own_kv) {
         if (!rt->ref_kv) {
             dev_device **dev = malloc((size_t)rt->n_layer * sizeof *dev);
             if (!dev)
@@ -142,7 +143,7 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
         return err->code;
-    r = run_on_primary(rt, rec, 1, logits_out, err);
+    r = run_on_primary(rt, rec, 1, 1, logits_out, err);
     if (r == 0) {
         atomic_fetch_add(&rt->ctr.unsplit_steps, 1);
         if (st->kind == ACT_STEP_PRIME_BATCH)
@@ -158,7 +159,9 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
     act_pending *p = pp_pending_get(rt, rec->out_rows, err);
     if (!p)
         return err->code;
-    int r = run_on_primary(rt, rec, ranges, p->host, err);
+    /* ordered by the drain: every split step touching the stage-owned KV has completed (host sync) */
+    act_pp_drain(rt, NULL);
+    int r = run_on_primary(rt, rec, ranges, 0, p->host, err);
     if (r == 0) {
         if (ranges > 1)
             atomic_fetch_add(&rt->ctr.split_steps, 1);
@@ -230,6 +233,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     rt->inflight++;
     pthread_mutex_unlock(&rt->inflight_lock);
     act_pending *p = rec->pending;
+    atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
         pthread_mutex_lock(&rt->inflight_lock);

@@ -4,6 +4,10 @@
  *     so in TSan builds (MEMRA_TSAN) every hand-off of a message through a liburcu structure is declared
  *     by hand: ACT_TSAN_RELEASE(m) right before the push/enqueue, ACT_TSAN_ACQUIRE(m) right after the
  *     pop/dequeue that returned m. In other builds both are empty.
+ *   - liburcu inlines: the actors/ sources define _LGPL_SOURCE (inline fast paths) only in normal builds. TSan
+ *     builds must not (the inlines' plain loads would be flagged), and ASan+UBSan builds do not either:
+ *     the inline lfstack forms `&head->node` from a NULL head (liburcu's end-of-stack idiom), which
+ *     UBSan reports as a member access within a null pointer.
  * Not for use outside actors/ (the public headers never include it). */
 #ifndef ACT_SYNC_H
 #define ACT_SYNC_H

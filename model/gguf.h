@@ -83,6 +83,8 @@ int mdl_gguf_tensor_count(const mdl_gguf *g);
 const mdl_gguf_tensor *mdl_gguf_tensor_at(const mdl_gguf *g, int i);            /* NULL if out of range */
 const mdl_gguf_tensor *mdl_gguf_tensor_find(const mdl_gguf *g, const char *name); /* NULL if absent; O(log n) */
 
+/* Size in bytes of a scalar value type (u8..f64, bool); 0 for string, array or an invalid type. */
+size_t mdl_gguf_scalar_size(int type);
 /* Name of a GGUF metadata value type ("u32", "string"; "invalid" otherwise). */
 const char *mdl_gguf_type_name(int type);
 

@@ -33,7 +33,4 @@ struct mdl_gguf {
     mdl_gguf_ent *t_sorted;  /* n_tensors names sorted */
 };
 
-/* Fixed size in bytes of a scalar value type; 0 for string/array/invalid. */
-size_t mdl_gguf_scalar_size(int type);
-
 #endif

@@ -60,7 +60,8 @@ void mdl_model_free(mdl_model *m);
 const mdl_hparams *mdl_model_hparams(const mdl_model *m);
 dev_device *mdl_model_layer_device(const mdl_model *m, int il); /* NULL when il is out of range */
 dev_device *mdl_model_head_device(const mdl_model *m);
-/* Built from the GGUF's tokenizer.* keys; owned by the model. */
+/* Built from the GGUF's tokenizer.* keys; owned by the model. NULL when the file has no tokenizer.ggml.model
+ * (weights-only test models); a tokenizer that is present but invalid fails the load instead. */
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m);
 /* Architecture name as in the GGUF ("llama", "qwen2"). */
 const char *mdl_model_arch_name(const mdl_model *m);

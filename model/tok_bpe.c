@@ -85,8 +85,8 @@ int tok_bpe_init(mdl_tokenizer *t, const mdl_vocab_src *src, dev_err *err)
         t->byte_tok[b] = tok_strmap_get(t, s, (size_t)n);
         t->cp_to_byte[cps[b]] = (int16_t)b;
     }
-    if (src->n_merges == 0 || !src->merges)
-        return dev_err_set(err, MEMRA_E_FORMAT, "tokenizer.ggml.merges: a byte-level BPE vocab needs merges, got none");
+    if (src->n_merges && !src->merges)
+        return dev_err_set(err, MEMRA_E_FORMAT, "tokenizer.ggml.merges: n_merges=%u but no array", src->n_merges);
 
     uint32_t cap = 1;
     while (cap < 2u * src->n_merges + 2)

@@ -31,11 +31,11 @@ typedef struct pre_def {
 
 static const pre_def PRE_DEFS[] = {
     {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"gpt2|mpt|olmo|jais|trillion|granite-docling", 0, {RX_GPT2}},
+    {"gpt-2|gpt2|phi-2|jina-es|jina-de|gigachat|roberta-bpe|mpt|olmo|jais|trillion|granite-docling", 0, {RX_GPT2}},
     {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RX_GPT2}},
     {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2", 1, {RX_LLAMA3}},
     {"dbrx|smaug-bpe|chatglm-bpe", 0, {RX_LLAMA3}},
-    {"qwen2|qwen2.5|qwen-2.5|deepseek-r1-qwen|stablelm2|hunyuan", 0, {RX_QWEN2}},
+    {"qwen2|qwen2.5|qwen-2.5|deepseek-r1-qwen|megrez|stablelm2|hunyuan", 0, {RX_QWEN2}},
     {"tekken", 0, {RX_TEKKEN}},
 };
 
@@ -64,7 +64,7 @@ int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err)
         if (name_in(PRE_DEFS[i].names, pre))
             d = &PRE_DEFS[i];
     if (!d) {
-        char list[400] = "";
+        char list[512] = "";
         for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++) {
             strncat(list, i ? "|" : "", sizeof list - strlen(list) - 1);
             strncat(list, PRE_DEFS[i].names, sizeof list - strlen(list) - 1);

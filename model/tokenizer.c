@@ -150,7 +150,7 @@ mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err)
     } else if (tok_spm_init(t, err)) {
         goto fail;
     }
-    t->add_bos = src->add_bos >= 0 ? !!src->add_bos : (kind == TOK_KIND_SPM || t->pre.ignore_merges);
+    t->add_bos = src->add_bos >= 0 ? !!src->add_bos : (kind == TOK_KIND_SPM || t->pre.ignore_merges) && t->bos >= 0;
     t->add_eos = src->add_eos >= 0 ? !!src->add_eos : 0;
     t->add_space_prefix = kind == TOK_KIND_SPM && (src->add_space_prefix >= 0 ? !!src->add_space_prefix : 1);
     if (t->add_bos && t->bos < 0) {
@@ -236,7 +236,7 @@ static int encode_raw(const mdl_tokenizer *t, const char *s, size_t n, int prev_
 int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                  int32_t *out, int cap)
 {
-    if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > (size_t)INT32_MAX)
+    if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > (size_t)INT32_MAX / 4)
         return MEMRA_E_INVAL;
     tok_out o = {out, cap, 0};
     if (add_special && t->add_bos)

@@ -45,8 +45,9 @@ void mdl_vocab_src_init(mdl_vocab_src *src);
 typedef struct mdl_tokenizer mdl_tokenizer;
 
 /* Build a tokenizer. Fails (NULL + err) on an unknown model or pre type (the message lists the supported
- * ones), out-of-range special ids, a BPE vocab without merges, a byte-level vocab missing one of the 256
- * byte symbols, or memory. Cost: O(n_tokens + n_merges) hashing, a few MB for a 50k vocab. */
+ * ones), out-of-range special ids, add_bos/add_eos set without the id, or memory. Merges over tokens the
+ * vocab lacks are ignored; a byte whose byte-level symbol is missing is dropped from the output (as
+ * llama.cpp does). Cost: O(n_tokens + n_merges) hashing, a few MB for a 50k vocab. */
 mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err);
 void mdl_tokenizer_destroy(mdl_tokenizer *t);
 
@@ -54,8 +55,9 @@ void mdl_tokenizer_destroy(mdl_tokenizer *t);
  * tokenized as single bytes). add_special: prepend BOS / append EOS as the model asks (add_bos/add_eos).
  * parse_special: control tokens written in the text (e.g. "<|im_start|>") become their id; otherwise
  * they are tokenized as plain text. User-defined tokens are always matched.
- * Returns the number of ids written to out; -(needed) when cap is too small (nothing useful written);
- * MEMRA_E_INVAL on bad arguments, MEMRA_E_NOMEM. Cost: linear-ish in len (regex + heap BPE per word). */
+ * Returns the number of ids written to out; -(needed) when cap is too small (the first cap ids are
+ * written); MEMRA_E_INVAL on bad arguments (len over 512 MiB included), MEMRA_E_NOMEM.
+ * Cost: O(len log len) at worst (regex split + heap BPE per word); a few allocations per call. */
 int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                  int32_t *out, int cap);
 

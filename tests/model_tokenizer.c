@@ -42,18 +42,9 @@ static int teardown(void **state)
 
 static char **corpus(int *n)
 {
-    char p[4096];
-    char **lines = tok_read_lines(tok_data_path("tokenizer_corpus.txt", p, sizeof p), n);
-    assert_non_null(lines);
-    int k = 0;
-    for (int i = 0; i < *n; i++) {
-        if (lines[i][0] == '#')
-            free(lines[i]);
-        else
-            lines[k++] = lines[i];
-    }
-    *n = k;
-    return lines;
+    char **c = tok_corpus_load(n);
+    assert_non_null(c);
+    return c;
 }
 
 static void test_smollm2_ids_match_the_hf_oracle_for_every_corpus_case(void **state)
@@ -86,7 +77,7 @@ static void test_smollm2_ids_match_the_hf_oracle_for_every_corpus_case(void **st
     }
     tok_lines_free(cases, nc);
     tok_lines_free(oracle, no);
-    assert_true(checked >= 60);
+    assert_true(checked >= 300);
     assert_int_equal(bad, 0);
 }
 
@@ -181,48 +172,24 @@ static void test_smollm2_chat_template_matches_hf_apply_chat_template(void **sta
     assert_non_null(c);
     assert_int_equal(mdl_chat_kind_of(c), MDL_CHAT_CHATML);
     assert_string_equal(mdl_chat_default_system(c), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-    int nl, cases = 0;
     char p[4096];
-    char **lines = tok_read_lines(tok_data_path("chat_oracle_smollm2.txt", p, sizeof p), &nl);
-    assert_non_null(lines);
-    for (int i = 0; i < nl;) {
-        char name[64];
-        int gen, nm;
-        assert_int_equal(sscanf(lines[i], "case %63s %d %d", name, &gen, &nm), 3);
-        mdl_chat_msg msgs[8];
-        char *owned[16];
-        for (int m = 0; m < nm; m++) {
-            const char *l = lines[i + 1 + m];
-            assert_memory_equal(l, "msg ", 4);
-            const char *sp = strchr(l + 4, ' ');
-            owned[2 * m] = strndup(l + 4, (size_t)(sp - (l + 4)));
-            size_t cl;
-            owned[2 * m + 1] = tok_unescape(sp + 1, &cl);
-            msgs[m] = (mdl_chat_msg){owned[2 * m], owned[2 * m + 1]};
-        }
-        const char *out = lines[i + 1 + nm];
-        assert_memory_equal(out, "out ", 4);
-        size_t wl;
-        char *want = tok_unescape(out + 4, &wl);
+    tok_chat_case *cs;
+    int cases = tok_chat_cases_load(tok_data_path("chat_oracle_smollm2.txt", p, sizeof p), &cs);
+    for (int i = 0; i < cases; i++) {
         char got[4096];
-        long n = mdl_chat_apply(c, msgs, (size_t)nm, gen, got, sizeof got);
-        if (n != (long)wl || memcmp(got, want, wl) != 0)
-            fprintf(stderr, "chat case %s:\n got [%s]\nwant [%s]\n", name, got, want);
-        assert_int_equal(n, (long)wl);
-        assert_memory_equal(got, want, wl);
+        long n = mdl_chat_apply(c, cs[i].msgs, (size_t)cs[i].n_msgs, cs[i].add_generation_prompt, got, sizeof got);
+        if (n != (long)cs[i].want_len || memcmp(got, cs[i].want, cs[i].want_len) != 0)
+            fprintf(stderr, "chat case %s:\n got [%s]\nwant [%s]\n", cs[i].name, got, cs[i].want);
+        assert_int_equal(n, (long)cs[i].want_len);
+        assert_memory_equal(got, cs[i].want, cs[i].want_len);
         /* the rendered prompt tokenizes with the markers as single ids */
         int32_t ids[1024];
         int nt = mdl_tokenize(g_tok, got, (size_t)n, 1, 1, ids, 1024);
         assert_true(nt > 0);
         assert_int_equal(ids[0], 1);
-        free(want);
-        for (int m = 0; m < 2 * nm; m++)
-            free(owned[m]);
-        cases++;
-        i += 2 + nm;
     }
     assert_true(cases >= 6);
-    tok_lines_free(lines, nl);
+    tok_chat_cases_free(cs, cases);
     mdl_chat_destroy(c);
 }
 

@@ -132,6 +132,14 @@ static void test_free_list_refuses_a_bad_chunk_size_naming_the_limit(void **stat
     assert_non_null(strstr(err.msg, "chunk_msgs"));
 }
 
+static void test_mailbox_refuses_a_spin_longer_than_a_millisecond(void **state)
+{
+    dev_err err = { 0 };
+    assert_null(act_mailbox_create("spinny", &(act_mailbox_opts){ .spin_ns = 2000000 }, &err));
+    assert_int_equal(err.code, MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "spin_ns=2000000"));
+}
+
 typedef struct taker_arg {
     act_freelist *fl;
     act_msg *got;
@@ -509,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_free_list_prealloc_allocates_whole_chunks_up_front),
         cmocka_unit_test(test_free_list_refuses_a_bad_chunk_size_naming_the_limit),
         cmocka_unit_test(test_free_list_at_its_cap_fails_or_waits_for_a_give),
+        cmocka_unit_test(test_mailbox_refuses_a_spin_longer_than_a_millisecond),
         cmocka_unit_test(test_idle_consumer_sleeps_and_one_post_wakes_it_once),
         cmocka_unit_test(test_future_set_before_wait_returns_the_value_at_once),
         cmocka_unit_test(test_future_second_completion_is_refused_and_the_first_wins),

@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <cmocka.h>
 
@@ -148,6 +150,94 @@ static void test_size_classes_are_powers_of_two_from_256(void **st)
     dev_platform_close(p);
 }
 
+/* ---- soak: several streams churning one pool, workers delayed at random ---- */
+
+static unsigned long hook_counter;
+
+static void jitter_hook(void *ctx, dev_stream *s, const char *op)
+{
+    unsigned long x = __atomic_add_fetch(&hook_counter, 0x9E3779B97F4A7C15ul, __ATOMIC_RELAXED);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ul;
+    x ^= x >> 29;
+    if (x % 3)
+        return;
+    struct timespec ts = { 0, (long)(x % 80) * 1000 };
+    nanosleep(&ts, NULL);
+}
+
+enum { SOAK_WORDS = 512 };
+
+typedef struct pattern_args { uint32_t *buf; uint32_t tag; int *bad; } pattern_args;
+
+static void k_fill_pattern(void *a)
+{
+    pattern_args *pa = a;
+    for (int i = 0; i < SOAK_WORDS; i++)
+        pa->buf[i] = pa->tag + (uint32_t)i;
+}
+
+/* Reads the block back; a block handed to another stream too early would have been overwritten. */
+static void k_check_pattern(void *a)
+{
+    pattern_args *pa = a;
+    for (int i = 0; i < SOAK_WORDS; i++)
+        if (pa->buf[i] != pa->tag + (uint32_t)i)
+            (*pa->bad)++;
+}
+
+static void test_pool_churn_over_streams_keeps_blocks_private_and_race_free(void **st)
+{
+    dev_err err = { 0, "" };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    dev_device *d = dev_platform_device(p, 0);
+    dev_set_op_hook(p, jitter_hook, NULL);
+    enum { NS = 3, ITERS = 150 };
+    dev_stream *s[NS];
+    int *bad[NS];
+    for (int i = 0; i < NS; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%d", i);
+        s[i] = dev_stream_create(d, name, &err);
+        bad[i] = dev_malloc(d, sizeof(int), &err);
+    }
+    mem_pool *pool = mem_pool_create(d, &err);
+    for (int it = 0; it < ITERS; it++) {
+        for (int i = 0; i < NS; i++) {
+            uint32_t *b = mem_pool_alloc_async(pool, s[(i + it) % NS], SOAK_WORDS * 4, &err);
+            assert_non_null(b);
+            dev_stream *ss = s[(i + it) % NS];
+            int who = (i + it) % NS;
+            pattern_args pa = { b, (uint32_t)(it * 7919 + i * 104729), bad[who] };
+            dev_access wacc = { b, SOAK_WORDS * 4, DEV_WRITE };
+            dev_access racc[2] = { { b, SOAK_WORDS * 4, DEV_READ }, { bad[who], sizeof(int), DEV_RW } };
+            assert_int_equal(dev_launch_cpu_async(ss, "fill", k_fill_pattern, &pa, sizeof pa, &wacc, 1), 0);
+            assert_int_equal(dev_launch_cpu_async(ss, "check", k_check_pattern, &pa, sizeof pa, racc, 2), 0);
+            mem_pool_free_async(pool, ss, b);
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        assert_int_equal(dev_stream_sync(s[i], &err), 0);
+        assert_int_equal(*bad[i], 0);
+    }
+    char msg[512];
+    uint64_t races = dev_race_first(p, msg, sizeof msg);
+    if (races)
+        fail_msg("%llu races: %s", (unsigned long long)races, msg);
+    mem_pool_counters c;
+    mem_pool_stats(pool, &c);
+    assert_int_equal(c.allocs, NS * ITERS);
+    assert_true(c.cross_stream_deps > 0); /* the rotation hands blocks across streams */
+    assert_true(c.fresh_blocks <= NS * ITERS);
+    mem_pool_destroy(pool);
+    for (int i = 0; i < NS; i++) {
+        dev_stream_destroy(s[i]);
+        dev_free(d, bad[i]);
+    }
+    dev_set_op_hook(p, NULL, NULL);
+    dev_platform_close(p);
+}
+
 typedef struct arena_job { mem_arena *a; int ok; } arena_job;
 
 static void *arena_worker(void *arg)
@@ -203,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_free_on_a_reused_on_b_waits_for_free_point),
         cmocka_unit_test(test_reuse_on_the_same_stream_inserts_no_dependency),
         cmocka_unit_test(test_size_classes_are_powers_of_two_from_256),
+        cmocka_unit_test(test_pool_churn_over_streams_keeps_blocks_private_and_race_free),
         cmocka_unit_test(test_host_arenas_allocate_aligned_per_stage_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -252,6 +252,76 @@ static void test_copies_are_checked_and_checker_can_be_disabled(void **st)
     dev_free(f->d1, x1);
 }
 
+typedef struct part_args { float *dst; int off, n; } part_args;
+
+static void k_part(void *a)
+{
+    part_args *pa = a;
+    if (!g_touch)
+        return;
+    for (int i = 0; i < pa->n; i++)
+        pa->dst[pa->off + i] = (float)i;
+}
+
+static int write_part(dev_stream *s, float *buf, int off, int n)
+{
+    part_args a = { buf, off, n };
+    dev_access acc = { buf + off, (size_t)n * sizeof(float), DEV_WRITE };
+    return dev_launch_cpu_async(s, "write_part", k_part, &a, sizeof a, &acc, 1);
+}
+
+static void test_disjoint_ranges_of_one_buffer_do_not_race_overlapping_ones_do(void **st)
+{
+    fx *f = *st;
+    dev_err err = { 0, "" };
+    float *slots = dev_malloc(f->d0, N * sizeof(float), &err); /* two "slots" in one allocation */
+    for (int i = 0; i < LOOPS; i++) {
+        dev_race_reset(f->p);
+        assert_int_equal(write_part(f->a, slots, 0, N / 2), 0);
+        assert_int_equal(write_part(f->b, slots, N / 2, N / 2), 0);
+        dev_stream_sync(f->a, &err);
+        dev_stream_sync(f->b, &err);
+        assert_int_equal(dev_race_count(f->p), 0);
+        g_touch = 0;
+        assert_int_equal(write_part(f->a, slots, 0, N / 2 + 1), 0); /* one float into b's half */
+        assert_int_equal(write_part(f->b, slots, N / 2, N / 2), 0);
+        dev_stream_sync(f->a, &err);
+        dev_stream_sync(f->b, &err);
+        g_touch = 1;
+        char msg[512];
+        assert_true(dev_race_first(f->p, msg, sizeof msg) >= 1);
+        assert_non_null(strstr(msg, "write_part"));
+    }
+    dev_free(f->d0, slots);
+}
+
+static void test_piecewise_writes_then_ordered_whole_read_is_clean(void **st)
+{
+    fx *f = *st;
+    dev_err err = { 0, "" };
+    float *kv = dev_malloc(f->d0, N * sizeof(float), &err), *y = dev_malloc(f->d0, N * sizeof(float), &err);
+    dev_race_reset(f->p);
+    for (int row = 0; row < 256; row++) /* one "KV row" per step: more pieces than the checker keeps */
+        assert_int_equal(write_part(f->a, kv, row * 4, 4), 0);
+    assert_int_equal(dev_event_record_async(f->ev, f->a), 0);
+    assert_int_equal(dev_stream_wait_event_async(f->b, f->ev), 0);
+    assert_int_equal(consume(f->b, y, kv), 0);
+    assert_int_equal(dev_stream_sync(f->b, &err), 0);
+    assert_int_equal(dev_race_count(f->p), 0);
+    g_touch = 0;
+    assert_int_equal(consume(f->b, y, kv), 0);
+    assert_int_equal(write_part(f->a, kv, 0, 4), 0); /* a overwrites a row b reads: no event orders them */
+    assert_int_equal(dev_stream_sync(f->a, &err), 0);
+    assert_int_equal(dev_stream_sync(f->b, &err), 0);
+    g_touch = 1;
+    char msg[512];
+    assert_int_equal(dev_race_first(f->p, msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, "write_part"));
+    assert_non_null(strstr(msg, "consume"));
+    dev_free(f->d0, kv);
+    dev_free(f->d0, y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +331,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_host_sync_orders_later_work_on_other_streams, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upload_racing_a_kernel_is_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copies_are_checked_and_checker_can_be_disabled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disjoint_ranges_of_one_buffer_do_not_race_overlapping_ones_do, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_piecewise_writes_then_ordered_whole_read_is_clean, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

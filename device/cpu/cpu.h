@@ -20,6 +20,7 @@
 #define CPU_MAX_SLOTS 1024  /* clock slots: slot 0 is the host, one per live stream */
 #define CPU_NAME 32
 #define CPU_ALIGN 256       /* device allocation alignment (cudaMalloc's) */
+#define CPU_RECS_MAX 64     /* checker records per allocation before same-stream records merge */
 
 typedef struct cpu_platform cpu_platform;
 
@@ -35,8 +36,10 @@ typedef struct cpu_vc {
     uint64_t *t;
 } cpu_vc;
 
-/* One recorded access in an allocation's checker state. */
+/* One recorded access (a byte range of an allocation) in the checker state. */
 typedef struct cpu_acc_rec {
+    size_t off, end;     /* [off, end) bytes from the allocation's base */
+    int write;           /* 1: a write (or read/write), 0: a read */
     uint32_t slot;
     uint64_t tick;
     char stream[CPU_NAME];
@@ -48,10 +51,8 @@ typedef struct cpu_alloc {
     uintptr_t base;
     size_t size;
     cpu_device *owner;
-    int has_write;
-    cpu_acc_rec write;   /* last write */
-    cpu_acc_rec *reads;  /* last read per slot since the last write */
-    int n_reads, cap_reads;
+    cpu_acc_rec *recs;   /* accesses not yet superseded (see cpu_race.c) */
+    int n_recs, cap_recs;
 } cpu_alloc;
 
 struct cpu_platform {
@@ -154,10 +155,10 @@ int cpu_host_fn(dev_stream *s, void (*fn)(void *), void *arg);
 int cpu_slot_acquire__(cpu_platform *p, const char *name, uint32_t *slot);
 void cpu_slot_release__(cpu_platform *p, uint32_t slot);
 void cpu_vc_join(uint64_t *dst, const uint64_t *src, uint32_t n);
-/* Check one access by (slot, vc) named stream/op to allocation a against its state, report a race if it is
- * not ordered after the conflicting previous access, then record it. */
-void cpu_race_access__(cpu_platform *p, cpu_alloc *a, int mode, uint32_t slot, const cpu_vc *vc,
-                       const char *stream, const char *op);
+/* Check one access [ptr, ptr+bytes) of mode by (slot, vc), named stream/op, to allocation a against its
+ * state; report a race if it is not ordered after a conflicting previous access; then record it. */
+void cpu_race_access__(cpu_platform *p, cpu_alloc *a, const void *ptr, size_t bytes, int mode, uint32_t slot,
+                       const cpu_vc *vc, const char *stream, const char *op);
 void cpu_alloc_state_free(cpu_alloc *a);
 void cpu_race_enable(dev_platform *p, int on);
 uint64_t cpu_race_count(const dev_platform *p);

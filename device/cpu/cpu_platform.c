@@ -204,7 +204,7 @@ static int cpu_copy_h2d_sync(dev_device *d, void *dst, const void *src, size_t b
                            "allocation of %s", d->name, dst, bytes, d->name);
     }
     if (atomic_load_explicit(&p->race_on, memory_order_relaxed))
-        cpu_race_access__(p, a, DEV_WRITE, 0, &hv, "host", "copy_h2d_sync");
+        cpu_race_access__(p, a, dst, bytes, DEV_WRITE, 0, &hv, "host", "copy_h2d_sync");
     pthread_mutex_unlock(&p->reg_lock);
     memcpy(dst, src, bytes);
     return 0;

@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *mode_str(int m) { return m == DEV_READ ? "reads" : m == DEV_WRITE ? "writes" : "reads/writes"; }
+static const char *mode_str(int m)
+{
+    return m == DEV_READ ? "reads" : m == DEV_WRITE ? "writes" : "reads/writes";
+}
 
 /* ---- marks (event record points) ---- */
 
@@ -173,7 +176,8 @@ static int check_kernel(cpu_stream *s, cpu_op *op, dev_err *e)
     }
     if (atomic_load_explicit(&p->race_on, memory_order_relaxed))
         for (int i = 0; i < op->u.k.n_acc; i++)
-            cpu_race_access__(p, al[i], op->u.k.acc[i].mode, op->slot, &op->vc, s->base.name, op->name);
+            cpu_race_access__(p, al[i], op->u.k.acc[i].ptr, op->u.k.acc[i].bytes, op->u.k.acc[i].mode, op->slot,
+                              &op->vc, s->base.name, op->name);
     pthread_mutex_unlock(&p->reg_lock);
     for (int i = 0; i < op->u.k.n_acc; i++) {
         const dev_access *a = &op->u.k.acc[i];
@@ -215,9 +219,11 @@ static int run_copy(cpu_stream *s, cpu_op *op, dev_err *e)
                         &sa, e);
     if (!rc && atomic_load_explicit(&p->race_on, memory_order_relaxed)) {
         if (sa)
-            cpu_race_access__(p, sa, DEV_READ, op->slot, &op->vc, s->base.name, op->name);
+            cpu_race_access__(p, sa, op->u.c.src, op->u.c.bytes, DEV_READ, op->slot, &op->vc, s->base.name,
+                              op->name);
         if (da)
-            cpu_race_access__(p, da, DEV_WRITE, op->slot, &op->vc, s->base.name, op->name);
+            cpu_race_access__(p, da, op->u.c.dst, op->u.c.bytes, DEV_WRITE, op->slot, &op->vc, s->base.name,
+                              op->name);
     }
     pthread_mutex_unlock(&p->reg_lock);
     if (rc)
@@ -271,6 +277,9 @@ static void *worker(void *arg)
 {
     cpu_stream *s = arg;
     cpu_platform *p = cpu_plat(s->base.dev->plat);
+    char tname[16]; /* "<device>/<stream>" truncated to the kernel's 15 characters, for debuggers and top */
+    snprintf(tname, sizeof tname, "%.6s/%.8s", s->base.dev->name, s->base.name);
+    pthread_setname_np(pthread_self(), tname);
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->head && !s->stop)

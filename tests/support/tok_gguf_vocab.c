@@ -1,221 +1,141 @@
-/* Test-only GGUF tokenizer-key reader (see tok_gguf_vocab.h). Walks the key/value section once,
- * skipping every value it does not need; stops before the tensor infos. */
+/* Test-only GGUF -> mdl_vocab_src glue (see tok_gguf_vocab.h). */
 #include "support/tok_gguf_vocab.h"
 
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 };
-
-typedef struct rd {
-    const uint8_t *p, *end;
-    int bad;
-} rd;
-
-static uint64_t rd_u(rd *r, size_t n)
+static int get_strdup(const mdl_gguf *g, const char *key, char **out, int required, dev_err *err)
 {
-    if (r->bad || (size_t)(r->end - r->p) < n) {
-        r->bad = 1;
+    const char *s;
+    size_t n;
+    if (mdl_gguf_find(g, key) < 0) {
+        if (required)
+            return dev_err_set(err, MEMRA_E_FORMAT, "%s: missing", key);
         return 0;
     }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += n;
-    return v;
+    int rc = mdl_gguf_get_str(g, key, &s, &n, err);
+    if (rc)
+        return rc;
+    *out = strndup(s, n);
+    return *out ? 0 : dev_err_set(err, MEMRA_E_NOMEM, "%s", key);
 }
 
-static const char *rd_str(rd *r, size_t *len)
+static int get_id(const mdl_gguf *g, const char *key, int32_t *out, dev_err *err)
 {
-    uint64_t n = rd_u(r, 8);
-    if (r->bad || (uint64_t)(r->end - r->p) < n) {
-        r->bad = 1;
-        *len = 0;
-        return "";
-    }
-    const char *s = (const char *)r->p;
-    r->p += n;
-    *len = (size_t)n;
-    return s;
+    int64_t v;
+    if (mdl_gguf_find(g, key) < 0)
+        return 0;
+    int rc = mdl_gguf_get_i64(g, key, &v, err);
+    if (rc == 0)
+        *out = v >= INT32_MIN && v <= INT32_MAX ? (int32_t)v : -2;
+    return rc;
 }
 
-static size_t scalar_size(uint32_t t)
+static int get_flag(const mdl_gguf *g, const char *key, int *out, dev_err *err)
 {
-    switch (t) {
-    case T_U8: case T_I8: case T_BOOL: return 1;
-    case T_U16: case T_I16: return 2;
-    case T_U32: case T_I32: case T_F32: return 4;
-    case T_U64: case T_I64: case T_F64: return 8;
-    default: return 0;
-    }
+    return mdl_gguf_find(g, key) < 0 ? 0 : mdl_gguf_get_bool(g, key, out, err);
 }
 
-static void skip_value(rd *r, uint32_t t)
+static int get_strs(const mdl_gguf *g, const char *key, uint32_t *n_out, const char ***s, size_t **l, int required,
+                    dev_err *err)
 {
-    size_t len;
-    if (t == T_STR) {
-        rd_str(r, &len);
-    } else if (t == T_ARR) {
-        uint32_t et = (uint32_t)rd_u(r, 4);
-        uint64_t n = rd_u(r, 8);
-        for (uint64_t i = 0; i < n && !r->bad; i++)
-            skip_value(r, et);
-    } else if (scalar_size(t)) {
-        rd_u(r, scalar_size(t));
-    } else {
-        r->bad = 1;
-    }
-}
-
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = 0;
-    }
-    return d;
-}
-
-/* Read a string array into (ptrs, lens) arrays allocated here. */
-static int read_str_arr(rd *r, uint32_t *count, const char ***ptrs, size_t **lens)
-{
-    uint32_t et = (uint32_t)rd_u(r, 4);
-    uint64_t n = rd_u(r, 8);
-    if (r->bad || et != T_STR || n > (uint64_t)(r->end - r->p) / 8)
-        return MEMRA_E_FORMAT;
-    *ptrs = malloc((size_t)n * sizeof **ptrs + 1);
-    *lens = malloc((size_t)n * sizeof **lens + 1);
-    if (!*ptrs || !*lens)
-        return MEMRA_E_NOMEM;
+    int et;
+    uint64_t n;
+    if (mdl_gguf_find(g, key) < 0)
+        return required ? dev_err_set(err, MEMRA_E_FORMAT, "%s: missing", key) : 0;
+    int rc = mdl_gguf_get_arr(g, key, &et, &n, err);
+    if (rc)
+        return rc;
+    if (et != MDL_GGUF_STRING || n > UINT32_MAX / 2)
+        return dev_err_set(err, MEMRA_E_FORMAT, "%s: want a string array", key);
+    *s = malloc((size_t)n * sizeof **s + 1);
+    *l = malloc((size_t)n * sizeof **l + 1);
+    if (!*s || !*l)
+        return dev_err_set(err, MEMRA_E_NOMEM, "%s", key);
     for (uint64_t i = 0; i < n; i++)
-        (*ptrs)[i] = rd_str(r, &(*lens)[i]);
-    *count = (uint32_t)n;
-    return r->bad ? MEMRA_E_FORMAT : 0;
+        if (mdl_gguf_arr_str(g, key, i, &(*s)[i], &(*l)[i]))
+            return dev_err_set(err, MEMRA_E_FORMAT, "%s[%llu] unreadable", key, (unsigned long long)i);
+    *n_out = (uint32_t)n;
+    return 0;
 }
 
-static int32_t read_int(rd *r, uint32_t t)
+static const void *get_nums(const mdl_gguf *g, const char *key, int want_type, uint32_t n, dev_err *err, int *rc)
 {
-    size_t n = scalar_size(t);
-    if (!n || t == T_F32 || t == T_F64) {
-        skip_value(r, t);
-        return -1;
-    }
-    return (int32_t)rd_u(r, n);
+    int et;
+    uint64_t cnt;
+    if (mdl_gguf_find(g, key) < 0)
+        return NULL;
+    *rc = mdl_gguf_get_arr(g, key, &et, &cnt, err);
+    if (*rc == 0 && (et != want_type || cnt != n))
+        *rc = dev_err_set(err, MEMRA_E_FORMAT, "%s: want %u elements of type %s", key, n, mdl_gguf_type_name(want_type));
+    return *rc ? NULL : mdl_gguf_arr_data(g, key);
+}
+
+int tok_gguf_vocab_from(mdl_gguf *g, tok_gguf_vocab *v, dev_err *err)
+{
+    memset(v, 0, sizeof *v);
+    v->g = g;
+    mdl_vocab_src *s = &v->src;
+    mdl_vocab_src_init(s);
+    int rc = get_strdup(g, "tokenizer.ggml.model", &v->model, 1, err);
+    if (!rc)
+        rc = get_strdup(g, "tokenizer.ggml.pre", &v->pre, 0, err);
+    if (!rc)
+        rc = get_strdup(g, "tokenizer.chat_template", &v->tmpl, 0, err);
+    if (!rc)
+        rc = get_strs(g, "tokenizer.ggml.tokens", &s->n_tokens, &v->tokens, &v->token_lens, 1, err);
+    if (!rc)
+        rc = get_strs(g, "tokenizer.ggml.merges", &s->n_merges, &v->merges, &v->merge_lens, 0, err);
+    if (!rc)
+        s->token_types = get_nums(g, "tokenizer.ggml.token_type", MDL_GGUF_I32, s->n_tokens, err, &rc);
+    if (!rc)
+        s->scores = get_nums(g, "tokenizer.ggml.scores", MDL_GGUF_F32, s->n_tokens, err, &rc);
+    if (!rc)
+        rc = get_id(g, "tokenizer.ggml.bos_token_id", &s->bos, err);
+    if (!rc)
+        rc = get_id(g, "tokenizer.ggml.eos_token_id", &s->eos, err);
+    if (!rc)
+        rc = get_id(g, "tokenizer.ggml.unknown_token_id", &s->unk, err);
+    if (!rc)
+        rc = get_id(g, "tokenizer.ggml.padding_token_id", &s->pad, err);
+    if (!rc)
+        rc = get_flag(g, "tokenizer.ggml.add_bos_token", &s->add_bos, err);
+    if (!rc)
+        rc = get_flag(g, "tokenizer.ggml.add_eos_token", &s->add_eos, err);
+    if (!rc)
+        rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &s->add_space_prefix, err);
+    s->model = v->model;
+    s->pre = v->pre;
+    s->chat_template = v->tmpl;
+    s->tokens = v->tokens;
+    s->token_lens = v->token_lens;
+    s->merges = v->merges;
+    s->merge_lens = v->merge_lens;
+    return rc;
 }
 
 int tok_gguf_vocab_load(const char *path, tok_gguf_vocab *v, dev_err *err)
 {
     memset(v, 0, sizeof *v);
-    mdl_vocab_src_init(&v->src);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return dev_err_set(err, MEMRA_E_IO, "%s: cannot open", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 24) {
-        close(fd);
-        return dev_err_set(err, MEMRA_E_FORMAT, "%s: not a GGUF (too small)", path);
-    }
-    v->map_len = (size_t)st.st_size;
-    v->map = mmap(NULL, v->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (v->map == MAP_FAILED) {
-        v->map = NULL;
-        return dev_err_set(err, MEMRA_E_IO, "%s: mmap failed", path);
-    }
-    rd r = {v->map, (const uint8_t *)v->map + v->map_len, 0};
-    if (rd_u(&r, 4) != 0x46554747u) /* "GGUF" */
-        return dev_err_set(err, MEMRA_E_FORMAT, "%s: bad magic", path);
-    uint32_t ver = (uint32_t)rd_u(&r, 4);
-    if (ver < 2)
-        return dev_err_set(err, MEMRA_E_FORMAT, "%s: GGUF v%u unsupported", path, ver);
-    rd_u(&r, 8);
-    uint64_t n_kv = rd_u(&r, 8);
-    int no = 0, rc = 0;
-    for (uint64_t k = 0; k < n_kv && !r.bad && rc == 0; k++) {
-        size_t kl;
-        const char *key = rd_str(&r, &kl);
-        uint32_t t = (uint32_t)rd_u(&r, 4);
-#define IS(s) (kl == sizeof(s) - 1 && memcmp(key, s, kl) == 0)
-        if (IS("tokenizer.ggml.tokens")) {
-            rc = read_str_arr(&r, &v->src.n_tokens, (const char ***)&v->src.tokens, (size_t **)&v->src.token_lens);
-            v->owned[no++] = (void *)v->src.tokens;
-            v->owned[no++] = (void *)v->src.token_lens;
-        } else if (IS("tokenizer.ggml.merges")) {
-            rc = read_str_arr(&r, &v->src.n_merges, (const char ***)&v->src.merges, (size_t **)&v->src.merge_lens);
-            v->owned[no++] = (void *)v->src.merges;
-            v->owned[no++] = (void *)v->src.merge_lens;
-        } else if ((IS("tokenizer.ggml.token_type") || IS("tokenizer.ggml.scores")) && t == T_ARR) {
-            uint32_t et = (uint32_t)rd_u(&r, 4);
-            uint64_t n = rd_u(&r, 8);
-            if (r.bad || scalar_size(et) != 4 || n > (uint64_t)(r.end - r.p) / 4) {
-                rc = MEMRA_E_FORMAT;
-                break;
-            }
-            void *a = malloc((size_t)n * 4 + 4);
-            if (!a) {
-                rc = MEMRA_E_NOMEM;
-                break;
-            }
-            memcpy(a, r.p, (size_t)n * 4);
-            r.p += n * 4;
-            v->owned[no++] = a;
-            if (IS("tokenizer.ggml.scores"))
-                v->src.scores = a;
-            else
-                v->src.token_types = a;
-        } else if ((IS("tokenizer.ggml.model") || IS("tokenizer.ggml.pre") || IS("tokenizer.chat_template")) &&
-                   t == T_STR) {
-            size_t sl;
-            const char *s = rd_str(&r, &sl);
-            char *d = dup_n(s, sl);
-            if (!d) {
-                rc = MEMRA_E_NOMEM;
-                break;
-            }
-            v->owned[no++] = d;
-            if (IS("tokenizer.ggml.model"))
-                v->src.model = d;
-            else if (IS("tokenizer.ggml.pre"))
-                v->src.pre = d;
-            else
-                v->src.chat_template = d;
-        } else if (IS("tokenizer.ggml.bos_token_id")) {
-            v->src.bos = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.eos_token_id")) {
-            v->src.eos = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.unknown_token_id")) {
-            v->src.unk = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.padding_token_id")) {
-            v->src.pad = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.add_bos_token")) {
-            v->src.add_bos = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.add_eos_token")) {
-            v->src.add_eos = read_int(&r, t);
-        } else if (IS("tokenizer.ggml.add_space_prefix")) {
-            v->src.add_space_prefix = read_int(&r, t);
-        } else {
-            skip_value(&r, t);
-        }
-#undef IS
-    }
-    if (rc == 0 && r.bad)
-        rc = MEMRA_E_FORMAT;
-    if (rc)
-        return dev_err_set(err, rc, "%s: tokenizer keys unreadable", path);
-    return 0;
+    mdl_gguf *g = mdl_gguf_open(path, err);
+    if (!g)
+        return err && err->code ? err->code : MEMRA_E_IO;
+    int rc = tok_gguf_vocab_from(g, v, err);
+    v->own_g = 1;
+    return rc;
 }
 
 void tok_gguf_vocab_free(tok_gguf_vocab *v)
 {
-    for (size_t i = 0; i < sizeof v->owned / sizeof v->owned[0]; i++)
-        free(v->owned[i]);
-    if (v->map)
-        munmap(v->map, v->map_len);
+    free(v->tokens);
+    free(v->token_lens);
+    free(v->merges);
+    free(v->merge_lens);
+    free(v->model);
+    free(v->pre);
+    free(v->tmpl);
+    if (v->own_g)
+        mdl_gguf_close(v->g);
     memset(v, 0, sizeof *v);
 }

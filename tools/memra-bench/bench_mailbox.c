@@ -1,11 +1,14 @@
 /* memra-bench mailbox: hand-off latency of act_mailbox between two threads.
  *
  * Rows (each on fresh mailboxes, after a warm-up):
- *   ping-pong spin      A posts to B's mailbox, B's thread echoes into A's mailbox; latency = RTT/2.
- *                       Consumers spin the default budget before sleeping (the actor default).
- *   ping-pong sleep     same with spin=-1: every hop finds the consumer asleep (futex wake + wait).
- *   one-way paced Nus   A stamps CLOCK_MONOTONIC into the message and posts every N us (busy-wait pacing);
- *                       B records take-time minus stamp. Short gaps keep B spinning; long gaps let it sleep.
+ *   ping-pong spin X    A posts to B's mailbox, B's thread echoes into A's mailbox; latency = RTT/2.
+ *                       Consumers spin X before sleeping (2 us: a short spin; 50 us: both sides stay hot,
+ *                       the pure cache-line hand-off when both have a core).
+ *   ping-pong no spin   same without spin (ACT_SPIN_NS_DEFAULT): a hop finds the consumer asleep unless it
+ *                       is still on its way to sleep (futex wake + wait).
+ *   one-way paced N us  A stamps CLOCK_MONOTONIC into the message and posts every N us (busy-wait pacing);
+ *                       B records take-time minus stamp. 10 us with a 50 us spin keeps B hot; 200 us with
+ *                       no spin has B asleep at every message (the wake-up path).
  *   actor round trip    act_send with a reply act_future to an act_actor, act_future_wait; full round trip
  *                       (what a pipeline "step done" / pending wait costs on the host).
  * Output: a table of median / p99 / p99.9 / max in ns and wake-up syscalls per hop. Reported, not
@@ -88,7 +91,7 @@ static void *echo_main(void *p)
 
 static int pair_open(pair *pr, int32_t spin, dev_err *err)
 {
-    act_mailbox_opts o = { .spin = spin, .prealloc = 64 };
+    act_mailbox_opts o = { .spin_ns = spin, .prealloc = 64 };
     memset(pr, 0, sizeof *pr);
     pr->a = act_mailbox_create("bench-a", &o, err);
     pr->b = pr->a ? act_mailbox_create("bench-b", &o, err) : NULL;
@@ -139,10 +142,10 @@ static int ping_pong(row *r, int32_t spin, size_t warmup, dev_err *err)
     return 0;
 }
 
-static int one_way(row *r, uint64_t gap_ns, size_t warmup, dev_err *err)
+static int one_way(row *r, uint64_t gap_ns, int32_t spin, size_t warmup, dev_err *err)
 {
     pair pr;
-    if (pair_open(&pr, 0, err))
+    if (pair_open(&pr, spin, err))
         return err->code;
     uint64_t *all = calloc(warmup + r->n, sizeof *all);
     if (!all)
@@ -244,9 +247,10 @@ int bench_mailbox(int argc, char **argv)
     }
     size_t paced = iters / 10;
     row rows[] = {
-        { "ping-pong spin", "one-way RTT/2", iters, NULL, 0 },
-        { "ping-pong sleep", "one-way RTT/2", iters, NULL, 0 },
-        { "one-way paced 5 us", "one-way", paced, NULL, 0 },
+        { "ping-pong spin 2 us", "one-way RTT/2", iters, NULL, 0 },
+        { "ping-pong spin 50 us", "one-way RTT/2", iters, NULL, 0 },
+        { "ping-pong no spin", "one-way RTT/2", iters, NULL, 0 },
+        { "one-way paced 10 us", "one-way", paced, NULL, 0 },
         { "one-way paced 200 us", "one-way", paced / 10 < 1000 ? 1000 : paced / 10, NULL, 0 },
         { "actor round trip", "round trip", iters, NULL, 0 },
     };
@@ -260,10 +264,11 @@ int bench_mailbox(int argc, char **argv)
             break;
         }
         switch (i) {
-        case 0: rc = ping_pong(&rows[i], 0, warmup, &err); break;
-        case 1: rc = ping_pong(&rows[i], -1, warmup, &err); break;
-        case 2: rc = one_way(&rows[i], 5000, warmup / 10, &err); break;
-        case 3: rc = one_way(&rows[i], 200000, warmup / 100, &err); break;
+        case 0: rc = ping_pong(&rows[i], 2000, warmup, &err); break;
+        case 1: rc = ping_pong(&rows[i], 50000, warmup, &err); break;
+        case 2: rc = ping_pong(&rows[i], -1, warmup, &err); break;
+        case 3: rc = one_way(&rows[i], 10000, 50000, warmup / 10, &err); break;
+        case 4: rc = one_way(&rows[i], 200000, -1, warmup / 100, &err); break;
         default: rc = actor_round_trip(&rows[i], warmup, &err); break;
         }
     }

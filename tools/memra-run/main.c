@@ -207,6 +207,11 @@ int main(int argc, char **argv)
         goto out;
     const mdl_hparams *hp = mdl_model_hparams(m);
     const mdl_tokenizer *tk = mdl_model_tokenizer(m);
+    if (!tk) {
+        dev_err_set(&err, MEMRA_E_UNSUPPORTED, "%s has no tokenizer (tokenizer.ggml.* keys); memra-run needs one",
+                    o.model);
+        goto out;
+    }
     if (hp->n_ctx_train > 0 && o.n_ctx > hp->n_ctx_train)
         o.n_ctx = hp->n_ctx_train;
 

@@ -9,13 +9,17 @@ AutoTokenizer.from_pretrained(gguf_file=...) takes; called directly because that
 transformers maps no pre-tokenizer for tokenizer.ggml.pre='smollm', so the script sets the one SmolLM2's
 tokenizer.json declares: Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False,
 use_regex=True)]. Ids are encode(text, add_special_tokens=False) (HF matches special tokens in text).
-  -> tokenizer_oracle_smollm2.txt: one line of space-separated ids per corpus case.
+  -> tokenizer_oracle_smollm2.txt: one line of space-separated ids per corpus case
+     (tokenizer_corpus.txt, then the generated tokenizer_corpus_random.txt).
 
 SentencePiece (tiny synthetic vocab, no model needed): transformers' sentencepiece_tokenizer builds a
 LlamaTokenizer (BPE with byte fallback, merges derived from scores) from a GGUF-shaped dict, with the
 Llama-2 tokenizer.json normalizer (see spm_oracle).
   -> tokenizer_oracle_spm.txt: the vocab ("tok <id> <type> <score> <escaped text>") then one
      "ids <escaped text> :: <ids>" line per case.
+
+Pre-tokenizers: HF's word splits of the same corpus for pre = gpt2, smollm, llama-bpe, qwen2, tekken
+  -> tokenizer_oracle_pretok.txt ("pre <name> <case> <byte length of each word>").
 
 Chat: transformers' apply_chat_template (jinja) over the GGUF's tokenizer.chat_template.
   -> chat_oracle_smollm2.txt: "case <name> <add_generation_prompt> <n>", n "msg <role> <escaped>"
@@ -73,6 +77,21 @@ def read_corpus(path):
     return cases
 
 
+def random_cases(n, seed=20261130):
+    """Fixed-seed random mixes of the corpus's hard parts (scripts, digits, whitespace, markers)."""
+    import random
+    rnd = random.Random(seed)
+    parts = ["hello", "World", " ", "  ", "   ", "\n", "\n\n", "\t", "\r\n", "123", "4567890", "3.14", "-",
+             "'s", "'LL", "don't", "café", "naïve", "中文", "日本語", "한국어", "Привет", "😀", "👍🏽", "🇫🇷",
+             "!", "?!", "...", "()", "{}", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_", "_", "#",
+             "\u00a0", "\u3000", "\u2028", "e\u0301", "٣", "①", "$", "€", "\x0b", "x", "Z", "ß", "ﬁ"]
+    out = []
+    for _ in range(n):
+        k = rnd.randint(1, 12)
+        out.append("".join(rnd.choice(parts) for _ in range(k)).encode("utf-8"))
+    return out
+
+
 def gguf_strings(r, key):
     f = r.fields[key]
     return [bytes(f.parts[j]).decode("utf-8") for j in f.data]
@@ -122,11 +141,39 @@ def smollm2_oracle(gguf_path, cases, out_dir):
             f.write("out %s\n" % escape(outs))
 
 
+def pretok_oracle(cases, out_dir):
+    """Word splits of every corpus case by HF pre-tokenizers, per tokenizer.ggml.pre value: the regexes as
+    the models' tokenizer.json files write them (case-insensitive groups kept), run by HF's engine."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import _LLAMA3_SPLIT, _TEKKEN_SPLIT
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_SPLIT
+    from tokenizers import Regex
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    pres = [
+        ("gpt2", byte_level, True),
+        ("smollm", pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level]), True),
+        ("llama-bpe", pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), False),
+        ("qwen2", pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"), False),
+        ("tekken", pre_tokenizers.Split(Regex(_TEKKEN_SPLIT), behavior="isolated"), False),
+    ]
+    with open(os.path.join(out_dir, "tokenizer_oracle_pretok.txt"), "w") as f:
+        f.write("# pre <name> <case index> <byte length of each word>, from HF pre_tokenize_str\n")
+        for name, pt, is_byte_level in pres:
+            for i, text in enumerate(cases):
+                words = pt.pre_tokenize_str(text.decode("utf-8"))
+                # byte-level output spells one byte per character; Split keeps the text as is
+                lens = [len(w) if is_byte_level else len(w.encode("utf-8")) for w, _ in words]
+                assert sum(lens) == len(text), (name, i)
+                f.write("pre %s %d %s\n" % (name, i, " ".join(map(str, lens))))
+
+
 # A small SentencePiece vocab: control/unknown tokens, the 256 byte tokens, then pieces with scores.
 SPM_PIECES = ["▁", "e", "t", "a", "o", "h", "l", "r", "n", "s", "w", "d", "i", "c", "H", "W", "u", "g", "!",
               ",", "é", "▁t", "he", "▁the", "ll", "llo", "▁he", "▁hello", "▁w", "or", "▁wor", "▁world", "in",
               "ing", "▁s", "st", "▁st", "ri", "▁str", "▁string", "an", "▁an", "▁and", "es", "er", "▁c", "ca",
-              "▁ca", "af", "caf", "▁caf", "▁café", "He", "Hello", "▁Hello", "▁W", "▁Wor", "▁World", "▁▁", "▁▁▁"]
+              "▁ca", "af", "caf", "▁caf", "▁café", "He", "Hello", "▁Hello", "▁W", "▁Wor", "▁World", "▁▁", "▁▁▁", "f"]
+# Every piece that two pieces concatenate to should have both parts in the vocab (as in a trained
+# model): HF derives merges only from such pairs, sentencepiece/llama.cpp merge any pair whose
+# concatenation is a piece; the two agree on closed vocabs like this one.
 SPM_CASES = ["hello world", "Hello World!", "the string and the hello", "  two spaces", "café",
              "unknown ß char", "", "a", "tab\there", "emoji 😀", "héllo", "hello  world   end ",
              "<s>hello</s>", "le\nline"]
@@ -161,7 +208,13 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data"))
     a = ap.parse_args()
     cases = read_corpus(os.path.join(a.out, "tokenizer_corpus.txt"))
+    with open(os.path.join(a.out, "tokenizer_corpus_random.txt"), "w", encoding="utf-8") as f:
+        f.write("# Generated by tools/ref/make_tokenizer_oracle.py (random_cases, fixed seed); same escaping.\n")
+        for c in random_cases(300):
+            f.write(escape(c) + "\n")
+    cases += read_corpus(os.path.join(a.out, "tokenizer_corpus_random.txt"))
     smollm2_oracle(a.gguf, cases, a.out)
+    pretok_oracle(cases, a.out)
     spm_oracle(a.out)
     print("wrote oracles for %d corpus cases to %s" % (len(cases), a.out), file=sys.stderr)
 

@@ -9,6 +9,7 @@ test feeds exactly these ids and does not depend on our tokenizer.
 
 For each prompt: logits after the prompt, then greedy-decode 7 more tokens (8 logit vectors per prompt).
 Output (text, one record per step):
+  Q <prompt index> <text>                          the prompt text (rest of the line)
   P <prompt index> <n tokens> <ids...>             the prompt's token ids
   S <prompt> <step> <fed token> <argmax> <logsumexp> <mean> <std>
   T <id>:<logit> x20                                top-20 ids by logit, descending
@@ -114,6 +115,7 @@ def main(path, out_path):
                 f"greedy steps; prompt ids from a tokenizers BPE over the GGUF vocab\n")
         for pi, prompt in enumerate(PROMPTS):
             ids = tk.encode(prompt).ids
+            f.write(f"Q {pi} {prompt}\n")
             f.write(f"P {pi} {len(ids)} {' '.join(map(str, ids))}\n")
             seq = list(ids)
             for st in range(STEPS):

@@ -1,0 +1,97 @@
+/* The CUDA implementation of the op table (kernels/krn.h), callable from C. kernels/krn.c calls these when
+ * a dev_stream is a CUDA stream, passing dev_stream_native(s) as cuda_stream (a cudaStream_t).
+ *
+ * Every function has the parameters of its krn_*_async twin, with `void *cuda_stream` in place of the
+ * dev_stream and an optional `dev_err *err` last (NULL allowed). It validates the arguments on the host,
+ * enqueues one or two kernels on cuda_stream and returns at once: 0, MEMRA_E_INVAL (bad shape, type or
+ * alignment; err says which and what is allowed) or MEMRA_E_DEVICE (launch failed: err names the kernel
+ * and the CUDA error, read with cudaGetLastError). B == 0 is a no-op. The stream's device must be current
+ * on the calling thread (cudaSetDevice), as for any CUDA launch. Pointers are device memory reachable from
+ * that device. Data-dependent faults are not reported: kv_store drops a row whose pos is outside
+ * [0, n_ctx), attention clamps pos into it, and seq is trusted (the caller checks both on the host).
+ *
+ * Deterministic: every reduction has a fixed order and no atomics, so the same inputs give the same bits
+ * on any stream and any run. Matmul row results also do not depend on B (a row of a batch of 8 has the
+ * bits it has alone). Nothing here allocates except attention with n_ctx > KRN_CUDA_ATT_CHUNK, which takes
+ * a stream-ordered workspace (cudaMallocAsync/cudaFreeAsync on cuda_stream). docs/cuda-kernels.md has the
+ * kernel designs. */
+#ifndef KRN_CUDA_KRN_CUDA_H
+#define KRN_CUDA_KRN_CUDA_H
+
+#include <stdint.h>
+
+/* The project's headers are C: in a .cu (C++) translation unit they must get C linkage. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "device/err.h"
+#include "kernels/krn.h"
+
+/* Keys per split of the decode attention (split-K flash decoding); fixed, so results never depend on
+ * the GPU or on n_ctx. */
+#define KRN_CUDA_ATT_CHUNK 256
+/* Largest head_dim attention accepts (a multiple of 4). */
+#define KRN_CUDA_ATT_MAX_HEAD_DIM 256
+
+/* y (B, n) = x (B, n) / rms(x) * w (n,)    one block per row */
+int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const float *w, int B, int n, float eps,
+                           dev_err *err);
+
+/* y (B, n_out) = x (B, n_in) @ W^T: fused dequant GEMV, one warp per output row, B <= 8 rows per launch
+ * (larger B: one launch per 8 rows). W->data must be 2-byte aligned (f32: 4); for block types x must be
+ * 16-byte aligned. y and x must not overlap. */
+int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B, dev_err *err);
+
+/* y (B, n) += bias (n,) */
+int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float *bias, int B, int n, dev_err *err);
+
+/* Rotary embedding in place on x (B, n_heads*head_dim) at pos (B,); see krn_rope_async. n_rot even,
+ * n_rot <= head_dim. */
+int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *pos, int B, int n_heads, int head_dim,
+                        int n_rot, float freq_base, float freq_scale, int neox, dev_err *err);
+
+/* k, v (B, kv_dim) -> k/v_cache (n_seq, n_ctx, kv_dim) at [seq[b], pos[b]] */
+int krn_cuda_kv_store_async(void *cuda_stream, float *k_cache, float *v_cache, const float *k, const float *v,
+                            const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx, dev_err *err);
+
+/* Causal GQA attention, see krn_attention_async. head_dim % 4 == 0 and <= KRN_CUDA_ATT_MAX_HEAD_DIM; q,
+ * out and the caches 16-byte aligned. n_ctx <= KRN_CUDA_ATT_CHUNK: one kernel (one block per (row, head));
+ * larger: split-K over chunks of KRN_CUDA_ATT_CHUNK keys + a fixed-order combine (same bits as the
+ * one-kernel path for the same keys). */
+int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
+                             const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
+                             int n_head_kv, int head_dim, int n_ctx, dev_err *err);
+
+/* y (B, n) = silu(gate) * up */
+int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const float *up, int B, int n,
+                          dev_err *err);
+
+/* y (B, n) += a (B, n) */
+int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n, dev_err *err);
+
+/* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins (an all-NaN row gives 0). */
+int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err);
+
+/* ---- dev_stream adapters: krn_cuda_<op>(s, same arguments as krn_<op>_async), the form kernels/krn.c
+ * dispatches to. Each calls its _async twin on dev_stream_native(s) with err = NULL (the status code is
+ * all that comes back; call the _async form directly for the message). s must be a CUDA stream. ---- */
+int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
+int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
+                  float freq_base, float freq_scale, int neox);
+int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                      const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
+int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
+                       const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                       int n_ctx);
+int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
+int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

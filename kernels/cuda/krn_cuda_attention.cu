@@ -1,0 +1,195 @@
+/* Causal GQA decode/prefill attention on CUDA, f32 caches (n_seq, n_ctx, kv_dim).
+ *
+ * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of
+ * KRN_CUDA_ATT_CHUNK; block (chunk c, head h, row b) computes the chunk's scores into shared memory (one
+ * warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c), l_c = sum p (fixed
+ * tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine kernel then merges
+ * the chunks of each (b, h) in chunk order: M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
+ * When n_ctx <= KRN_CUDA_ATT_CHUNK there is one chunk and the first kernel writes o/l directly; that is
+ * the same arithmetic as the combine of one chunk (e^0 = 1 exactly), so both paths give the same bits.
+ * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
+ * Workspace (split path only): cudaMallocAsync/cudaFreeAsync on the caller's stream, ordered by it.
+ * Shared mutable state: none. */
+#include <math.h>
+#include "kernels/cuda/krn_cuda_util.cuh"
+
+#define ATT_THREADS 128 /* 4 warps */
+#define ATT_WARPS (ATT_THREADS / KRN_WARP)
+#define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
+
+/* Chunk c of (b, h): see the file comment. ws == NULL: direct path, write out. Otherwise write o (head_dim
+ * floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+                     const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
+                     const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
+                     float scale) {
+    __shared__ float sc[KRN_CUDA_ATT_CHUNK];
+    __shared__ float red[32];
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int p = pos[b];
+    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int t0 = c * KRN_CUDA_ATT_CHUNK;
+    if (t0 > p)
+        return; /* the combine reads only chunks 0 .. p / CHUNK */
+    const int t1 = min(t0 + KRN_CUDA_ATT_CHUNK, p + 1), L = t1 - t0;
+    const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
+    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
+    const float *kb = kc + cache0, *vb = vc + cache0;
+    const float *qh = q + ((size_t)b * n_head + h) * hd;
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
+
+    /* scores: warp w takes keys t0 + w, t0 + w + 4, ...; lane holds q[4*lane + 128*j ..] */
+    float4 qv[ATT_DPL];
+#pragma unroll
+    for (int j = 0; j < ATT_DPL; j++) {
+        const int d = 4 * lane + 4 * KRN_WARP * j;
+        qv[j] = d < hd ? *(const float4 *)(qh + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int t = t0 + warp; t < t1; t += 2 * ATT_WARPS) { /* two keys per warp step: loads in flight */
+        const int u = t + ATT_WARPS;
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_DPL; j++) {
+            const int d = 4 * lane + 4 * KRN_WARP * j;
+            if (d < hd) {
+                const float4 k0 = __ldg((const float4 *)(kb + (size_t)t * kv_dim + d));
+                s0 = fmaf(qv[j].x, k0.x, s0);
+                s0 = fmaf(qv[j].y, k0.y, s0);
+                s0 = fmaf(qv[j].z, k0.z, s0);
+                s0 = fmaf(qv[j].w, k0.w, s0);
+                if (u < t1) {
+                    const float4 k1 = __ldg((const float4 *)(kb + (size_t)u * kv_dim + d));
+                    s1 = fmaf(qv[j].x, k1.x, s1);
+                    s1 = fmaf(qv[j].y, k1.y, s1);
+                    s1 = fmaf(qv[j].z, k1.z, s1);
+                    s1 = fmaf(qv[j].w, k1.w, s1);
+                }
+            }
+        }
+        s0 = krn_warp_sum(s0);
+        s1 = krn_warp_sum(s1);
+        if (lane == 0) {
+            sc[t - t0] = s0 * scale;
+            if (u < t1)
+                sc[u - t0] = s1 * scale;
+        }
+    }
+    __syncthreads();
+
+    /* softmax pieces: max, p = exp(s - m) in place, l = sum p (fixed order) */
+    float m = -INFINITY;
+    for (int i = threadIdx.x; i < L; i += ATT_THREADS)
+        m = fmaxf(m, sc[i]);
+    m = krn_block_max(m, red);
+    float l = 0.0f;
+    for (int i = threadIdx.x; i < L; i += ATT_THREADS) {
+        const float e = expf(sc[i] - m);
+        sc[i] = e;
+        l += e;
+    }
+    l = krn_block_sum(l, red); /* its barriers also publish the sc[] writes */
+
+    /* o[d] = sum_t p_t v[t][d], keys in order, 4 independent partial sums merged in a fixed order */
+    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        int i = 0;
+        for (; i + 3 < L; i += 4) {
+            const float *vr = vb + (size_t)(t0 + i) * kv_dim + d;
+            const float v0 = __ldg(vr), v1 = __ldg(vr + kv_dim), v2 = __ldg(vr + 2 * (size_t)kv_dim),
+                        v3 = __ldg(vr + 3 * (size_t)kv_dim);
+            a0 = fmaf(sc[i], v0, a0);
+            a1 = fmaf(sc[i + 1], v1, a1);
+            a2 = fmaf(sc[i + 2], v2, a2);
+            a3 = fmaf(sc[i + 3], v3, a3);
+        }
+        for (; i < L; i++)
+            a0 = fmaf(sc[i], __ldg(vb + (size_t)(t0 + i) * kv_dim + d), a0);
+        const float o = (a0 + a1) + (a2 + a3);
+        if (ws == NULL) {
+            out[((size_t)b * n_head + h) * hd + d] = o / l;
+        } else {
+            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
+            w[d] = o;
+            if (d == 0) {
+                w[hd] = m;
+                w[hd + 1] = l;
+            }
+        }
+    }
+}
+
+/* Merge the chunks 0 .. pos[b]/CHUNK of (b = blockIdx.y, h = blockIdx.x) in chunk order. */
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_combine_kernel(float *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
+                       int n_head, int hd, int n_ctx, int n_split) {
+    const int h = blockIdx.x, b = blockIdx.y;
+    int p = pos[b];
+    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int nc = p / KRN_CUDA_ATT_CHUNK + 1;
+    const size_t stride = (size_t)(hd + 2);
+    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
+    float M = -INFINITY;
+    for (int c = 0; c < nc; c++)
+        M = fmaxf(M, w0[c * stride + hd]);
+    float Ls = 0.0f;
+    for (int c = 0; c < nc; c++)
+        Ls = fmaf(w0[c * stride + hd + 1], expf(w0[c * stride + hd] - M), Ls);
+    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
+        float o = 0.0f;
+        for (int c = 0; c < nc; c++)
+            o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
+        out[((size_t)b * n_head + h) * hd + d] = o / Ls;
+    }
+}
+
+extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
+                                        const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
+                                        int n_head, int n_head_kv, int head_dim, int n_ctx, dev_err *err) {
+    if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_cuda_attention: B=%d n_head=%d n_head_kv=%d n_ctx=%d (need B >= 0, n_ctx > 0, "
+                           "n_head a positive multiple of n_head_kv)", B, n_head, n_head_kv, n_ctx);
+    if (head_dim <= 0 || head_dim % 4 != 0 || head_dim > KRN_CUDA_ATT_MAX_HEAD_DIM)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_cuda_attention: head_dim=%d (allowed: a multiple of 4 in 4..%d)", head_dim,
+                           KRN_CUDA_ATT_MAX_HEAD_DIM);
+    if (B == 0)
+        return 0;
+    if (!out || !q || !k_cache || !v_cache || !seq || !pos)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: NULL pointer argument");
+    if (!krn_cuda_aligned(q, 16) || !krn_cuda_aligned(k_cache, 16) || !krn_cuda_aligned(v_cache, 16))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: q, k_cache and v_cache must be 16-byte aligned");
+    if (B > 65535 || n_head > 65535)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: B=%d n_head=%d (at most 65535 each)", B, n_head);
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const int n_split = (n_ctx + KRN_CUDA_ATT_CHUNK - 1) / KRN_CUDA_ATT_CHUNK;
+    const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
+    if (n_split == 1) {
+        att_chunk_kernel<<<grid, ATT_THREADS, 0, st>>>(out, NULL, q, k_cache, v_cache, seq, pos, n_head, n_head_kv,
+                                                       head_dim, n_ctx, 1, scale);
+        return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
+    }
+    float *ws = NULL;
+    const size_t ws_bytes = (size_t)B * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
+    const cudaError_t ce = cudaMallocAsync((void **)&ws, ws_bytes, st);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it so the next launch check does not see it */
+        return dev_err_set(err, ce == cudaErrorMemoryAllocation ? MEMRA_E_NOMEM : MEMRA_E_DEVICE,
+                           "krn_cuda_attention: cudaMallocAsync(%zu B workspace): %s: %s", ws_bytes,
+                           cudaGetErrorName(ce), cudaGetErrorString(ce));
+    }
+    int rc;
+    att_chunk_kernel<<<grid, ATT_THREADS, 0, st>>>(NULL, ws, q, k_cache, v_cache, seq, pos, n_head, n_head_kv,
+                                                   head_dim, n_ctx, n_split, scale);
+    rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
+    if (rc == 0) {
+        att_combine_kernel<<<dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st>>>(out, ws, pos, n_head,
+                                                                                         head_dim, n_ctx, n_split);
+        rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
+    }
+    /* ordered by st: the free runs after both kernels */
+    const int frc = krn_cuda_call_check(err, cudaFreeAsync(ws, st), "krn_cuda_attention: cudaFreeAsync");
+    return rc ? rc : frc;
+}

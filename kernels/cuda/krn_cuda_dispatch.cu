@@ -1,0 +1,60 @@
+/* dev_stream adapters of the CUDA op table: krn_cuda_<op>(dev_stream *s, ...) -> krn_cuda_<op>_async on
+ * dev_stream_native(s). kernels/krn.c calls these for streams of a CUDA device. A stream without a native
+ * handle (not a CUDA stream) is MEMRA_E_INVAL. Shared mutable state: none. */
+#include "kernels/cuda/krn_cuda_util.cuh"
+
+static cudaStream_t native(dev_stream *s, int *ok) {
+    void *h = s ? dev_stream_native(s) : NULL;
+    *ok = h != NULL;
+    return (cudaStream_t)h;
+}
+
+#define ADAPT(call)                                                                                            \
+    do {                                                                                                       \
+        int ok;                                                                                                \
+        cudaStream_t st = native(s, &ok);                                                                      \
+        if (!ok)                                                                                               \
+            return MEMRA_E_INVAL;                                                                              \
+        return call;                                                                                           \
+    } while (0)
+
+extern "C" int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps) {
+    ADAPT(krn_cuda_rmsnorm_async(st, y, x, w, B, n, eps, NULL));
+}
+
+extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    ADAPT(krn_cuda_matmul_async(st, y, W, x, B, NULL));
+}
+
+extern "C" int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n) {
+    ADAPT(krn_cuda_add_bias_async(st, y, bias, B, n, NULL));
+}
+
+extern "C" int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim,
+                             int n_rot, float freq_base, float freq_scale, int neox) {
+    ADAPT(krn_cuda_rope_async(st, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox, NULL));
+}
+
+extern "C" int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+                                 const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx) {
+    ADAPT(krn_cuda_kv_store_async(st, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx, NULL));
+}
+
+extern "C" int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache,
+                                  const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
+                                  int n_head_kv, int head_dim, int n_ctx) {
+    ADAPT(krn_cuda_attention_async(st, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx,
+                                   NULL));
+}
+
+extern "C" int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n) {
+    ADAPT(krn_cuda_swiglu_async(st, y, gate, up, B, n, NULL));
+}
+
+extern "C" int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n) {
+    ADAPT(krn_cuda_add_async(st, y, a, B, n, NULL));
+}
+
+extern "C" int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n) {
+    ADAPT(krn_cuda_argmax_async(st, out, x, B, n, NULL));
+}

@@ -1,0 +1,90 @@
+/* Private helpers of the kernels/cuda .cu files: launch-error checks, half/bf16 conversion, streaming loads and the
+ * fixed-order warp reductions every kernel uses. Not part of the API (krn_cuda.h is). */
+#ifndef KRN_CUDA_UTIL_CUH
+#define KRN_CUDA_UTIL_CUH
+
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include "kernels/cuda/krn_cuda.h"
+
+#define KRN_WARP 32
+
+/* After a launch: 0, or MEMRA_E_DEVICE with "<what>: cudaErrorX: text" in err. cudaGetLastError also
+ * clears the thread's last error, so an older error of this thread may surface here (it is still real). */
+static inline int krn_cuda_launch_check(dev_err *err, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return 0;
+    return dev_err_set(err, MEMRA_E_DEVICE, "%s: launch failed: %s: %s", what, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+}
+
+/* A CUDA runtime call's result -> 0 or MEMRA_E_DEVICE naming the call. */
+static inline int krn_cuda_call_check(dev_err *err, cudaError_t e, const char *what) {
+    if (e == cudaSuccess)
+        return 0;
+    return dev_err_set(err, MEMRA_E_DEVICE, "%s: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static inline int krn_cuda_aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+static __device__ __forceinline__ float krn_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static __device__ __forceinline__ float krn_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* 16 bytes of weights, read once: non-coherent path, no L1 allocation (keeps L1 for the activations). */
+static __device__ __forceinline__ uint4 krn_ld_stream16(const void *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+static __device__ __forceinline__ float4 krn_ld_f4(const float *p) { return __ldg((const float4 *)p); }
+
+/* Butterfly sum over the 32 lanes: every lane ends with the same bits (each step adds the same two
+ * values, and float addition is commutative), in an order that depends only on lane numbers. */
+static __device__ __forceinline__ float krn_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float krn_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block sum for blockDim.x = nwarps*32 (nwarps <= 32): warp butterflies, then every thread adds the warp
+ * totals in warp order. red has room for 32 floats. Ends with a barrier so red can be reused at once. */
+static __device__ __forceinline__ float krn_block_sum(float v, float *red) {
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP, nw = blockDim.x / KRN_WARP;
+    v = krn_warp_sum(v);
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < nw; i++)
+        t += red[i];
+    __syncthreads();
+    return t;
+}
+
+static __device__ __forceinline__ float krn_block_max(float v, float *red) {
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP, nw = blockDim.x / KRN_WARP;
+    v = krn_warp_max(v);
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float t = red[0];
+    for (int i = 1; i < nw; i++)
+        t = fmaxf(t, red[i]);
+    __syncthreads();
+    return t;
+}
+
+#endif

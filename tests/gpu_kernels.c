@@ -1,0 +1,702 @@
+/* The CUDA op table (kernels/cuda/krn_cuda.h) against plain C references on random inputs: every weight
+ * type of the fused GEMV (several shapes, odd n_out, B = 1, 3, 8, 11, an unaligned tensor), rmsnorm, rope
+ * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA), swiglu, add, add_bias and
+ * argmax (ties). Determinism: every op runs twice on two streams and the bits must match; matmul rows must
+ * also match bit for bit between a batch and the row alone. References are computed in double from the
+ * same inputs; the dequantizers here are written from the GGUF block layouts independently of
+ * kernels/quant.c. Tolerances are stated at each check. Exits 77 (skipped) without a GPU. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#ifdef MEMRA_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+#include "kernels/cuda/krn_cuda.h"
+
+/* ---- fixtures: two streams, a seeded generator, device buffer helpers ---- */
+
+static cudaStream_t g_s1, g_s2;
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd_u64(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static float rnd_unit(void) { return (float)((double)(rnd_u64() >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f; }
+static void rnd_floats(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = rnd_unit();
+}
+
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+static void *dalloc(size_t bytes) {
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+static void *dupload(const void *h, size_t bytes) {
+    void *p = dalloc(bytes);
+    CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+static void download(void *h, const void *d, size_t bytes) { CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }
+static void sync_both(void) {
+    CK(cudaStreamSynchronize(g_s1));
+    CK(cudaStreamSynchronize(g_s2));
+}
+
+/* ---- half / bfloat16, written here so the test does not depend on kernels/quant.c ---- */
+
+static float h2f(uint16_t h) {
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 0)
+        v = ldexp((double)m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexp((double)(m | 1024), e - 25);
+    return (float)(s ? -v : v);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* A random normal f16 with exponent field in [elo, ehi] (value in [2^(elo-15), 2^(ehi-14))). */
+static uint16_t rnd_f16(int elo, int ehi, int allow_neg) {
+    const uint16_t s = allow_neg ? (uint16_t)((rnd_u64() & 1) << 15) : 0;
+    const int e = elo + (int)(rnd_u64() % (uint64_t)(ehi - elo + 1));
+    return (uint16_t)(s | (e << 10) | (int)(rnd_u64() & 1023));
+}
+static uint16_t rnd_bf16(void) {
+    const uint16_t s = (uint16_t)((rnd_u64() & 1) << 15);
+    const int e = 120 + (int)(rnd_u64() % 7); /* 2^-7 .. 2^-1 */
+    return (uint16_t)(s | (e << 7) | (int)(rnd_u64() & 127));
+}
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static uint16_t get16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* ---- GGUF block layouts: sizes, random rows, reference dequantization ---- */
+
+typedef struct tinfo {
+    int type;
+    const char *name;
+    int be, bb; /* elements and bytes per block */
+} tinfo;
+
+static const tinfo TYPES[] = {
+    {KRN_F32, "f32", 1, 4},         {KRN_F16, "f16", 1, 2},         {KRN_BF16, "bf16", 1, 2},
+    {KRN_Q8_0, "q8_0", 32, 34},     {KRN_Q4_0, "q4_0", 32, 18},     {KRN_Q4_1, "q4_1", 32, 20},
+    {KRN_Q4_K, "q4_k", 256, 144},   {KRN_Q6_K, "q6_k", 256, 210},
+};
+#define N_TYPES (sizeof TYPES / sizeof TYPES[0])
+
+/* A random valid row: random quant bytes, finite random scales. */
+static void rnd_row(const tinfo *t, uint8_t *row, int n) {
+    const size_t bytes = (size_t)(n / t->be) * t->bb;
+    for (size_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)rnd_u64();
+    for (int b = 0; b < n / t->be; b++) {
+        uint8_t *bp = row + (size_t)b * t->bb;
+        switch (t->type) {
+        case KRN_F32: { float f = rnd_unit(); memcpy(bp, &f, 4); break; }
+        case KRN_F16: put16(bp, rnd_f16(8, 14, 1)); break;
+        case KRN_BF16: put16(bp, rnd_bf16()); break;
+        case KRN_Q8_0: case KRN_Q4_0: put16(bp, rnd_f16(5, 11, 1)); break;
+        case KRN_Q4_1: put16(bp, rnd_f16(5, 11, 1)); put16(bp + 2, rnd_f16(5, 11, 1)); break;
+        case KRN_Q4_K: put16(bp, rnd_f16(3, 9, 0)); put16(bp + 2, rnd_f16(3, 9, 0)); break;
+        case KRN_Q6_K: put16(bp + 208, rnd_f16(3, 9, 1)); break;
+        }
+    }
+}
+
+static void q4k_scale_min(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* w[i] = weight i of the row; wabs[i] = |scale part| + |offset part| (bounds the summation error). */
+static void ref_dequant(const tinfo *t, const uint8_t *row, int n, double *w, double *wabs) {
+    for (int b = 0; b < n / t->be; b++) {
+        const uint8_t *bp = row + (size_t)b * t->bb;
+        double *y = w + (size_t)b * t->be, *ya = wabs + (size_t)b * t->be;
+        switch (t->type) {
+        case KRN_F32: { float f; memcpy(&f, bp, 4); y[0] = f; ya[0] = fabs(f); break; }
+        case KRN_F16: y[0] = h2f(get16(bp)); ya[0] = fabs(y[0]); break;
+        case KRN_BF16: y[0] = bf2f(get16(bp)); ya[0] = fabs(y[0]); break;
+        case KRN_Q8_0: {
+            const double d = h2f(get16(bp));
+            for (int j = 0; j < 32; j++) {
+                y[j] = d * (int8_t)bp[2 + j];
+                ya[j] = fabs(y[j]);
+            }
+            break;
+        }
+        case KRN_Q4_0: {
+            const double d = h2f(get16(bp));
+            for (int j = 0; j < 16; j++) {
+                y[j] = d * ((bp[2 + j] & 0xF) - 8);
+                y[j + 16] = d * ((bp[2 + j] >> 4) - 8);
+                ya[j] = fabs(y[j]);
+                ya[j + 16] = fabs(y[j + 16]);
+            }
+            break;
+        }
+        case KRN_Q4_1: {
+            const double d = h2f(get16(bp)), m = h2f(get16(bp + 2));
+            for (int j = 0; j < 16; j++) {
+                y[j] = d * (bp[4 + j] & 0xF) + m;
+                y[j + 16] = d * (bp[4 + j] >> 4) + m;
+                ya[j] = fabs(d * (bp[4 + j] & 0xF)) + fabs(m);
+                ya[j + 16] = fabs(d * (bp[4 + j] >> 4)) + fabs(m);
+            }
+            break;
+        }
+        case KRN_Q4_K: {
+            const double d = h2f(get16(bp)), dmin = h2f(get16(bp + 2));
+            const uint8_t *q = bp + 16;
+            for (int j = 0; j < 4; j++) { /* 64 elements per pair of sub-blocks */
+                int s1, m1, s2, m2;
+                q4k_scale_min(2 * j, bp + 4, &s1, &m1);
+                q4k_scale_min(2 * j + 1, bp + 4, &s2, &m2);
+                for (int l = 0; l < 32; l++) {
+                    const int lo = q[32 * j + l] & 0xF, hi = q[32 * j + l] >> 4;
+                    y[64 * j + l] = d * s1 * lo - dmin * m1;
+                    y[64 * j + 32 + l] = d * s2 * hi - dmin * m2;
+                    ya[64 * j + l] = fabs(d * s1 * lo) + fabs(dmin * m1);
+                    ya[64 * j + 32 + l] = fabs(d * s2 * hi) + fabs(dmin * m2);
+                }
+            }
+            break;
+        }
+        case KRN_Q6_K: {
+            const double d = h2f(get16(bp + 208));
+            const uint8_t *ql = bp, *qh = bp + 128;
+            const int8_t *sc = (const int8_t *)(bp + 192);
+            for (int h = 0; h < 2; h++) {
+                for (int l = 0; l < 32; l++) {
+                    const int is = l / 16;
+                    const int q1 = ((ql[64 * h + l] & 0xF) | (((qh[32 * h + l] >> 0) & 3) << 4)) - 32;
+                    const int q2 = ((ql[64 * h + 32 + l] & 0xF) | (((qh[32 * h + l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = ((ql[64 * h + l] >> 4) | (((qh[32 * h + l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = ((ql[64 * h + 32 + l] >> 4) | (((qh[32 * h + l] >> 6) & 3) << 4)) - 32;
+                    y[128 * h + l] = d * sc[8 * h + is + 0] * q1;
+                    y[128 * h + l + 32] = d * sc[8 * h + is + 2] * q2;
+                    y[128 * h + l + 64] = d * sc[8 * h + is + 4] * q3;
+                    y[128 * h + l + 96] = d * sc[8 * h + is + 6] * q4;
+                }
+            }
+            for (int i = 0; i < 256; i++)
+                ya[i] = fabs(y[i]);
+            break;
+        }
+        }
+    }
+}
+
+/* ---- matmul ---- */
+
+/* One (type, shape): y for B rows vs the double reference, the same call on the other stream bit for
+ * bit, and every row alone (B = 1) bit for bit. misalign: the tensor starts 2 bytes past a 16-byte
+ * boundary, between guard bytes of 0xFF (NaN patterns if ever decoded). */
+static void check_matmul(const tinfo *t, int n_out, int n_in, int B, int misalign) {
+    const size_t rb = (size_t)(n_in / t->be) * t->bb, wbytes = rb * (size_t)n_out;
+    uint8_t *hw = malloc(wbytes + 64);
+    float *hx = malloc(sizeof(float) * (size_t)B * n_in);
+    float *hy = malloc(sizeof(float) * (size_t)B * n_out), *hy2 = malloc(sizeof(float) * (size_t)B * n_out);
+    double *w = malloc(sizeof(double) * n_in), *wa = malloc(sizeof(double) * n_in);
+    assert_non_null(hw);
+    /* 16 + 2 (f32: 16 + 4, its alignment): not 16-byte aligned, so the first and last vectors straddle */
+    const size_t off = !misalign ? 0 : (t->type == KRN_F32 ? 20 : 18);
+    memset(hw, 0xFF, wbytes + 64);
+    for (int r = 0; r < n_out; r++)
+        rnd_row(t, hw + off + (size_t)r * rb, n_in);
+    rnd_floats(hx, (size_t)B * n_in);
+    uint8_t *dw = dupload(hw, wbytes + 64);
+    float *dx = dupload(hx, sizeof(float) * (size_t)B * n_in);
+    float *dy = dalloc(sizeof(float) * (size_t)B * n_out), *dy2 = dalloc(sizeof(float) * (size_t)B * n_out);
+    float *d1 = dalloc(sizeof(float) * n_out);
+    krn_weight W = {t->type, n_out, n_in, dw + off};
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
+    assert_int_equal(krn_cuda_matmul_async(g_s2, dy2, &W, dx, B, &err), 0);
+    sync_both();
+    download(hy, dy, sizeof(float) * (size_t)B * n_out);
+    download(hy2, dy2, sizeof(float) * (size_t)B * n_out);
+    if (memcmp(hy, hy2, sizeof(float) * (size_t)B * n_out) != 0)
+        fail_msg("matmul %s %dx%d B=%d: two runs on two streams differ", t->name, n_out, n_in, B);
+
+    /* |y - ref| <= 2^-22 * (n_in/32 + 40) * sum |w_i||x_i|: fp32 chains of at most n_in/32 + 40 adds
+     * (per-lane sums, then the 5-step butterfly), with room for the fused-multiply-add rounding. */
+    const double kappa = ldexp(1.0, -22) * (n_in / 32.0 + 40.0);
+    for (int r = 0; r < n_out; r++) {
+        ref_dequant(t, hw + off + (size_t)r * rb, n_in, w, wa);
+        for (int b = 0; b < B; b++) {
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < n_in; i++) {
+                ref += w[i] * hx[(size_t)b * n_in + i];
+                mag += wa[i] * fabs(hx[(size_t)b * n_in + i]);
+            }
+            const double got = hy[(size_t)b * n_out + r], tol = kappa * mag + 1e-30;
+            if (!(fabs(got - ref) <= tol))
+                fail_msg("matmul %s %dx%d B=%d misalign=%d: y[%d][%d] = %.9g, reference %.9g (|diff| %.3g > tol %.3g)",
+                         t->name, n_out, n_in, B, misalign, b, r, got, ref, fabs(got - ref), tol);
+        }
+    }
+    /* each row alone gives the bits it has in the batch */
+    for (int b = 0; b < B; b++) {
+        assert_int_equal(krn_cuda_matmul_async(g_s1, d1, &W, dx + (size_t)b * n_in, 1, &err), 0);
+        sync_both();
+        download(hy2, d1, sizeof(float) * n_out);
+        if (memcmp(hy2, hy + (size_t)b * n_out, sizeof(float) * n_out) != 0)
+            fail_msg("matmul %s %dx%d: row %d alone differs from row %d of a batch of %d", t->name, n_out, n_in, b,
+                     b, B);
+    }
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dy2);
+    cudaFree(d1);
+    free(hw);
+    free(hx);
+    free(hy);
+    free(hy2);
+    free(w);
+    free(wa);
+}
+
+static void test_matmul_matches_reference_for_every_type_shape_and_batch(void **state) {
+    (void)state;
+    static const int Bs[] = {1, 3, 8, 11};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const tinfo *t = &TYPES[ti];
+        int shapes[5][2];
+        int ns = 0;
+        if (t->be == 1) {
+            /* 97: scalar path; 2144 = 8*268: vector path with a tail; 4096: vector path */
+            int s[][2] = {{1, 8}, {7, 97}, {33, 2144}, {5, 4096}};
+            ns = 4;
+            memcpy(shapes, s, sizeof s);
+        } else if (t->be == 32) {
+            /* 67 blocks: two staged chunks (64 + 3); rows not 16-byte aligned */
+            int s[][2] = {{1, 32}, {7, 96}, {33, 32 * 67}, {5, 4096}};
+            ns = 4;
+            memcpy(shapes, s, sizeof s);
+        } else {
+            /* 11 super-blocks: two staged chunks (8 + 3) */
+            int s[][2] = {{1, 256}, {7, 768}, {33, 256 * 11}, {5, 4096}};
+            ns = 4;
+            memcpy(shapes, s, sizeof s);
+        }
+        for (int si = 0; si < ns; si++)
+            for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
+                check_matmul(t, shapes[si][0], shapes[si][1], Bs[bi], 0);
+    }
+}
+
+static void test_matmul_reads_a_misaligned_tensor_without_its_neighbours(void **state) {
+    (void)state;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const tinfo *t = &TYPES[ti];
+        const int n_in = t->be == 256 ? 256 * 3 : (t->be == 32 ? 32 * 67 : 2144);
+        check_matmul(t, 9, n_in, 3, 1);
+    }
+}
+
+static void test_matmul_rejects_bad_types_and_shapes_with_a_message(void **state) {
+    (void)state;
+    float *d = dalloc(4096);
+    dev_err err = {0};
+    krn_weight W = {7 /* q5_1: unsupported */, 4, 32, d};
+    assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W, d, 1, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "unsupported"));
+    krn_weight W2 = {KRN_Q4_0, 4, 48, d}; /* 48 is not a multiple of 32 */
+    dev_err err2 = {0};
+    assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W2, d, 1, &err2), MEMRA_E_INVAL);
+    assert_non_null(strstr(err2.msg, "multiple of 32"));
+    krn_weight W3 = {KRN_Q4_0, 4, 64, d};
+    dev_err err3 = {0};
+    assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W3, d, 0, &err3), 0); /* B = 0: nothing to do */
+    assert_int_equal(err3.code, 0);
+    cudaFree(d);
+}
+
+/* ---- row and element ops ---- */
+
+/* Run op on both streams into two outputs initialised from init (n floats), compare the bits. */
+#define TWICE_CHECK(name, h1, h2, n)                                                                            \
+    do {                                                                                                       \
+        if (memcmp((h1), (h2), sizeof(*(h1)) * (n)) != 0)                                                      \
+            fail_msg("%s: two runs on two streams differ", name);                                              \
+    } while (0)
+
+static void test_rmsnorm_matches_reference_and_is_deterministic(void **state) {
+    (void)state;
+    static const int ns[] = {576, 4099};
+    for (int k = 0; k < 2; k++) {
+        const int B = 3, n = ns[k];
+        float *x = malloc(sizeof(float) * B * n), *w = malloc(sizeof(float) * n);
+        float *y1 = malloc(sizeof(float) * B * n), *y2 = malloc(sizeof(float) * B * n);
+        rnd_floats(x, (size_t)B * n);
+        rnd_floats(w, n);
+        float *dx = dupload(x, sizeof(float) * B * n), *dw = dupload(w, sizeof(float) * n);
+        float *dy1 = dalloc(sizeof(float) * B * n), *dy2 = dalloc(sizeof(float) * B * n);
+        dev_err err = {0};
+        assert_int_equal(krn_cuda_rmsnorm_async(g_s1, dy1, dx, dw, B, n, 1e-5f, &err), 0);
+        assert_int_equal(krn_cuda_rmsnorm_async(g_s2, dy2, dx, dw, B, n, 1e-5f, &err), 0);
+        sync_both();
+        download(y1, dy1, sizeof(float) * B * n);
+        download(y2, dy2, sizeof(float) * B * n);
+        TWICE_CHECK("rmsnorm", y1, y2, (size_t)B * n);
+        for (int b = 0; b < B; b++) {
+            double ss = 0.0;
+            for (int i = 0; i < n; i++)
+                ss += (double)x[b * n + i] * x[b * n + i];
+            const double sc = 1.0 / sqrt(ss / n + 1e-5);
+            for (int i = 0; i < n; i++) {
+                const double ref = x[b * n + i] * sc * w[i];
+                /* relative 1e-5 of the row scale: fp32 sum of n squares + three roundings */
+                if (!(fabs(y1[b * n + i] - ref) <= 1e-5 * sc + 1e-5 * fabs(ref)))
+                    fail_msg("rmsnorm n=%d y[%d][%d] = %.9g, reference %.9g", n, b, i, y1[b * n + i], ref);
+            }
+        }
+        cudaFree(dx); cudaFree(dw); cudaFree(dy1); cudaFree(dy2);
+        free(x); free(w); free(y1); free(y2);
+    }
+}
+
+static void test_rope_rotates_pairs_in_both_layouts(void **state) {
+    (void)state;
+    const int B = 3, nh = 4, hd = 64;
+    const int32_t pos[3] = {0, 17, 4000};
+    static const int rots[] = {64, 32};
+    for (int neox = 0; neox < 2; neox++) {
+        for (int ri = 0; ri < 2; ri++) {
+            const int n_rot = rots[ri];
+            const float base = 10000.0f, fscale = ri ? 0.5f : 1.0f;
+            const size_t n = (size_t)B * nh * hd;
+            float *x = malloc(sizeof(float) * n), *y1 = malloc(sizeof(float) * n), *y2 = malloc(sizeof(float) * n);
+            rnd_floats(x, n);
+            float *dx1 = dupload(x, sizeof(float) * n), *dx2 = dupload(x, sizeof(float) * n);
+            int32_t *dp = dupload(pos, sizeof pos);
+            dev_err err = {0};
+            assert_int_equal(krn_cuda_rope_async(g_s1, dx1, dp, B, nh, hd, n_rot, base, fscale, neox, &err), 0);
+            assert_int_equal(krn_cuda_rope_async(g_s2, dx2, dp, B, nh, hd, n_rot, base, fscale, neox, &err), 0);
+            sync_both();
+            download(y1, dx1, sizeof(float) * n);
+            download(y2, dx2, sizeof(float) * n);
+            TWICE_CHECK("rope", y1, y2, n);
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < nh; h++) {
+                    const float *xh = x + ((size_t)b * nh + h) * hd;
+                    const float *yh = y1 + ((size_t)b * nh + h) * hd;
+                    double ref[256];
+                    for (int d = 0; d < hd; d++)
+                        ref[d] = xh[d];
+                    for (int i = 0; i < n_rot / 2; i++) {
+                        const double th = (double)pos[b] * fscale * pow(base, -2.0 * i / n_rot);
+                        const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+                        ref[i0] = xh[i0] * cos(th) - xh[i1] * sin(th);
+                        ref[i1] = xh[i0] * sin(th) + xh[i1] * cos(th);
+                    }
+                    for (int d = 0; d < hd; d++) {
+                        /* theta is computed in fp32 on the GPU: its rounding (~2^-23 * theta) dominates */
+                        const double tol = 1e-5 + 4e-7 * (double)pos[b] * fscale;
+                        if (!(fabs(yh[d] - ref[d]) <= tol))
+                            fail_msg("rope neox=%d n_rot=%d pos=%d: x[%d][%d][%d] = %.9g, reference %.9g", neox,
+                                     n_rot, pos[b], b, h, d, yh[d], ref[d]);
+                    }
+                }
+            cudaFree(dx1); cudaFree(dx2); cudaFree(dp);
+            free(x); free(y1); free(y2);
+        }
+    }
+}
+
+static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state) {
+    (void)state;
+    const int B = 3, kv = 24, n_seq = 2, n_ctx = 16;
+    const int32_t seq[3] = {1, 0, 1}, pos[3] = {5, 0, 15};
+    const size_t nc = (size_t)n_seq * n_ctx * kv;
+    float *k = malloc(sizeof(float) * B * kv), *v = malloc(sizeof(float) * B * kv);
+    float *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+    rnd_floats(k, (size_t)B * kv);
+    rnd_floats(v, (size_t)B * kv);
+    for (size_t i = 0; i < nc; i++)
+        kc[i] = vc[i] = -7.0f;
+    float *dkc = dupload(kc, sizeof(float) * nc), *dvc = dupload(vc, sizeof(float) * nc);
+    float *dk = dupload(k, sizeof(float) * B * kv), *dv = dupload(v, sizeof(float) * B * kv);
+    int32_t *ds = dupload(seq, sizeof seq), *dp = dupload(pos, sizeof pos);
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_kv_store_async(g_s1, dkc, dvc, dk, dv, ds, dp, B, kv, n_ctx, &err), 0);
+    sync_both();
+    download(kc, dkc, sizeof(float) * nc);
+    download(vc, dvc, sizeof(float) * nc);
+    size_t written = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int p = 0; p < n_ctx; p++) {
+            int row = -1;
+            for (int b = 0; b < B; b++)
+                if (seq[b] == s && pos[b] == p)
+                    row = b;
+            for (int i = 0; i < kv; i++) {
+                const size_t at = ((size_t)s * n_ctx + p) * kv + i;
+                const float ek = row < 0 ? -7.0f : k[row * kv + i], ev = row < 0 ? -7.0f : v[row * kv + i];
+                if (kc[at] != ek || vc[at] != ev)
+                    fail_msg("kv_store: cache[%d][%d][%d] = (%g, %g), expected (%g, %g)", s, p, i, kc[at], vc[at],
+                             ek, ev);
+                written += row >= 0;
+            }
+        }
+    assert_int_equal(written, (size_t)B * kv); /* liveness: the rows did land */
+    cudaFree(dkc); cudaFree(dvc); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp);
+    free(k); free(v); free(kc); free(vc);
+}
+
+/* Attention over caches with n_ctx slots; q (B, nh*hd); returns out (host, caller frees). */
+static float *run_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
+                            const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx) {
+    const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc), *dv = dupload(vc, sizeof(float) * nc);
+    int32_t *ds = dupload(seq, sizeof(int32_t) * B), *dp = dupload(pos, sizeof(int32_t) * B);
+    float *dout = dalloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq);
+    dev_err err = {0};
+    const int rc = krn_cuda_attention_async(s, dout, dq, dk, dv, ds, dp, B, nh, nkv, hd, n_ctx, &err);
+    if (rc != 0)
+        fail_msg("attention: rc %d: %s", rc, err.msg);
+    CK(cudaStreamSynchronize(s));
+    download(out, dout, sizeof(float) * nq);
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp); cudaFree(dout);
+    return out;
+}
+
+static void check_attention_ref(const float *out, const float *q, const float *kc, const float *vc,
+                                const int32_t *seq, const int32_t *pos, int B, int nh, int nkv, int hd, int n_ctx) {
+    const int kvd = nkv * hd;
+    double *sc = malloc(sizeof(double) * n_ctx);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < nh; h++) {
+            const int g = h / (nh / nkv);
+            const float *qh = q + ((size_t)b * nh + h) * hd;
+            double mx = -INFINITY, l = 0.0;
+            for (int t = 0; t <= pos[b]; t++) {
+                const float *kt = kc + ((size_t)seq[b] * n_ctx + t) * kvd + (size_t)g * hd;
+                double d = 0.0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)qh[i] * kt[i];
+                sc[t] = d / sqrt((double)hd);
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            for (int t = 0; t <= pos[b]; t++)
+                l += (sc[t] = exp(sc[t] - mx));
+            for (int i = 0; i < hd; i++) {
+                double o = 0.0;
+                for (int t = 0; t <= pos[b]; t++)
+                    o += sc[t] * vc[((size_t)seq[b] * n_ctx + t) * kvd + (size_t)g * hd + i];
+                o /= l;
+                const double got = out[((size_t)b * nh + h) * hd + i];
+                /* values are convex combinations of v in [-1, 1]: fp32 softmax and sums, absolute 2e-5 */
+                if (!(fabs(got - o) <= 2e-5))
+                    fail_msg("attention b=%d h=%d d=%d (pos %d, n_ctx %d, hd %d): %.9g, reference %.9g", b, h, i,
+                             pos[b], n_ctx, hd, got, o);
+            }
+        }
+    free(sc);
+}
+
+static void test_attention_matches_reference_on_both_paths_with_gqa(void **state) {
+    (void)state;
+    static const int hds[] = {64, 128};
+    for (int hi = 0; hi < 2; hi++) {
+        const int B = 3, nh = 8, nkv = 2, hd = hds[hi], n_seq = 2;
+        static const int ctxs[] = {256, 1024};
+        for (int ci = 0; ci < 2; ci++) {
+            const int n_ctx = ctxs[ci];
+            const int32_t seq[3] = {0, 1, 1};
+            const int32_t pos_small[3] = {0, 100, 255}, pos_big[3] = {0, 300, 1023};
+            const int32_t *pos = n_ctx == 256 ? pos_small : pos_big;
+            const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+            float *q = malloc(sizeof(float) * nq), *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+            rnd_floats(q, nq);
+            rnd_floats(kc, nc);
+            rnd_floats(vc, nc);
+            float *o1 = run_attention(g_s1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+            float *o2 = run_attention(g_s2, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+            TWICE_CHECK("attention", o1, o2, nq);
+            check_attention_ref(o1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_ctx);
+            free(o1); free(o2); free(q); free(kc); free(vc);
+        }
+    }
+}
+
+/* The one-kernel path (n_ctx <= 256) and the split path (n_ctx > 256) give the same bits for keys < 256. */
+static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void **state) {
+    (void)state;
+    const int B = 2, nh = 4, nkv = 4, hd = 64, n_seq = 1, small = 256, big = 2048;
+    const int32_t seq[2] = {0, 0}, pos[2] = {37, 255};
+    const size_t nq = (size_t)B * nh * hd, kvd = (size_t)nkv * hd;
+    float *q = malloc(sizeof(float) * nq), *ks = malloc(sizeof(float) * small * kvd), *vs = malloc(sizeof(float) * small * kvd);
+    float *kb = calloc((size_t)big * kvd, sizeof(float)), *vb = calloc((size_t)big * kvd, sizeof(float));
+    rnd_floats(q, nq);
+    rnd_floats(ks, small * kvd);
+    rnd_floats(vs, small * kvd);
+    memcpy(kb, ks, sizeof(float) * small * kvd);
+    memcpy(vb, vs, sizeof(float) * small * kvd);
+    float *o1 = run_attention(g_s1, q, ks, vs, seq, pos, B, nh, nkv, hd, n_seq, small);
+    float *o2 = run_attention(g_s1, q, kb, vb, seq, pos, B, nh, nkv, hd, n_seq, big);
+    TWICE_CHECK("attention one-kernel vs split", o1, o2, nq);
+    free(o1); free(o2); free(q); free(ks); free(vs); free(kb); free(vb);
+}
+
+static void test_attention_rejects_an_unsupported_head_dim(void **state) {
+    (void)state;
+    float *d = dalloc(4096);
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_attention_async(g_s1, d, d, d, d, (int32_t *)d, (int32_t *)d, 1, 2, 1, 6, 8, &err),
+                     MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "head_dim=6"));
+    cudaFree(d);
+}
+
+static void test_swiglu_add_and_add_bias_match_reference(void **state) {
+    (void)state;
+    const int B = 3, n = 1000;
+    const size_t t = (size_t)B * n;
+    float *g = malloc(sizeof(float) * t), *u = malloc(sizeof(float) * t), *bias = malloc(sizeof(float) * n);
+    float *y = malloc(sizeof(float) * t), *y2 = malloc(sizeof(float) * t);
+    rnd_floats(g, t);
+    rnd_floats(u, t);
+    rnd_floats(bias, n);
+    for (size_t i = 0; i < t; i++)
+        g[i] *= 8.0f;
+    float *dg = dupload(g, sizeof(float) * t), *du = dupload(u, sizeof(float) * t), *db = dupload(bias, sizeof(float) * n);
+    float *dy = dalloc(sizeof(float) * t), *dy2 = dalloc(sizeof(float) * t);
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_swiglu_async(g_s1, dy, dg, du, B, n, &err), 0);
+    assert_int_equal(krn_cuda_swiglu_async(g_s2, dy2, dg, du, B, n, &err), 0);
+    sync_both();
+    download(y, dy, sizeof(float) * t);
+    download(y2, dy2, sizeof(float) * t);
+    TWICE_CHECK("swiglu", y, y2, t);
+    for (size_t i = 0; i < t; i++) {
+        const double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        /* expf and one division: relative 1e-6, absolute 1e-7 */
+        if (!(fabs(y[i] - ref) <= 1e-6 * fabs(ref) + 1e-7))
+            fail_msg("swiglu [%zu] = %.9g, reference %.9g", i, y[i], ref);
+    }
+    /* y += u (exact in fp32), then y += bias (exact) */
+    assert_int_equal(krn_cuda_add_async(g_s1, dy, du, B, n, &err), 0);
+    assert_int_equal(krn_cuda_add_bias_async(g_s1, dy, db, B, n, &err), 0);
+    sync_both();
+    download(y2, dy, sizeof(float) * t);
+    for (size_t i = 0; i < t; i++) {
+        const float ref = (y[i] + u[i]) + bias[i % n];
+        if (y2[i] != ref)
+            fail_msg("add/add_bias [%zu] = %.9g, expected %.9g", i, y2[i], ref);
+    }
+    cudaFree(dg); cudaFree(du); cudaFree(db); cudaFree(dy); cudaFree(dy2);
+    free(g); free(u); free(bias); free(y); free(y2);
+}
+
+static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
+    (void)state;
+    const int B = 4, n = 49152 + 7;
+    const size_t t = (size_t)B * n;
+    float *x = malloc(sizeof(float) * t);
+    rnd_floats(x, t);
+    /* row 0: max 5.0 at 900 and at 5 -> 5; row 1: all equal -> 0; row 2: NaN first, max at n-1;
+     * row 3: random, max found on the host */
+    x[0 * (size_t)n + 900] = 5.0f;
+    x[0 * (size_t)n + 5] = 5.0f;
+    for (int i = 0; i < n; i++)
+        x[1 * (size_t)n + i] = 0.25f;
+    x[2 * (size_t)n + 0] = NAN;
+    x[2 * (size_t)n + n - 1] = 3.0f;
+    int32_t expect[4] = {5, 0, n - 1, 0};
+    for (int i = 1; i < n; i++)
+        if (x[3 * (size_t)n + i] > x[3 * (size_t)n + expect[3]])
+            expect[3] = i;
+    float *dx = dupload(x, sizeof(float) * t);
+    int32_t *d1 = dalloc(sizeof(int32_t) * B), *d2 = dalloc(sizeof(int32_t) * B);
+    int32_t h1[4], h2[4];
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_argmax_async(g_s1, d1, dx, B, n, &err), 0);
+    assert_int_equal(krn_cuda_argmax_async(g_s2, d2, dx, B, n, &err), 0);
+    sync_both();
+    download(h1, d1, sizeof h1);
+    download(h2, d2, sizeof h2);
+    TWICE_CHECK("argmax", h1, h2, 4);
+    for (int b = 0; b < B; b++)
+        if (h1[b] != expect[b])
+            fail_msg("argmax row %d = %d, expected %d", b, h1[b], expect[b]);
+    cudaFree(dx); cudaFree(d1); cudaFree(d2);
+    free(x);
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (cudaStreamCreateWithFlags(&g_s1, cudaStreamNonBlocking) != cudaSuccess)
+        return -1;
+    if (cudaStreamCreateWithFlags(&g_s2, cudaStreamNonBlocking) != cudaSuccess)
+        return -1;
+    return 0;
+}
+static int teardown(void **state) {
+    (void)state;
+    cudaStreamDestroy(g_s1);
+    cudaStreamDestroy(g_s2);
+    return 0;
+}
+
+int main(void) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("gpu_kernels: skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_matches_reference_for_every_type_shape_and_batch),
+        cmocka_unit_test(test_matmul_reads_a_misaligned_tensor_without_its_neighbours),
+        cmocka_unit_test(test_matmul_rejects_bad_types_and_shapes_with_a_message),
+        cmocka_unit_test(test_rmsnorm_matches_reference_and_is_deterministic),
+        cmocka_unit_test(test_rope_rotates_pairs_in_both_layouts),
+        cmocka_unit_test(test_kv_store_writes_each_row_at_its_sequence_and_position_only),
+        cmocka_unit_test(test_attention_matches_reference_on_both_paths_with_gqa),
+        cmocka_unit_test(test_attention_split_path_has_the_bits_of_the_one_kernel_path),
+        cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),
+        cmocka_unit_test(test_swiglu_add_and_add_bias_match_reference),
+        cmocka_unit_test(test_argmax_takes_the_lowest_index_on_ties),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
+
+#else /* !MEMRA_HAVE_CUDA */
+
+int main(void) {
+    printf("gpu_kernels: skipped: built without CUDA (MEMRA_HAVE_CUDA off)\n");
+    return 77;
+}
+
+#endif

@@ -1,0 +1,568 @@
+/* The model engine on tiny random GGUF models (one per tensor type, plus qwen2 with biases and neox rope)
+ * against a plain double-precision reference forward written here over dequantized weights (full causal
+ * recompute per position: no KV cache, no kernels), and the bitwise properties the pipeline relies on:
+ * a layer walk split at any cut equals the whole walk, a batch of B sequences equals B single runs, a
+ * prefill in one chunk equals token-by-token, and a two-device stage split with events equals one device.
+ *
+ * Tolerance vs the reference: |ours - ref| <= 1e-5 * (1 + max|ref|) per logit (logits are O(2) here).
+ * The same dequantized weights are used on both sides, so quantization error does not enter; what is
+ * left is f32 accumulation over rows of <= 512 terms through 3 layers: measured <= 8e-7 in every type,
+ * so the bound leaves ~40x margin. A wrong rope pair, head mapping, norm or bias moves logits by >= 0.1
+ * (checked by mutation: flipping the rope layout gives 0.3-0.5). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kernels/krn.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "model/gguf_write.h"
+#include "support/gguf_tiny.h"
+
+/* ---- tiny models ---- */
+
+enum { E = 256, FF = 512, NH = 4, NKV = 2, HD = 64, V = 300, L = 3, CTX = 16 };
+
+typedef struct tiny { char path[256]; } tiny;
+
+/* Write a tiny random model (gguf_tiny: synthetic byte-level vocab of V tokens, f32 norms) of arch "llama"
+ * or "qwen2" (+ attn biases) whose matrices and token_embd have type t; tied: no output.weight. */
+static void make_tiny(tiny *tm, const char *arch, int t, int tied, unsigned seed)
+{
+    gguf_tiny_params p;
+    gguf_tiny_defaults(&p);
+    p.arch = arch;
+    p.type = t;
+    p.embd_type = t;
+    p.n_vocab = V;
+    p.n_embd = E;
+    p.n_ff = FF;
+    p.n_head = NH;
+    p.n_head_kv = NKV;
+    p.n_layer = L;
+    p.n_ctx = 64;
+    p.tied = tied;
+    p.seed = seed;
+    p.pre = "gpt2"; /* the synth default "gpt-2" is not a tokenizer.ggml.pre the tokenizer knows */
+    dev_err err = { 0 };
+    if (gguf_tiny_write_temp(tm->path, sizeof tm->path, &p, &err))
+        fail_msg("gguf_tiny_write_temp: %s", err.msg);
+}
+
+/* ---- the double-precision reference ---- */
+
+typedef struct ref_layer { double *an, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *fn, *wg, *wu, *wd; } ref_layer;
+typedef struct ref_model {
+    int neox;
+    double eps, base;
+    double *embd, *out_norm, *lm; /* (V, E), (E,), (V, E) */
+    ref_layer layer[L];
+} ref_model;
+
+static double *deq(const mdl_gguf *g, const char *name, int64_t n_elems)
+{
+    const mdl_gguf_tensor *t = mdl_gguf_tensor_find(g, name);
+    if (!t)
+        return NULL;
+    const int64_t n_in = t->ne[0], rows = n_elems / n_in;
+    assert_int_equal(rows * n_in, n_elems);
+    const size_t rb = krn_row_bytes(t->type, n_in);
+    float *row = malloc(sizeof *row * n_in);
+    double *out = malloc(sizeof *out * n_elems);
+    for (int64_t r = 0; r < rows; r++) {
+        krn_dequant_row(t->type, (const unsigned char *)t->data + r * rb, row, n_in);
+        for (int64_t i = 0; i < n_in; i++)
+            out[r * n_in + i] = row[i];
+    }
+    free(row);
+    return out;
+}
+
+static void ref_load(ref_model *r, const char *path, const mdl_hparams *hp)
+{
+    dev_err err = { 0 };
+    mdl_gguf *g = mdl_gguf_open(path, &err);
+    assert_non_null(g);
+    r->neox = hp->rope_neox;
+    r->eps = hp->rms_eps;
+    r->base = hp->rope_freq_base;
+    r->embd = deq(g, "token_embd.weight", (int64_t)V * E);
+    r->out_norm = deq(g, "output_norm.weight", E);
+    r->lm = deq(g, "output.weight", (int64_t)V * E);
+    if (!r->lm)
+        r->lm = deq(g, "token_embd.weight", (int64_t)V * E);
+    for (int il = 0; il < L; il++) {
+        char n[64];
+#define LOAD(field, suffix, count) (snprintf(n, sizeof n, "blk.%d.%s", il, suffix), r->layer[il].field = deq(g, n, count))
+        LOAD(an, "attn_norm.weight", E);
+        LOAD(wq, "attn_q.weight", (int64_t)NH * HD * E);
+        LOAD(wk, "attn_k.weight", (int64_t)NKV * HD * E);
+        LOAD(wv, "attn_v.weight", (int64_t)NKV * HD * E);
+        LOAD(bq, "attn_q.bias", NH * HD);
+        LOAD(bk, "attn_k.bias", NKV * HD);
+        LOAD(bv, "attn_v.bias", NKV * HD);
+        LOAD(wo, "attn_output.weight", (int64_t)E * NH * HD);
+        LOAD(fn, "ffn_norm.weight", E);
+        LOAD(wg, "ffn_gate.weight", (int64_t)FF * E);
+        LOAD(wu, "ffn_up.weight", (int64_t)FF * E);
+        LOAD(wd, "ffn_down.weight", (int64_t)E * FF);
+#undef LOAD
+    }
+    mdl_gguf_close(g);
+}
+
+static void ref_free(ref_model *r)
+{
+    free(r->embd);
+    free(r->out_norm);
+    free(r->lm);
+    for (int il = 0; il < L; il++) {
+        ref_layer *l = &r->layer[il];
+        double *ps[] = { l->an, l->wq, l->wk, l->wv, l->bq, l->bk, l->bv, l->wo, l->fn, l->wg, l->wu, l->wd };
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            free(ps[i]);
+    }
+}
+
+/* y (n_out) = W (n_out, n_in) x (n_in) [+ b] */
+static void ref_mv(double *y, const double *W, const double *x, int n_out, int n_in, const double *b)
+{
+    for (int o = 0; o < n_out; o++) {
+        double s = b ? b[o] : 0.0;
+        for (int i = 0; i < n_in; i++)
+            s += W[(size_t)o * n_in + i] * x[i];
+        y[o] = s;
+    }
+}
+
+static void ref_norm(double *y, const double *x, const double *w, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < E; i++)
+        ss += x[i] * x[i];
+    const double inv = 1.0 / sqrt(ss / E + eps);
+    for (int i = 0; i < E; i++)
+        y[i] = x[i] * inv * w[i];
+}
+
+static void ref_rope(const ref_model *r, double *x, int heads, int pos)
+{
+    for (int h = 0; h < heads; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            const double th = pos * pow(r->base, -2.0 * i / HD);
+            const int a = r->neox ? i : 2 * i, b = r->neox ? i + HD / 2 : 2 * i + 1;
+            const double x0 = x[h * HD + a], x1 = x[h * HD + b];
+            x[h * HD + a] = x0 * cos(th) - x1 * sin(th);
+            x[h * HD + b] = x0 * sin(th) + x1 * cos(th);
+        }
+}
+
+/* logits (T, V) for every position of tokens[0..T), by full causal recompute. */
+static void ref_forward(const ref_model *r, const int32_t *tokens, int T, double *logits)
+{
+    double(*x)[E] = malloc(sizeof(double[E]) * T), (*k)[NKV * HD] = malloc(sizeof(double[NKV * HD]) * T),
+    (*v)[NKV * HD] = malloc(sizeof(double[NKV * HD]) * T);
+    double h[E], q[NH * HD], att[NH * HD], o[E], g[FF], u[FF];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < E; i++)
+            x[t][i] = r->embd[(size_t)tokens[t] * E + i];
+    for (int il = 0; il < L; il++) {
+        const ref_layer *ly = &r->layer[il];
+        for (int t = 0; t < T; t++) { /* K, V of every position first */
+            ref_norm(h, x[t], ly->an, r->eps);
+            ref_mv(k[t], ly->wk, h, NKV * HD, E, ly->bk);
+            ref_mv(v[t], ly->wv, h, NKV * HD, E, ly->bv);
+            ref_rope(r, k[t], NKV, t);
+        }
+        for (int t = 0; t < T; t++) {
+            ref_norm(h, x[t], ly->an, r->eps);
+            ref_mv(q, ly->wq, h, NH * HD, E, ly->bq);
+            ref_rope(r, q, NH, t);
+            for (int hh = 0; hh < NH; hh++) {
+                const int kh = hh / (NH / NKV);
+                double sc[CTX], mx = -INFINITY, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int i = 0; i < HD; i++)
+                        d += q[hh * HD + i] * k[s][kh * HD + i];
+                    sc[s] = d / sqrt((double)HD);
+                    mx = fmax(mx, sc[s]);
+                }
+                for (int s = 0; s <= t; s++)
+                    sum += sc[s] = exp(sc[s] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double a = 0;
+                    for (int s = 0; s <= t; s++)
+                        a += sc[s] / sum * v[s][kh * HD + i];
+                    att[hh * HD + i] = a;
+                }
+            }
+            ref_mv(o, ly->wo, att, E, NH * HD, NULL);
+            for (int i = 0; i < E; i++)
+                x[t][i] += o[i];
+            ref_norm(h, x[t], ly->fn, r->eps);
+            ref_mv(g, ly->wg, h, FF, E, NULL);
+            ref_mv(u, ly->wu, h, FF, E, NULL);
+            for (int i = 0; i < FF; i++)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            ref_mv(o, ly->wd, g, E, FF, NULL);
+            /* x[t] is read again by later positions' K/V only through this layer's k/v, already computed */
+            for (int i = 0; i < E; i++)
+                x[t][i] += o[i];
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        ref_norm(h, x[t], r->out_norm, r->eps);
+        ref_mv(logits + (size_t)t * V, r->lm, h, V, E, NULL);
+    }
+    free(x);
+    free(k);
+    free(v);
+}
+
+/* ---- running our engine ---- */
+
+typedef struct rig {
+    dev_platform *p;
+    mdl_model *m;
+    mdl_kv *kv;
+    mdl_scratch *sc;
+    dev_stream *s;
+    float *x_d, *logits_d;
+    int32_t *pos_d, *seq_d;
+} rig;
+
+static void rig_open(rig *r, const char *path, int n_seq, dev_device *const *layer_dev, int n_dev)
+{
+    dev_err err = { 0 };
+    memset(r, 0, sizeof *r);
+    r->p = dev_platform_open(DEV_KIND_CPU, n_dev, &err);
+    assert_non_null(r->p);
+    r->m = mdl_model_load(path, &(mdl_load_params){ .platform = r->p, .layer_dev = layer_dev }, &err);
+    if (!r->m)
+        fail_msg("load %s: %s", path, err.msg);
+    dev_device *d = dev_platform_device(r->p, 0);
+    r->kv = mdl_kv_create(r->m, NULL, n_seq, CTX, &err);
+    r->sc = mdl_scratch_create(r->m, d, CTX * n_seq, &err);
+    r->s = dev_stream_create(d, "test", &err);
+    r->x_d = dev_malloc(d, sizeof(float) * CTX * n_seq * E, &err);
+    r->logits_d = dev_malloc(d, sizeof(float) * CTX * n_seq * V, &err);
+    r->pos_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
+    r->seq_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
+    assert_true(r->kv && r->sc && r->s && r->x_d && r->logits_d && r->pos_d && r->seq_d);
+}
+
+static void rig_close(rig *r)
+{
+    dev_stream_destroy(r->s);
+    dev_device *d = dev_platform_device(r->p, 0);
+    dev_free(d, r->x_d);
+    dev_free(d, r->logits_d);
+    dev_free(d, r->pos_d);
+    dev_free(d, r->seq_d);
+    mdl_scratch_destroy(r->sc);
+    mdl_kv_destroy(r->kv);
+    mdl_model_free(r->m);
+    dev_platform_close(r->p);
+}
+
+/* Rows b = tokens[b] at (seq[b], pos[b]) through layers [0, L) in one call per cut of `cuts` (a list
+ * ending at L), then the head on every row: logits (B, V) host. */
+static void rig_rows(rig *r, const int32_t *tokens, const int32_t *seq, const int32_t *pos, int B, const int *cuts,
+                     float *logits)
+{
+    dev_err err = { 0 };
+    float *x = malloc(sizeof(float) * B * E);
+    assert_int_equal(mdl_embed_rows(r->m, tokens, B, x, &err), 0);
+    assert_int_equal(dev_copy_h2d_async(r->s, r->x_d, x, sizeof(float) * B * E), 0);
+    assert_int_equal(dev_copy_h2d_async(r->s, r->pos_d, pos, sizeof(int32_t) * B), 0);
+    assert_int_equal(dev_copy_h2d_async(r->s, r->seq_d, seq, sizeof(int32_t) * B), 0);
+    for (int l0 = 0, i = 0; l0 < L; l0 = cuts[i++])
+        assert_int_equal(mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, l0,
+                                                  cuts[i], &err), 0);
+    assert_int_equal(mdl_forward_head_async(r->m, r->sc, r->s, r->x_d, r->logits_d, B, &err), 0);
+    assert_int_equal(dev_copy_d2h_async(r->s, logits, r->logits_d, sizeof(float) * B * V), 0);
+    if (dev_stream_sync(r->s, &err))
+        fail_msg("stream: %s", err.msg);
+    free(x);
+}
+
+static const int32_t k_prompt[] = { 5, 17, 42, 3, 88, 61, 9, 30, 77, 1 };
+#define T ((int)(sizeof k_prompt / sizeof k_prompt[0]))
+static const int k_whole[] = { L };
+
+/* A prompt of T tokens of sequence 0 in one chunk: logits (T, V). */
+static void run_prompt(rig *r, const int *cuts, float *logits)
+{
+    int32_t seq[T], pos[T];
+    for (int t = 0; t < T; t++) {
+        seq[t] = 0;
+        pos[t] = t;
+    }
+    rig_rows(r, k_prompt, seq, pos, T, cuts, logits);
+}
+
+static void check_against_reference(const char *arch, int type, int tied)
+{
+    tiny tm;
+    make_tiny(&tm, arch, type, tied, 1000u + (unsigned)type);
+    rig r;
+    rig_open(&r, tm.path, 1, NULL, 1);
+    const mdl_hparams *hp = mdl_model_hparams(r.m);
+    assert_int_equal(hp->n_layer, L);
+    assert_int_equal(hp->tied_embeddings, tied);
+    ref_model ref;
+    ref_load(&ref, tm.path, hp);
+    float got[T * V];
+    double want[T * V];
+    run_prompt(&r, k_whole, got);
+    ref_forward(&ref, k_prompt, T, want);
+    double max_ref = 0, max_diff = 0;
+    for (int i = 0; i < T * V; i++) {
+        max_ref = fmax(max_ref, fabs(want[i]));
+        max_diff = fmax(max_diff, fabs(got[i] - want[i]));
+    }
+    if (!(max_diff <= 1e-5 * (1 + max_ref)))
+        fail_msg("%s %s tied=%d: max |ours - reference| = %g (max |ref| %g)", arch, krn_type_name(type), tied,
+                 max_diff, max_ref);
+    assert_true(max_ref > 0.1); /* the model is not degenerate */
+    printf("  %s %-4s tied=%d: max |ours - reference| = %.3g (max |ref| %.3g)\n", arch, krn_type_name(type), tied,
+           max_diff, max_ref);
+    ref_free(&ref);
+    rig_close(&r);
+    unlink(tm.path);
+}
+
+static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+
+static void test_llama_in_every_tensor_type_matches_the_double_reference(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
+        check_against_reference("llama", k_types[i], 0);
+}
+
+static void test_qwen2_with_biases_and_neox_rope_matches_the_double_reference(void **state)
+{
+    (void)state;
+    check_against_reference("qwen2", KRN_Q8_0, 1);
+}
+
+static void test_tied_embeddings_use_token_embd_as_lm_head(void **state)
+{
+    (void)state;
+    check_against_reference("llama", KRN_F16, 1);
+}
+
+static void test_unknown_architecture_is_refused_naming_the_supported_ones(void **state)
+{
+    (void)state;
+    tiny tm;
+    dev_err err = { 0 };
+    assert_int_equal(gguf_tiny_temp_path(tm.path, sizeof tm.path, "mamba", &err), 0);
+    mdl_gguf_writer *w = mdl_gguf_writer_create(&err);
+    assert_non_null(w);
+    mdl_gguf_writer_str(w, "general.architecture", "mamba");
+    mdl_gguf_writer_u32(w, "mamba.block_count", 2);
+    assert_int_equal(mdl_gguf_writer_save(w, tm.path, &err), 0);
+    mdl_gguf_writer_destroy(w);
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_null(mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err));
+    assert_int_equal(err.code, MEMRA_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "mamba"));
+    assert_non_null(strstr(err.msg, "llama"));
+    assert_non_null(strstr(err.msg, "qwen2"));
+    dev_platform_close(p);
+    unlink(tm.path);
+}
+
+/* Every cut [0,a) + [a,L) gives the same bits as [0,L). */
+static void test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q4_K, 0, 11);
+    rig r;
+    rig_open(&r, tm.path, 1, NULL, 1);
+    float whole[T * V], split[T * V];
+    run_prompt(&r, k_whole, whole);
+    for (int a = 1; a < L; a++) {
+        const int cuts[] = { a, L };
+        run_prompt(&r, cuts, split);
+        assert_memory_equal(whole, split, sizeof whole);
+    }
+    const int each[] = { 1, 2, 3 };
+    run_prompt(&r, each, split);
+    assert_memory_equal(whole, split, sizeof whole);
+    rig_close(&r);
+    unlink(tm.path);
+}
+
+/* Prefill of T tokens in one chunk == T single-token steps, bit for bit (each row's ops never depend on the
+ * other rows: matmul is a per-row dot, attention a per-row loop over its own cache prefix). */
+static void test_prefill_in_one_chunk_equals_token_by_token_bitwise(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q6_K, 0, 13);
+    rig r;
+    rig_open(&r, tm.path, 1, NULL, 1);
+    float chunk[T * V], step[T * V];
+    run_prompt(&r, k_whole, chunk);
+    for (int t = 0; t < T; t++) {
+        const int32_t seq = 0, pos = t;
+        rig_rows(&r, &k_prompt[t], &seq, &pos, 1, k_whole, step + t * V);
+    }
+    assert_memory_equal(chunk, step, sizeof chunk);
+    rig_close(&r);
+    unlink(tm.path);
+}
+
+/* Three sequences decoded together (B = 3, different positions) == each decoded alone, bit for bit. */
+static void test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise(void **state)
+{
+    (void)state;
+    enum { NS = 3 };
+    tiny tm;
+    make_tiny(&tm, "qwen2", KRN_Q4_0, 1, 17);
+    const int len[NS] = { 4, 7, 2 };
+    /* sequence s's tokens: k_prompt rotated by s */
+    float alone[NS][CTX][V], batched[NS][CTX][V];
+    {
+        rig r;
+        rig_open(&r, tm.path, NS, NULL, 1);
+        for (int s = 0; s < NS; s++)
+            for (int t = 0; t < len[s]; t++) {
+                const int32_t tok = k_prompt[(t + s) % T], seq = s, pos = t;
+                rig_rows(&r, &tok, &seq, &pos, 1, k_whole, alone[s][t]);
+            }
+        rig_close(&r);
+    }
+    {
+        rig r;
+        rig_open(&r, tm.path, NS, NULL, 1);
+        for (int t = 0; t < 7; t++) { /* step t: every sequence still running adds its token t */
+            int32_t tok[NS], seq[NS], pos[NS];
+            int B = 0;
+            for (int s = NS - 1; s >= 0; s--) /* rows in reverse sequence order, to shuffle the batch */
+                if (t < len[s]) {
+                    tok[B] = k_prompt[(t + s) % T];
+                    seq[B] = s;
+                    pos[B] = t;
+                    B++;
+                }
+            float lg[NS * V];
+            rig_rows(&r, tok, seq, pos, B, k_whole, lg);
+            for (int b = 0; b < B; b++)
+                memcpy(batched[seq[b]][t], lg + b * V, sizeof(float) * V);
+        }
+        rig_close(&r);
+    }
+    for (int s = 0; s < NS; s++)
+        assert_memory_equal(alone[s], batched[s], sizeof(float) * V * len[s]);
+    unlink(tm.path);
+}
+
+/* Two stages on two CPU devices: stage 0 walks [0,a) on device 0's stream, the hidden state is peer-copied
+ * to device 1 (ordered by an event), stage 1 walks [a,L) + head with its own KV on device 1. Same bits as
+ * the one-device walk, no race reported, and no weight read remotely (each stage's weights are local). */
+static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q8_0, 0, 19);
+    float want[T * V], got[T * V];
+    {
+        rig r;
+        rig_open(&r, tm.path, 1, NULL, 1);
+        run_prompt(&r, k_whole, want);
+        rig_close(&r);
+    }
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 2, &err);
+    dev_device *d0 = dev_platform_device(p, 0), *d1 = dev_platform_device(p, 1);
+    dev_device *ld[L] = { d0, d1, d1 };
+    const int a = 1;
+    mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p, .layer_dev = ld }, &err);
+    assert_non_null(m);
+    assert_ptr_equal(mdl_model_head_device(m), d1);
+    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, &err);
+    mdl_scratch *sc0 = mdl_scratch_create(m, d0, T, &err), *sc1 = mdl_scratch_create(m, d1, T, &err);
+    dev_stream *s0 = dev_stream_create(d0, "stage0", &err), *s1 = dev_stream_create(d1, "stage1", &err);
+    dev_event *ev = dev_event_create(d0, &err);
+    float *x0 = dev_malloc(d0, sizeof(float) * T * E, &err), *x1 = dev_malloc(d1, sizeof(float) * T * E, &err);
+    float *lg = dev_malloc(d1, sizeof(float) * T * V, &err);
+    int32_t *ps0 = dev_malloc(d0, sizeof(int32_t) * 2 * T, &err), *ps1 = dev_malloc(d1, sizeof(int32_t) * 2 * T, &err);
+    assert_true(kv && sc0 && sc1 && s0 && s1 && ev && x0 && x1 && lg && ps0 && ps1);
+    assert_int_equal(dev_peer_grant(d1, d0, &err), 0); /* the boundary copy reads device 0 */
+    int32_t possq[2 * T];
+    for (int t = 0; t < T; t++) {
+        possq[t] = t;     /* pos */
+        possq[T + t] = 0; /* seq */
+    }
+    float x_h[T * E];
+    assert_int_equal(mdl_embed_rows(m, k_prompt, T, x_h, &err), 0);
+    dev_device_counters_reset(d0);
+    dev_device_counters_reset(d1);
+    /* each stage has its own pos/seq copy, filled on its own stream */
+    assert_int_equal(dev_copy_h2d_async(s0, x0, x_h, sizeof x_h), 0);
+    assert_int_equal(dev_copy_h2d_async(s0, ps0, possq, sizeof possq), 0);
+    assert_int_equal(dev_copy_h2d_async(s1, ps1, possq, sizeof possq), 0);
+    assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x0, ps0, ps0 + T, T, 0, a, &err), 0);
+    assert_int_equal(dev_event_record_async(ev, s0), 0);
+    assert_int_equal(dev_stream_wait_event_async(s1, ev), 0); /* ordered by ev: stage 0 wrote x0 before it */
+    assert_int_equal(dev_copy_peer_async(s1, x1, d1, x0, d0, sizeof x_h), 0);
+    assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x1, ps1, ps1 + T, T, a, L, &err), 0);
+    assert_int_equal(mdl_forward_head_async(m, sc1, s1, x1, lg, T, &err), 0);
+    assert_int_equal(dev_copy_d2h_async(s1, got, lg, sizeof got), 0);
+    assert_int_equal(dev_stream_sync(s1, &err), 0);
+    assert_int_equal(dev_stream_sync(s0, &err), 0);
+    assert_memory_equal(want, got, sizeof got);
+    char why[256];
+    if (dev_race_count(p)) {
+        dev_race_first(p, why, sizeof why);
+        fail_msg("race reported: %s", why);
+    }
+    dev_counters c0, c1;
+    dev_device_counters(d0, &c0);
+    dev_device_counters(d1, &c1);
+    assert_int_equal(c0.remote_read_bytes, 0);
+    assert_int_equal(c1.remote_read_bytes, 0);
+    assert_true(c0.kernels_run > 0 && c1.kernels_run > 0); /* both stages really ran */
+    dev_stream_destroy(s0);
+    dev_stream_destroy(s1);
+    dev_event_destroy(ev);
+    dev_free(d0, x0);
+    dev_free(d1, x1);
+    dev_free(d1, lg);
+    dev_free(d0, ps0);
+    dev_free(d1, ps1);
+    mdl_scratch_destroy(sc0);
+    mdl_scratch_destroy(sc1);
+    mdl_kv_destroy(kv);
+    mdl_model_free(m);
+    dev_platform_close(p);
+    unlink(tm.path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama_in_every_tensor_type_matches_the_double_reference),
+        cmocka_unit_test(test_qwen2_with_biases_and_neox_rope_matches_the_double_reference),
+        cmocka_unit_test(test_tied_embeddings_use_token_embd_as_lm_head),
+        cmocka_unit_test(test_unknown_architecture_is_refused_naming_the_supported_ones),
+        cmocka_unit_test(test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk),
+        cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
+        cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
+        cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,349 @@
+/* The N-stage pipeline on tiny synthetic models (every leg, sanitizers included): gates at N = 2..8 over
+ * cut lists and placements, every tensor type, remote-read accounting, the A/B seams and their refusals,
+ * the one-stream seam, the soak, and pending logits dropped without a wait. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "actors/pp_gate.h"
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
+#include "model/llama.h"
+
+static const char *doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
+                              "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
+                              "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
+                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE"};
+
+static char model_path[256];
+static dev_platform *plat;
+
+static void clear_doors(void)
+{
+    for (size_t i = 0; i < sizeof doors / sizeof doors[0]; i++)
+        unsetenv(doors[i]);
+}
+
+/* Writes a tiny model of weight type `type` with n_layer layers into a temp file. */
+static void write_model(char *path, size_t cap, int type, int n_layer, const char *tag)
+{
+    mdl_gguf_synth p;
+    mdl_gguf_synth_defaults(&p);
+    p.n_layer = n_layer;
+    p.type = type;
+    p.pre = "smollm";
+    if (krn_type_block_elems(type) == 256) /* K-quants need rows that are multiples of 256 */
+        p.n_embd = 256, p.n_ff = 256, p.n_head = 4, p.n_head_kv = 2;
+    snprintf(path, cap, "%s/memra-test-pp-%d-%s-%s.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid(), tag, krn_type_name(type));
+    dev_err e = {0};
+    if (mdl_gguf_synth_write(path, &p, &e) != 0)
+        fail_msg("writing the tiny model: %s", e.msg);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_CPU_DEVICES", "8", 1);
+    dev_err e = {0};
+    plat = dev_platform_open(DEV_KIND_CPU, 8, &e);
+    if (!plat)
+        return -1;
+    write_model(model_path, sizeof model_path, KRN_Q4_1, 8, "main");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(model_path);
+    dev_platform_close(plat);
+    return 0;
+}
+
+/* Creates a runtime with the doors currently set, runs one gate, returns the report (asserts it ran). */
+static act_gate_report gate_on(const char *path, act_gate_arm arm, int steps)
+{
+    dev_err e = {0};
+    act_pp_params pp = act_pp_default_params();
+    pp.max_rows = 32;
+    act_pp *rt = act_pp_create(plat, path, &pp, &e);
+    if (!rt)
+        fail_msg("runtime: %s", e.msg);
+    act_gate_params gp = act_gate_default_params(arm);
+    gp.steps = steps;
+    gp.prompt = 12;
+    gp.chunk = 4;
+    gp.runs = 20;
+    act_gate_report rep;
+    if (act_gate_run(rt, &gp, &rep, &e) != 0)
+        fail_msg("gate %s could not run: %s", act_gate_arm_name(arm), e.msg);
+    act_pp_destroy(rt);
+    return rep;
+}
+
+static void expect_pass(const char *what, act_gate_arm arm, int steps)
+{
+    act_gate_report r = gate_on(model_path, arm, steps);
+    if (!r.pass)
+        fail_msg("%s: %s gate failed: %s", what, act_gate_arm_name(arm), r.msg);
+}
+
+static void test_door_shut_stages_one_and_unsplit_arm_give_identical_logits(void **state)
+{
+    (void)state;
+    dev_err e = {0};
+    float ref[3][512], got[2][3][512];
+    int n_vocab = 0;
+    for (int v = 0; v < 3; v++) { /* v0: door shut, v1: MEMRA_PP_STAGES=1, v2: the unsplit reference arm */
+        clear_doors();
+        if (v == 1)
+            setenv("MEMRA_PP_STAGES", "1", 1);
+        act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+        assert_non_null(rt);
+        assert_int_equal(act_pp_stages(rt), 1);
+        n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+        assert_true(n_vocab <= 512);
+        int32_t tok = 7, seq = 0;
+        for (int32_t pos = 0; pos < 3; pos++) {
+            act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+            if (v == 2) {
+                assert_int_equal(act_pp_run_unsplit(rt, &st, ref[pos], &e), 0);
+                continue;
+            }
+            act_pending *p;
+            const float *l;
+            assert_int_equal(act_pp_submit(rt, &st, &p, &e), 0);
+            assert_int_equal(act_pending_wait(p, &l, NULL, &e), 0);
+            memcpy(got[v][pos], l, (size_t)n_vocab * sizeof(float));
+            act_pending_release(p);
+        }
+        act_pp_counters c;
+        act_pp_get_counters(rt, &c);
+        assert_int_equal(c.split_steps, 0); /* N=1 is the door shut, not a split */
+        act_pp_destroy(rt);
+    }
+    for (int pos = 0; pos < 3; pos++) {
+        assert_memory_equal(got[0][pos], ref[pos], (size_t)n_vocab * sizeof(float));
+        assert_memory_equal(got[1][pos], ref[pos], (size_t)n_vocab * sizeof(float));
+    }
+}
+
+static void test_a_gate_with_the_door_shut_fails_as_vacuous(void **state)
+{
+    (void)state;
+    clear_doors();
+    act_gate_report r = gate_on(model_path, ACT_GATE_EAGER, 2);
+    assert_false(r.pass);
+    assert_non_null(strstr(r.msg, "door is shut"));
+}
+
+/* N = 2..8 over the 8-layer model: default cuts and an explicit uneven list, placements shared (all on
+ * cpu:0), one device per stage, and mixed; eager and pipelined replay. */
+static void test_eager_and_replay_gates_pass_for_two_to_eight_stages(void **state)
+{
+    (void)state;
+    static const char *uneven[] = {NULL, NULL, "7", "1,6", "1,2,7", "2,3,4,6", "1,2,3,4,7", "1,2,3,4,5,7", "1,2,3,4,5,6,7"};
+    for (int N = 2; N <= 8; N++)
+        for (int place = 0; place < 3; place++)
+            for (int cuts = 0; cuts < 2; cuts++) {
+                clear_doors();
+                char n[8], devs[64] = "", what[160];
+                snprintf(n, sizeof n, "%d", N);
+                setenv("MEMRA_PP_STAGES", n, 1);
+                setenv("MEMRA_PP_OVERLAP", N % 2 ? "1" : "0", 1);
+                if (cuts)
+                    setenv("MEMRA_PP_SPLITS", uneven[N], 1);
+                for (int s = 0; s < N && place; s++) /* 1: one device per stage; 2: mixed pairs */
+                    snprintf(devs + strlen(devs), sizeof devs - strlen(devs), "%s%d", s ? "," : "",
+                             place == 1 ? s : s / 2);
+                if (place)
+                    setenv("MEMRA_PP_DEVICES", devs, 1);
+                snprintf(what, sizeof what, "N=%d devices=%s cuts=%s", N, place ? devs : "(shared)",
+                         cuts ? uneven[N] : "(even)");
+                expect_pass(what, ACT_GATE_EAGER, 3);
+                expect_pass(what, ACT_GATE_REPLAY, 6);
+            }
+}
+
+static void test_every_tensor_type_splits_bit_identically(void **state)
+{
+    (void)state;
+    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char path[256];
+        write_model(path, sizeof path, types[i], 3, "type");
+        clear_doors();
+        setenv("MEMRA_PP_STAGES", "3", 1);
+        setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
+        setenv("MEMRA_PP_OVERLAP", "1", 1);
+        act_gate_report a = gate_on(path, ACT_GATE_EAGER, 3), b = gate_on(path, ACT_GATE_REPLAY, 5);
+        unlink(path);
+        if (!a.pass || !b.pass)
+            fail_msg("%s: eager %s / replay %s", krn_type_name(types[i]), a.msg, b.msg);
+    }
+}
+
+static void test_sharded_split_reads_nothing_remote_and_shard_off_does(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1", 1);
+    act_gate_report r = gate_on(model_path, ACT_GATE_EAGER, 2);
+    assert_true(r.pass);
+    assert_int_equal(r.split_remote_bytes, 0);
+    setenv("MEMRA_PP_SHARD", "0", 1); /* the M1 bring-up placement: stage 1 reads cpu:0's weights */
+    r = gate_on(model_path, ACT_GATE_EAGER, 2);
+    assert_true(r.pass);
+    assert_true(r.split_remote_bytes > 0);
+}
+
+static void test_arms_batch_prime_prime_batch_and_spec_pass(void **state)
+{
+    (void)state;
+    for (int N = 2; N <= 4; N++) {
+        clear_doors();
+        char n[8];
+        snprintf(n, sizeof n, "%d", N);
+        setenv("MEMRA_PP_STAGES", n, 1);
+        setenv("MEMRA_PP_DEVICES", N == 2 ? "0,1" : N == 3 ? "0,1,2" : "0,1,1,2", 1);
+        expect_pass(n, ACT_GATE_BATCH, 3);
+        expect_pass(n, ACT_GATE_PRIME, 2);
+        expect_pass(n, ACT_GATE_PRIME_BATCH, 2);
+        expect_pass(n, ACT_GATE_SPEC, 8);
+        setenv("MEMRA_PRIME_PIPE", "0", 1); /* serial chunk walk: still split, no overlap required */
+        expect_pass(n, ACT_GATE_PRIME, 2);
+    }
+}
+
+static void test_seams_off_make_the_gates_red_and_batch_is_refused_when_sharded(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PRIME_PP", "0", 1); /* prime goes unsplit: no refusal, but the gate's counter stays */
+    act_gate_report r = gate_on(model_path, ACT_GATE_PRIME, 1);
+    assert_false(r.pass);
+    assert_non_null(strstr(r.msg, "PRIME_SPLIT_CHUNKS did not advance"));
+
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1", 1);
+    setenv("MEMRA_BATCH_PP", "0", 1);
+    dev_err e = {0};
+    act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+    assert_non_null(rt);
+    int32_t tok[2] = {3, 4}, seq[2] = {0, 1}, pos[2] = {0, 0};
+    act_pp_step st = {.kind = ACT_STEP_BATCH, .B = 2, .tokens = tok, .seq = seq, .pos = pos};
+    act_pending *p = NULL;
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e), MEMRA_E_REFUSED);
+    assert_null(p);
+    assert_non_null(strstr(e.msg, "decode_step_batch (MEMRA_BATCH_PP=0) refused"));
+    assert_non_null(strstr(e.msg, "Use MEMRA_BATCH_PP=1"));
+    setenv("MEMRA_PP_ALLOW_UNSPLIT_BATCH", "1", 1); /* the measurement override runs it, reading remotely */
+    dev_counters c0, c1;
+    dev_device_counters(dev_platform_device(plat, 0), &c0);
+    dev_err e2 = {0};
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e2), 0);
+    assert_int_equal(act_pending_wait(p, NULL, NULL, &e2), 0);
+    act_pending_release(p);
+    dev_device_counters(dev_platform_device(plat, 0), &c1);
+    assert_true(c1.remote_read_bytes > c0.remote_read_bytes);
+    act_pp_destroy(rt);
+}
+
+static void test_one_stream_seam_is_bit_identical_and_refuses_cross_device(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "3", 1);
+    setenv("MEMRA_PP_STREAMS", "0", 1);
+    expect_pass("streams=0", ACT_GATE_EAGER, 3);
+    setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
+    dev_err e = {0};
+    assert_null(act_pp_create(plat, model_path, NULL, &e));
+    assert_int_equal(e.code, MEMRA_E_INVAL);
+    assert_non_null(strstr(e.msg, "MEMRA_PP_STREAMS=0"));
+}
+
+static void test_soak_twenty_runs_with_random_delays_are_bit_identical(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "3", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1,1", 1); /* a cross-device and a same-device boundary */
+    setenv("MEMRA_PP_OVERLAP", "1", 1);
+    act_gate_report r = gate_on(model_path, ACT_GATE_SOAK, 6);
+    if (!r.pass)
+        fail_msg("soak: %s", r.msg);
+    assert_int_equal(r.runs_ok, 20);
+}
+
+static void test_pending_logits_dropped_without_wait_are_safe(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PP_OVERLAP", "1", 1);
+    dev_err e = {0};
+    act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+    assert_non_null(rt);
+    int32_t tok = 5, seq = 1;
+    for (int32_t pos = 0; pos < 6; pos++) {
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+        act_pending *p;
+        assert_int_equal(act_pp_submit(rt, &st, &p, &e), 0);
+        act_pending_release(p); /* never waited */
+    }
+    assert_int_equal(act_pp_drain(rt, &e), 0);
+    act_pp_counters c;
+    act_pp_get_counters(rt, &c);
+    assert_int_equal(c.steps_done, 6);
+    act_pp_destroy(rt);
+}
+
+static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "9", 1); /* 8-layer model */
+    dev_err e = {0};
+    assert_null(act_pp_create(plat, model_path, NULL, &e));
+    assert_string_equal(e.msg, "MEMRA_PP_STAGES=9: more stages than the model's 8 layers");
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    dev_err e2 = {0};
+    act_pp *rt = act_pp_create(plat, model_path, NULL, &e2);
+    assert_non_null(rt);
+    int32_t tok = 100000, seq = 0, pos = 0;
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+    act_pending *p;
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e2), MEMRA_E_INVAL);
+    assert_non_null(strstr(e2.msg, "outside the vocabulary"));
+    act_pp_destroy(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_door_shut_stages_one_and_unsplit_arm_give_identical_logits),
+        cmocka_unit_test(test_a_gate_with_the_door_shut_fails_as_vacuous),
+        cmocka_unit_test(test_eager_and_replay_gates_pass_for_two_to_eight_stages),
+        cmocka_unit_test(test_every_tensor_type_splits_bit_identically),
+        cmocka_unit_test(test_sharded_split_reads_nothing_remote_and_shard_off_does),
+        cmocka_unit_test(test_arms_batch_prime_prime_batch_and_spec_pass),
+        cmocka_unit_test(test_seams_off_make_the_gates_red_and_batch_is_refused_when_sharded),
+        cmocka_unit_test(test_one_stream_seam_is_bit_identical_and_refuses_cross_device),
+        cmocka_unit_test(test_soak_twenty_runs_with_random_delays_are_bit_identical),
+        cmocka_unit_test(test_pending_logits_dropped_without_wait_are_safe),
+        cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

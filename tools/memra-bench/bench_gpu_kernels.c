@@ -1,0 +1,203 @@
+/* memra-bench gpu-kernels: bandwidth of the CUDA fused dequant GEMV (krn_cuda_matmul_async) on the three
+ * matrix shapes of an 8B Llama layer (4096x4096 attention projections, 14336x4096 gate/up, 4096x14336
+ * down), per weight type, at batch B (default 1). Bytes per launch = weights + x + y; GB/s = bytes / time;
+ * "% HBM" is against --hbm (default 4575 GB/s, the H200 copy bandwidth measured in DESIGN.md). Each
+ * configuration rotates over enough copies of the weights (>= 400 MB in all) that L2 (50 MB) cannot hold
+ * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
+ * random (GEMV time does not depend on the values). Reports only; asserts nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#ifdef MEMRA_HAVE_CUDA
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "kernels/cuda/krn_cuda.h"
+
+typedef struct gk_type {
+    int type;
+    const char *name;
+    int be, bb; /* elements, bytes per block */
+} gk_type;
+
+static const gk_type GK_TYPES[] = {
+    {KRN_F32, "f32", 1, 4},       {KRN_F16, "f16", 1, 2},     {KRN_BF16, "bf16", 1, 2},   {KRN_Q8_0, "q8_0", 32, 34},
+    {KRN_Q6_K, "q6_k", 256, 210}, {KRN_Q4_1, "q4_1", 32, 20}, {KRN_Q4_0, "q4_0", 32, 18}, {KRN_Q4_K, "q4_k", 256, 144},
+};
+static const int GK_SHAPES[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* n_out, n_in */
+
+static void gk_usage(FILE *f) {
+    fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D]\n"
+               "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
+               "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
+               "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
+               "  --device D  CUDA device ordinal (default 0)\n");
+}
+
+static uint64_t gk_rng = 0x243F6A8885A308D3ull;
+static uint64_t gk_next(void) {
+    gk_rng ^= gk_rng << 13;
+    gk_rng ^= gk_rng >> 7;
+    gk_rng ^= gk_rng << 17;
+    return gk_rng;
+}
+
+#define GK_CK(call, what)                                                                                      \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "gpu-kernels: %s: %s\n", what, cudaGetErrorString(e_));                            \
+            goto fail;                                                                                         \
+        }                                                                                                      \
+    } while (0)
+
+/* One (type, shape): average seconds per launch into *sec. Returns 0 or -1 (message printed). */
+static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, double *sec,
+                  double *bytes) {
+    const size_t wbytes = (size_t)n_out * (size_t)(n_in / t->be) * (size_t)t->bb;
+    const size_t want = (size_t)400 << 20;
+    int copies = (int)((want + wbytes - 1) / wbytes);
+    if (copies < 2)
+        copies = 2;
+    if (copies > 128)
+        copies = 128;
+    void **w = calloc((size_t)copies, sizeof *w);
+    uint8_t *hw = malloc(wbytes);
+    float *hx = malloc(sizeof(float) * (size_t)B * n_in);
+    float *dx = NULL, *dy = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    if (!w || !hw || !hx) {
+        fprintf(stderr, "gpu-kernels: out of host memory\n");
+        goto fail;
+    }
+    for (size_t i = 0; i < wbytes; i++)
+        hw[i] = (uint8_t)gk_next();
+    for (size_t i = 0; i < (size_t)B * n_in; i++)
+        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+    for (int c = 0; c < copies; c++) {
+        GK_CK(cudaMalloc(&w[c], wbytes), "cudaMalloc(weights)");
+        GK_CK(cudaMemcpy(w[c], hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
+    }
+    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
+    GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
+    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
+    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
+    const int launches = iters > copies ? iters : copies;
+    dev_err err = {0};
+    for (int i = 0; i < copies; i++) { /* warm-up: every copy once */
+        krn_weight W = {t->type, n_out, n_in, w[i]};
+        if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
+            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
+    for (int i = 0; i < launches; i++) {
+        krn_weight W = {t->type, n_out, n_in, w[i % copies]};
+        if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
+            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
+    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0.0f;
+    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    *sec = (double)ms / 1e3 / launches;
+    *bytes = (double)wbytes + 4.0 * B * ((double)n_in + (double)n_out);
+    rc = 0;
+fail:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(dx);
+    cudaFree(dy);
+    if (w)
+        for (int c = 0; c < copies; c++)
+            cudaFree(w[c]);
+    free(w);
+    free(hw);
+    free(hx);
+    return rc;
+}
+
+int bench_gpu_kernels(int argc, char **argv) {
+    int B = 1, iters = 200, dev = 0;
+    double hbm = 4575.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gk_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--batch") && v) {
+            B = atoi(v);
+        } else if (!strcmp(a, "--iters") && v) {
+            iters = atoi(v);
+        } else if (!strcmp(a, "--hbm") && v) {
+            hbm = atof(v);
+        } else if (!strcmp(a, "--device") && v) {
+            dev = atoi(v);
+        } else {
+            fprintf(stderr, "gpu-kernels: unknown or incomplete option '%s'\n", a);
+            gk_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (B < 1 || B > 64 || iters < 1 || !(hbm > 0.0) || dev < 0) {
+        fprintf(stderr, "gpu-kernels: --batch %d (1..64), --iters %d (>= 1), --hbm %g (> 0), --device %d (>= 0)\n",
+                B, iters, hbm, dev);
+        return 2;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= dev) {
+        fprintf(stderr, "gpu-kernels: no CUDA device %d (%s)\n", dev,
+                e != cudaSuccess ? cudaGetErrorString(e) : "not that many devices");
+        return 2;
+    }
+    struct cudaDeviceProp prop;
+    cudaStream_t st = NULL;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels: cannot open device %d: %s\n", dev, cudaGetErrorString(cudaGetLastError()));
+        return 2;
+    }
+    printf("gpu-kernels: %s (sm_%d%d, %d SMs, L2 %d MB), B=%d, %d launches per row, HBM ref %.0f GB/s\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, B, iters, hbm);
+    printf("%-13s %-5s %10s %10s %10s %7s\n", "shape", "type", "MB/launch", "us", "GB/s", "% HBM");
+    int rc = 0;
+    for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
+        for (size_t ti = 0; ti < sizeof GK_TYPES / sizeof GK_TYPES[0]; ti++) {
+            const int n_out = GK_SHAPES[si][0], n_in = GK_SHAPES[si][1];
+            double sec = 0.0, bytes = 0.0;
+            char shape[32];
+            snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
+            if (gk_run(st, &GK_TYPES[ti], n_out, n_in, B, iters, &sec, &bytes) != 0) {
+                rc = 2;
+                continue;
+            }
+            const double gbs = bytes / sec / 1e9;
+            printf("%-13s %-5s %10.2f %10.2f %10.1f %6.1f%%\n", shape, GK_TYPES[ti].name, bytes / 1e6, sec * 1e6,
+                   gbs, 100.0 * gbs / hbm);
+        }
+    cudaStreamDestroy(st);
+    return rc;
+}
+
+#else /* !MEMRA_HAVE_CUDA */
+
+int bench_gpu_kernels(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("gpu-kernels: built without CUDA\n");
+    return 2;
+}
+
+#endif
