@@ -63,6 +63,9 @@ if(MEMRA_HAVE_CUDA)
   list(APPEND MEMRA_STATIC_DEPS ${CUDAToolkit_LIBRARY_DIR}/libcudart.so ${CUDAToolkit_LIBRARY_DIR}/libcublas.so)
 endif()
 set(MEMRA_STATIC_DEPS_FLAT "${MEMRA_STATIC_DEPS}")
+# Relocatable: the prefix is found from the .pc file's own place (pkg-config's ${pcfiledir}).
+file(RELATIVE_PATH _memra_pc_up /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+set(MEMRA_PC_PREFIX "\${pcfiledir}/${_memra_pc_up}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/memra.pc.in ${PROJECT_BINARY_DIR}/memra.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/memra.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
