@@ -43,6 +43,13 @@ set_tests_properties(example_server_pp3 PROPERTIES
   ENVIRONMENT "${_api_env};MEMRA_PP_STAGES=3;MEMRA_PP_DEVICES=0,1,2;MEMRA_PP_OVERLAP=1"
   PASS_REGULAR_EXPRESSION "runtime: 3 stages")
 
+# ---- the minimal example on the real model (normal leg; skipped when the file is absent) ----
+add_test(NAME example_simple_real_model
+         COMMAND sh -c "test -f '${MEMRA_MODEL_PATH}' || { echo 'skipped: no model at ${MEMRA_MODEL_PATH}'; exit 77; }; exec \"$1\" '${MEMRA_MODEL_PATH}' 'The capital of France is' 4"
+                 sh $<TARGET_FILE:example-simple>)
+set_tests_properties(example_simple_real_model PROPERTIES LABELS model TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${_api_env}" PASS_REGULAR_EXPRESSION "Paris")
+
 # ---- install + a consumer built against the installed package (normal leg only) ----
 if(MEMRA_SANITIZE STREQUAL "")
   add_test(NAME api_install_consumer

@@ -395,6 +395,28 @@ static void test_runtime_free_releases_open_sequences_and_unfreed_pendings(void 
     memra_runtime_free(rt); /* ASan reports a leak if they stay */
 }
 
+static void progress_max(float frac, void *user)
+{
+    float *m = user;
+    assert_true(frac >= 0.0f && frac <= 1.0f && frac >= *m);
+    *m = frac;
+}
+
+static void test_runtime_create_reports_weight_progress_up_to_one(void **state)
+{
+    float last = 0.0f;
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU, p.apply_env = 0, p.n_ctx = 16;
+    p.progress = progress_max;
+    p.progress_user = &last;
+    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    assert_non_null(rt);
+    assert_true(last == 1.0f);
+    assert_int_equal(memra_runtime_n_ctx(rt), 16);
+    assert_int_equal(memra_runtime_n_vocab(rt), NV);
+    memra_runtime_free(rt);
+}
+
 static void test_samplers_are_greedy_at_temperature_zero_and_repeatable_with_a_seed(void **state)
 {
     float l[NV];
@@ -434,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_threads_submitting_their_own_sequences_at_once_get_the_serial_tokens),
         cmocka_unit_test(test_a_pending_can_be_waited_on_another_thread),
         cmocka_unit_test(test_runtime_free_releases_open_sequences_and_unfreed_pendings),
+        cmocka_unit_test(test_runtime_create_reports_weight_progress_up_to_one),
         cmocka_unit_test(test_samplers_are_greedy_at_temperature_zero_and_repeatable_with_a_seed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
