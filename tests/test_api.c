@@ -254,6 +254,24 @@ static void test_opening_more_sequences_than_slots_is_full(void **state)
     memra_runtime_free(rt); /* frees b and c too */
 }
 
+static void test_a_closed_handle_stays_detectable_for_4096_more_closes_and_memory_stays_bounded(void **state)
+{
+    memra_runtime *rt = rt_small(1, 2);
+    memra_seq *first = memra_seq_open(rt);
+    assert_int_equal(memra_seq_close(first), MEMRA_OK);
+    for (int i = 0; i < 4096; i++) { /* fresh handles: the first is still retired, still caught */
+        memra_seq *s = memra_seq_open(rt);
+        assert_non_null(s);
+        assert_ptr_not_equal(s, first);
+        assert_int_equal(memra_seq_close(s), MEMRA_OK);
+    }
+    assert_int_equal(memra_seq_decode(first, 1, &(memra_pending *){NULL}), MEMRA_E_STATE);
+    memra_seq *s = memra_seq_open(rt); /* 4097 retired: the oldest (first) is recycled now */
+    assert_ptr_equal(s, first);
+    assert_int_equal(memra_seq_pos(s), 0);
+    memra_runtime_free(rt);
+}
+
 static void test_a_closed_sequence_is_state_and_a_null_one_is_inval(void **state)
 {
     memra_runtime *rt = rt_small(2, 8);
@@ -401,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_a_bad_door_is_refused_and_a_good_door_overrides_the_params),
         cmocka_unit_test(test_opening_more_sequences_than_slots_is_full),
         cmocka_unit_test(test_a_closed_sequence_is_state_and_a_null_one_is_inval),
+        cmocka_unit_test(test_a_closed_handle_stays_detectable_for_4096_more_closes_and_memory_stays_bounded),
         cmocka_unit_test(test_wrong_sizes_and_tokens_are_refused_and_leave_the_sequence_unchanged),
         cmocka_unit_test(test_decode_batch_refuses_repeated_foreign_closed_and_oversized_lists),
         cmocka_unit_test(test_null_pendings_and_samplers_are_inval),
