@@ -350,6 +350,46 @@ static void test_threads_submitting_their_own_sequences_at_once_get_the_serial_t
     memra_runtime_free(rt);
 }
 
+typedef struct gen_job {
+    memra_runtime *rt;
+    int salt, status;
+    memra_token out[2][5];
+    memra_request r[2];
+} gen_job;
+
+static void *gen_main(void *arg)
+{
+    gen_job *j = arg;
+    static const memra_token base[2][4] = {{21, 22, 23, 24}, {31, 32, 33, 34}};
+    for (int i = 0; i < 2; i++)
+        j->r[i] = (memra_request){.prompt = base[(i + j->salt) % 2], .n_prompt = 4 - j->salt, .n_predict = 5,
+                                  .sampling = memra_sampler_greedy_params(), .out = j->out[i], .out_cap = 5};
+    j->status = memra_generate(j->rt, j->r, 2, 2, NULL, NULL);
+    return NULL;
+}
+
+static void test_two_threads_generating_at_once_get_what_each_gets_alone(void **state)
+{
+    memra_runtime *rt = make_rt(2, 4, 4, NULL, NULL);
+    gen_job alone[2] = {{.rt = rt, .salt = 0}, {.rt = rt, .salt = 1}}, both[2] = {{.rt = rt, .salt = 0}, {.rt = rt, .salt = 1}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        gen_main(&alone[k]);
+        assert_int_equal(alone[k].status, MEMRA_OK);
+    }
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, gen_main, &both[k]), 0);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(both[k].status, MEMRA_OK);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(both[k].r[i].n_out, 5);
+            assert_memory_equal(both[k].out[i], alone[k].out[i], sizeof alone[k].out[i]);
+        }
+    }
+    memra_runtime_free(rt);
+}
+
 typedef struct waiter {
     memra_pending *p;
     float first;
@@ -454,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_the_abort_callback_stops_a_prime_between_chunks),
         cmocka_unit_test(test_the_abort_callback_stops_generate),
         cmocka_unit_test(test_threads_submitting_their_own_sequences_at_once_get_the_serial_tokens),
+        cmocka_unit_test(test_two_threads_generating_at_once_get_what_each_gets_alone),
         cmocka_unit_test(test_a_pending_can_be_waited_on_another_thread),
         cmocka_unit_test(test_runtime_free_releases_open_sequences_and_unfreed_pendings),
         cmocka_unit_test(test_runtime_create_reports_weight_progress_up_to_one),
