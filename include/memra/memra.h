@@ -219,9 +219,10 @@ typedef struct memra_stage_stats {
 } memra_stage_stats;
 /* Per-stage busy time; MEMRA_E_INVAL for NULL or s outside 0..N-1. Thread-safe. */
 MEMRA_API int memra_runtime_stage_stats(const memra_runtime *rt, int s, memra_stage_stats *out);
-/* Restart the busy clocks (not the counters). */
+/* Restart the busy clocks (not the counters). Thread-safe. */
 MEMRA_API void memra_runtime_reset_stats(memra_runtime *rt);
-/* Wait until every submitted step has completed. Returns MEMRA_OK or the first stage error. */
+/* Wait until every step submitted so far (by any thread) has completed. Returns MEMRA_OK, MEMRA_E_INVAL
+ * (NULL), or the first stage error. Thread-safe. */
 MEMRA_API int memra_runtime_drain(memra_runtime *rt);
 
 /* ---- sequences ----
@@ -257,6 +258,7 @@ MEMRA_API int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending 
 /* One step over n sequences of rt (one token each, all distinct, all open): row i = seqs[i]. *out gets n
  * rows of logits. Returns MEMRA_OK; MEMRA_E_INVAL (NULL, n outside 1..max_rows, a repeated sequence or one
  * of another runtime, a token out of range); MEMRA_E_STATE (a closed sequence); MEMRA_E_FULL; ABORTED.
+ * On failure nothing is submitted and no position moves; *out = NULL.
  * Thread-safe against other submits; each listed sequence must not be used by another thread meanwhile. */
 MEMRA_API int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_token *tokens, int n,
                                  memra_pending **out);
@@ -269,7 +271,8 @@ MEMRA_API int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, cons
 MEMRA_API int memra_pending_wait(memra_pending *p, const float **logits, int *rows);
 /* 1 when wait would not block, 0 when the step is still running, MEMRA_E_INVAL for NULL. Never blocks. */
 MEMRA_API int memra_pending_poll(memra_pending *p);
-/* Release the pending (waited or not; its buffers come back once the step completes). NULL is a no-op. */
+/* Release the pending (waited or not; its buffers come back once the step completes). NULL is a no-op.
+ * Call once, after every wait on it has returned (any thread). */
 MEMRA_API void memra_pending_free(memra_pending *p);
 
 /* ---- sampling (over model/sampler: penalties, top-k, top-p, min-p, temperature) ---- */
@@ -292,11 +295,14 @@ MEMRA_API memra_sampler_params memra_sampler_default_params(void);
 MEMRA_API memra_sampler_params memra_sampler_greedy_params(void);
 /* NULL with memra_last_error() on a bad field (named with its range), n_vocab < 1, or no memory. */
 MEMRA_API memra_sampler *memra_sampler_create(const memra_sampler_params *params, int n_vocab);
+/* NULL is a no-op. */
 MEMRA_API void memra_sampler_free(memra_sampler *s);
 /* Pick a token from n_vocab logits (not recorded: call accept). Returns the id >= 0, or MEMRA_E_INVAL.
  * One thread at a time per sampler. */
 MEMRA_API memra_token memra_sampler_sample(memra_sampler *s, const float *logits);
+/* Record a kept token (prompt or generated) for the penalties; ids outside the vocab are ignored. */
 MEMRA_API void memra_sampler_accept(memra_sampler *s, memra_token token);
+/* Forget the history and restart the RNG from the seed. */
 MEMRA_API void memra_sampler_reset(memra_sampler *s);
 /* Index of the largest of n logits (lowest on ties), -1 for n < 1. Thread-safe. */
 MEMRA_API memra_token memra_argmax(const float *logits, int n);
