@@ -91,20 +91,23 @@ static void discard(act_actor *a, act_msg *m, const dev_err *e)
     bump(&a->discarded);
 }
 
-/* Actor thread: store the first handler error. */
-static void record_error(act_actor *a, int rc, const act_msg *m)
+/* Actor thread: build this failure's error into e (the handler's detail if it gave one, else a generic
+ * message), and store it as the actor's error if it is the first. */
+static void record_error(act_actor *a, int rc, const act_msg *m, dev_err *e)
 {
     bump(&a->errors);
-    if (atomic_load_explicit(&a->has_error, memory_order_relaxed))
-        return;
+    dev_err_clear(e);
     if (a->pending.code != MEMRA_OK) {
-        a->error = a->pending;
-        a->error.code = rc; /* the returned code is authoritative */
-        dev_err_wrap(&a->error, "actor %s", a->name);
+        *e = a->pending;
+        e->code = rc; /* the returned code is authoritative */
+        dev_err_wrap(e, "actor %s", a->name);
     } else {
-        dev_err_set(&a->error, rc, "actor %s: handler returned %s on a message of kind %u (no detail given)",
-                    a->name, memra_status_str(rc), m->kind);
+        dev_err_set(e, rc, "actor %s: handler returned %s on a message of kind %u (no detail given)", a->name,
+                    memra_status_str(rc), m->kind);
     }
+    if (atomic_load_explicit(&a->has_error, memory_order_relaxed))
+        return; /* the first error wins */
+    a->error = *e;
     atomic_store_explicit(&a->has_error, 1, memory_order_release); /* publishes a->error */
 }
 
@@ -168,10 +171,14 @@ static void *actor_main(void *arg)
         bump(&a->handled);
         if (rc == ACT_KEPT)
             continue;
+        if (rc > 0) /* not part of the contract: an error, so a typo'd return never passes silently */
+            rc = act_actor_fail(a, MEMRA_E_INVAL, "handler returned %d (allowed: 0, ACT_KEPT = %d, or a "
+                                "negative MEMRA_E_* code)", rc, ACT_KEPT);
         if (rc < 0) {
-            record_error(a, rc, m);
+            dev_err e;
+            record_error(a, rc, m, &e);
             if (m->reply)
-                act_future_fail_err(m->reply, &a->error); /* no-op if the handler completed it already */
+                act_future_fail_err(m->reply, &e); /* no-op if the handler completed it already */
         }
         batch_free(&fb, m);
     }

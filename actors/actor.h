@@ -1,5 +1,5 @@
 /* act_actor: one thread + one mailbox + one handler. The unit every pipeline stage, the readback and the
- * scheduler are built from (DESIGN.md §2-3).
+ * scheduler are built from (DESIGN.md sections 2-3).
  *
  *   a = act_actor_create("stage1", handle, ctx, &err);
  *   act_actor_start(a, &err);
@@ -11,7 +11,9 @@
  * Handler contract: `int handle(act_actor *a, act_msg *m, void *ctx)` runs on the actor's thread, one
  * message at a time, in mailbox order. Returns
  *   0          done with m: the runtime gives m back to its free list;
- *   ACT_KEPT   the handler kept m (forwarded it with act_send, or stored it): it frees it later;
+ *   ACT_KEPT   the handler kept m (forwarded it with act_send, or stored it): it frees it later
+ *              (act_msg_free from any thread returns it to its home free list);
+ *   > 1        not allowed: treated as a MEMRA_E_INVAL error naming the value;
  *   < 0        an error (MEMRA_E_*): the runtime stores it as the actor's error (first one wins; detail
  *              from act_actor_fail if the handler called it), fails m->reply if set and not yet completed,
  *              and frees m. Then, by policy:
@@ -68,11 +70,13 @@ act_actor *act_actor_create_opts(const char *name, act_handler_fn handle, void *
                                  dev_err *err);
 
 /* Start the thread. Messages sent before start wait in the mailbox. Returns 0, MEMRA_E_STATE (already
- * started), MEMRA_E_DEVICE (pthread_create failed). */
+ * started), MEMRA_E_DEVICE (pthread_create failed). Ordering: the caller's writes before start
+ * happen-before the first handler call (pthread_create). */
 int act_actor_start(act_actor *a, dev_err *err);
 
 /* A message from a's free list with kind set (any thread). Sleeps while the free list is at its cap
- * (opts.mailbox.max_msgs). NULL + err on MEMRA_E_NOMEM. The caller owns it until act_send. */
+ * (opts.mailbox.max_msgs). NULL + err on MEMRA_E_NOMEM. The caller owns it until act_send. Ordering:
+ * as act_freelist_take. */
 act_msg *act_msg_new(act_actor *a, uint32_t kind, dev_err *err);
 
 /* Send m to a (any thread; wait-free except for one wake syscall when a's thread sleeps). Takes
@@ -81,7 +85,8 @@ act_msg *act_msg_new(act_actor *a, uint32_t kind, dev_err *err);
 int act_send(act_actor *a, act_msg *m, dev_err *err);
 
 /* Post the stop pill (any thread; idempotent; never fails, never blocks: the pill is preallocated).
- * The thread handles everything sent before the pill, then exits. Returns 0. */
+ * The thread handles everything sent before the pill, then exits. Returns 0. Ordering: every send that
+ * happens-before this call (on any thread) is ahead of the pill; later sends are refused. */
 int act_actor_stop(act_actor *a);
 
 /* Wait for the thread to exit (someone must call act_actor_stop), then discard any message that raced
@@ -95,14 +100,18 @@ int act_actor_join(act_actor *a, dev_err *err);
 int act_actor_error(const act_actor *a, dev_err *out);
 
 /* Handler-side (the actor's own thread only): give the detail of the error the handler is about to
- * return. Returns code, so a handler can `return act_actor_fail(a, MEMRA_E_DEVICE, "step %d: ...", s);` */
+ * return (the first call per message wins). Returns code, so a handler can
+ * `return act_actor_fail(a, MEMRA_E_DEVICE, "step %d: ...", s);`. Ordering: thread-local, none needed. */
 int act_actor_fail(act_actor *a, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Stop (if needed), join (if started), discard leftovers, free everything. NULL is a no-op. */
+/* Stop (if needed), join (if started), discard leftovers, free everything. NULL is a no-op. Must not be
+ * called from a's own handler (it would join itself). Ordering: as act_actor_join. No thread may use a
+ * (send included) once destroy has begun; messages of a's free list still held elsewhere die with it. */
 void act_actor_destroy(act_actor *a);
 
 const char *act_actor_name(const act_actor *a);
 act_mailbox *act_actor_mailbox(act_actor *a);
+/* Counters: a snapshot of relaxed atomics (exact after act_actor_join). */
 void act_actor_stats_get(const act_actor *a, act_actor_stats *out);
 
 #endif

@@ -44,7 +44,7 @@ typedef struct act_freelist_stats {
 act_freelist *act_freelist_create(const char *name, uint32_t chunk_msgs, uint64_t max_msgs, uint64_t prealloc,
                                   dev_err *err);
 
-/* Free every chunk. The caller guarantees no thread still uses the list or any of its messages (every
+/* Free every chunk. Ordering: none of its own; the caller guarantees no thread still uses the list or any of its messages (every
  * message, free or not, dies with its chunk). */
 void act_freelist_destroy(act_freelist *fl);
 
@@ -56,8 +56,9 @@ void act_freelist_destroy(act_freelist *fl);
  * only when growing. */
 act_msg *act_freelist_take(act_freelist *fl, int wait, dev_err *err);
 
-/* Give m back to m->home (any thread; lock-free). Wakes one taker sleeping at the cap, if any. m must
- * not be used afterwards. NULL and messages with home == NULL are ignored. */
+/* Give m back to m->home (any thread; lock-free). Wakes takers sleeping at the cap, if any. m must not
+ * be used afterwards. NULL and messages with home == NULL are ignored. Ordering: the giver's writes to m
+ * happen-before the return of the take that gets m next (push and pop are full barriers). */
 void act_msg_free(act_msg *m);
 
 /* Give back n messages whose home is fl (any thread; lock-free): n pushes, then at most ONE wake
@@ -65,7 +66,8 @@ void act_msg_free(act_msg *m);
  * through this so a producer-bound-at-the-cap workload costs one syscall per batch, not per message. */
 void act_freelist_give_n(act_freelist *fl, act_msg *const *ms, size_t n);
 
-/* Counters (a consistent-enough snapshot: each field is read atomically, not all at once). */
+/* Counters (a snapshot: each field is read atomically, not all at once; no ordering with other
+ * memory; read after a join for exact values). */
 void act_freelist_stats_get(const act_freelist *fl, act_freelist_stats *out);
 
 const char *act_freelist_name(const act_freelist *fl);

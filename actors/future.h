@@ -24,7 +24,8 @@ typedef struct act_future {
     _Atomic uint64_t wakes;    /* private: wake syscalls issued (tests) */
 } act_future;
 
-/* Prepare f (pending). */
+/* Prepare f (pending). Ordering: none; publish f to other threads through something that orders it
+ * (a message, a join). */
 void act_future_init(act_future *f);
 
 /* Nothing to release today; pairs with init (f must not be waited on). */
@@ -48,11 +49,12 @@ int act_future_fail_err(act_future *f, const dev_err *e);
  * non-NULL), on error copies code + message into err (when non-NULL). Any number of threads may wait. */
 int act_future_wait(act_future *f, void **value, dev_err *err);
 
-/* 1 when f is complete (then a wait returns at once), else 0. Never blocks. */
+/* 1 when f is complete (then a wait returns at once), else 0. Never blocks. Ordering: a 1 is an
+ * acquire: the completer's writes are visible. */
 int act_future_ready(const act_future *f);
 
 /* Make a completed (or never waited) f pending again. The caller guarantees nobody waits on or completes
- * f concurrently. */
+ * f concurrently (ordering is the caller's: e.g. the waiter resets after its wait returned). */
 void act_future_reset(act_future *f);
 
 #endif

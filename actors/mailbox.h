@@ -59,32 +59,39 @@ typedef struct act_mailbox_stats {
  * option, MEMRA_E_NOMEM). */
 act_mailbox *act_mailbox_create(const char *name, const act_mailbox_opts *opts, dev_err *err);
 
-/* Destroy: messages still queued are given back, then every chunk of the free list is freed. The caller
+/* Destroy (acts as the consumer): messages still queued are given back, then every chunk of the free list is freed. The caller
  * guarantees no producer or consumer uses the mailbox any more and no message of its free list is still
  * owned by anyone (they die with their chunks). */
 void act_mailbox_destroy(act_mailbox *mb);
 
-/* Take a free message from mb's free list (any thread); see act_freelist_take for wait/cap/errors. */
+/* Take a free message from mb's free list (any thread); see act_freelist_take for wait/cap/errors and
+ * its ordering (the last owner's writes happen-before this returns). */
 act_msg *act_mailbox_msg_alloc(act_mailbox *mb, int wait, dev_err *err);
 
 /* Post m (any thread; wait-free except for the wake syscall when the consumer sleeps). Takes ownership
- * of m. Returns 1 when this post issued a wake-up syscall, else 0 (never fails). Ordering: see above. */
+ * of m. Returns 1 when this post issued a wake-up syscall, else 0 (never fails). Ordering: m is taken
+ * after every message this thread posted to mb before it (per-producer FIFO), in no particular order
+ * with other threads' posts; this thread's writes before the post happen-before the take of m. */
 int act_mailbox_post(act_mailbox *mb, act_msg *m);
 
 /* Consumer only (the one thread that takes from mb): the next message or NULL when the queue is empty.
- * Never sleeps (may yield briefly while a producer is between its two enqueue steps). */
+ * Never sleeps (may yield briefly while a producer is between its two enqueue steps). Ordering: the
+ * returned message's producer writes are visible (see act_mailbox_post); a NULL says nothing about
+ * posts in flight. */
 act_msg *act_mailbox_try_take(act_mailbox *mb);
 
 /* Consumer only: the next message; when the queue is empty spins up to opts.spin_ns, then sleeps until
- * a producer posts. Never returns NULL. */
+ * a producer posts. Never returns NULL. Ordering: as act_mailbox_try_take. */
 act_msg *act_mailbox_take(act_mailbox *mb);
 
-/* True when the consumer is asleep (or committed to sleep) right now; a snapshot for tests/traces. */
+/* True when the consumer is asleep (or committed to sleep) right now; a snapshot for tests/traces
+ * (seq_cst load; orders nothing else). */
 int act_mailbox_consumer_sleeping(const act_mailbox *mb);
 
-/* True when no message is queued (a snapshot; any thread). */
+/* True when no message is queued (a snapshot; any thread; orders nothing). */
 int act_mailbox_empty(const act_mailbox *mb);
 
+/* Counters: a snapshot of relaxed atomics (exact once producers and consumer are joined). */
 void act_mailbox_stats_get(const act_mailbox *mb, act_mailbox_stats *out);
 const char *act_mailbox_name(const act_mailbox *mb);
 act_freelist *act_mailbox_freelist(act_mailbox *mb);

@@ -42,19 +42,21 @@ void pp_walk_end(void *arg)
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
     int rv_ms = atomic_load(&rt->rendezvous_ms);
-    /* Test hook: hold this walk open (bounded) until another stage is mid-walk, so the overlap counter never
-     * depends on timing — but only while stage s-1 can still begin a later walk without us: it holds the
-     * steps we have not received yet in at most k_eff slots, so it can begin up to step w + k_eff + 1 (w =
-     * the step we are walking) before its send blocks on a slot only our next receive frees. */
-    uint64_t w = atomic_load(&st->walks), k_eff = mk->rec->seams.overlap ? (uint64_t)rt->cfg.slots : 1;
-    uint64_t posted = atomic_load(&rt->posted), limit = w + k_eff + 2 < posted ? w + k_eff + 2 : posted;
-    if (rv_ms > 0 && st->s > 0 && atomic_load(&rt->stage[st->s - 1].begins) < limit) {
+    /* Test hook (rendezvous): hold this walk open (bounded) until a neighbour begins a walk that can begin
+     * without us, so its walk-begin sees us mid-walk and the overlap counter never depends on timing:
+     *  - upstream: stage s-1 beginning the next step (it needs nothing more from us: we already received
+     *    this step, which frees the slot its next send needs);
+     *  - downstream: stage s+1 beginning the previous step (we already sent it).
+     * Holds only wait on work that needs nothing from the holder, so they cannot form a cycle. */
+    uint64_t w = atomic_load(&st->walks); /* index of the step we are walking */
+    if (rv_ms > 0) {
         uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        uint64_t seen = atomic_load(&rt->ctr.pipe_overlaps);
-        /* done once another stage is mid-walk, or one began (and maybe ended) while we were held open */
-        while (!(atomic_load(&rt->active_mask) & ~bit) && atomic_load(&rt->ctr.pipe_overlaps) == seen &&
-               atomic_load(&rt->stage[st->s - 1].begins) < limit && now_ns() < deadline)
+        int up = st->s > 0 && atomic_load(&rt->posted) >= w + 2;
+        int down = st->s + 1 < rt->N && w >= 1;
+        while (((up && atomic_load(&rt->stage[st->s - 1].begins) < w + 2) ||
+                (down && atomic_load(&rt->stage[st->s + 1].begins) < w)) &&
+               now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
@@ -106,7 +108,7 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
         if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)))
             return r;
     }
-    return dev_event_record_async(rec->pending->ev_done, st->stream);
+    return 0;
 }
 
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last. */
@@ -136,10 +138,12 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
     if ((r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
                                       rt->fence[st->s], rt->fence[st->s + 1], err)) != 0)
         return r;
+    if (kout < 0 && (r = last_stage_head(st, rec, x, err)) != 0) /* the head is part of the last stage's walk */
+        return r;
     if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
-    if (kout < 0)
-        return last_stage_head(st, rec, x, err);
+    if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
+        return dev_event_record_async(rec->pending->ev_done, st->stream);
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
         return dev_err_set(err, r, "stage %d: send on boundary %d slot %d failed", st->s, st->s, kout);
     return 0;

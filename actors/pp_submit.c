@@ -206,7 +206,8 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (unsplit && path && !seams.allow_unsplit_batch &&
         (r = act_refuse_unsplit_if_remote(&rt->cfg, path, alt, err)) != 0)
         return r;
-    if (rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg)) {
+    if (rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg) &&
+        !seams.same_device_pipe) {
         pthread_mutex_lock(&rt->inflight_lock);
         int busy = rt->inflight;
         pthread_mutex_unlock(&rt->inflight_lock);
@@ -214,7 +215,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
             return dev_err_set(err, MEMRA_E_REFUSED,
                                "pipelined arm refused: %d stage streams share one CUDA device (the seed's unresolved "
                                "same-device race); wait each step before the next, or place stages on distinct "
-                               "devices with MEMRA_PP_DEVICES",
+                               "devices with MEMRA_PP_DEVICES (MEMRA_PP_SAME_DEVICE_PIPE=1 lifts the refusal)",
                                rt->N);
     }
     pp_rec *rec = rec_new(rt, st, &seams, err);

@@ -66,6 +66,8 @@ int krn_quant_path(void);
 int krn_quant_path_available(int p);
 /* krn_dot_row / krn_dequant_row on an explicit path (tests compare paths); p must be available. */
 float krn_dot_row_path(int p, int t, const void *row, const float *x, int64_t n);
+void krn_dot_row_batch_path(int p, int t, const void *row, const float *x, int64_t ldx, int B, float *out,
+                            int64_t n);
 void krn_dequant_row_path(int p, int t, const void *src, float *dst, int64_t n);
 
 #endif

@@ -406,7 +406,7 @@ mdl_gguf *mdl_gguf_open(const char *path, dev_err *err)
         dev_err_set(err, MEMRA_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: it is refused below */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         dev_err_set(err, MEMRA_E_IO, "%s: cannot open: %s", path, strerror(errno));

@@ -90,7 +90,7 @@ static int add_random(mdl_gguf_writer *w, uint64_t *rng, const char *name, int t
     return rc;
 }
 
-static int add_metadata(mdl_gguf_writer *w, const mdl_gguf_synth *p, int embd_type, dev_err *err)
+static int add_metadata(mdl_gguf_writer *w, const mdl_gguf_synth *p, dev_err *err)
 {
     char k[128], name[64];
     const char *a = p->arch;
@@ -112,7 +112,6 @@ static int add_metadata(mdl_gguf_writer *w, const mdl_gguf_synth *p, int embd_ty
     mdl_gguf_writer_u32(w, KEY("vocab_size"), (uint32_t)p->n_vocab);
     mdl_gguf_writer_u32(w, KEY("rope.dimension_count"), (uint32_t)(p->n_embd / p->n_head));
 #undef KEY
-    (void)embd_type;
     mdl_synth_vocab v;
     int rc = mdl_synth_vocab_build(&v, p->n_vocab, err);
     if (rc)
@@ -139,7 +138,7 @@ int mdl_gguf_synth_fill(mdl_gguf_writer *w, const mdl_gguf_synth *p, dev_err *er
     if (rc)
         return rc;
     mdl_gguf_writer_set_version(w, p->version);
-    if ((rc = add_metadata(w, p, embd_type, err)))
+    if ((rc = add_metadata(w, p, err)))
         return mdl_gguf_writer_error(w, err) ? mdl_gguf_writer_error(w, err) : rc;
     const int64_t E = p->n_embd, F = p->n_ff, V = p->n_vocab, hd = E / p->n_head, KV = hd * p->n_head_kv;
     const int qwen2 = strcmp(p->arch, "qwen2") == 0;

@@ -25,6 +25,7 @@
 #include "model/llama.h"
 #include "model/gguf_write.h"
 #include "support/gguf_tiny.h"
+#include "support/model_rig.h"
 
 /* ---- tiny models ---- */
 
@@ -50,7 +51,6 @@ static void make_tiny(tiny *tm, const char *arch, int t, int tied, unsigned seed
     p.n_ctx = 64;
     p.tied = tied;
     p.seed = seed;
-    p.pre = "gpt2"; /* the synth default "gpt-2" is not a tokenizer.ggml.pre the tokenizer knows */
     dev_err err = { 0 };
     if (gguf_tiny_write_temp(tm->path, sizeof tm->path, &p, &err))
         fail_msg("gguf_tiny_write_temp: %s", err.msg);
@@ -227,71 +227,36 @@ static void ref_forward(const ref_model *r, const int32_t *tokens, int T, double
     free(v);
 }
 
-/* ---- running our engine ---- */
+/* ---- running our engine (tests/support/model_rig) ---- */
 
 typedef struct rig {
     dev_platform *p;
-    mdl_model *m;
-    mdl_kv *kv;
-    mdl_scratch *sc;
-    dev_stream *s;
-    float *x_d, *logits_d;
-    int32_t *pos_d, *seq_d;
+    model_rig r;
+    mdl_model *m; /* = r.m */
 } rig;
 
 static void rig_open(rig *r, const char *path, int n_seq, dev_device *const *layer_dev, int n_dev)
 {
     dev_err err = { 0 };
-    memset(r, 0, sizeof *r);
     r->p = dev_platform_open(DEV_KIND_CPU, n_dev, &err);
     assert_non_null(r->p);
-    r->m = mdl_model_load(path, &(mdl_load_params){ .platform = r->p, .layer_dev = layer_dev }, &err);
-    if (!r->m)
-        fail_msg("load %s: %s", path, err.msg);
-    dev_device *d = dev_platform_device(r->p, 0);
-    r->kv = mdl_kv_create(r->m, NULL, n_seq, CTX, &err);
-    r->sc = mdl_scratch_create(r->m, d, CTX * n_seq, &err);
-    r->s = dev_stream_create(d, "test", &err);
-    r->x_d = dev_malloc(d, sizeof(float) * CTX * n_seq * E, &err);
-    r->logits_d = dev_malloc(d, sizeof(float) * CTX * n_seq * V, &err);
-    r->pos_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
-    r->seq_d = dev_malloc(d, sizeof(int32_t) * CTX * n_seq, &err);
-    assert_true(r->kv && r->sc && r->s && r->x_d && r->logits_d && r->pos_d && r->seq_d);
+    if (model_rig_open(&r->r, r->p, path, layer_dev, n_seq, CTX, CTX * n_seq, &err))
+        fail_msg("rig %s: %s", path, err.msg);
+    r->m = r->r.m;
 }
 
 static void rig_close(rig *r)
 {
-    dev_stream_destroy(r->s);
-    dev_device *d = dev_platform_device(r->p, 0);
-    dev_free(d, r->x_d);
-    dev_free(d, r->logits_d);
-    dev_free(d, r->pos_d);
-    dev_free(d, r->seq_d);
-    mdl_scratch_destroy(r->sc);
-    mdl_kv_destroy(r->kv);
-    mdl_model_free(r->m);
+    model_rig_close(&r->r);
     dev_platform_close(r->p);
 }
 
-/* Rows b = tokens[b] at (seq[b], pos[b]) through layers [0, L) in one call per cut of `cuts` (a list
- * ending at L), then the head on every row: logits (B, V) host. */
 static void rig_rows(rig *r, const int32_t *tokens, const int32_t *seq, const int32_t *pos, int B, const int *cuts,
                      float *logits)
 {
     dev_err err = { 0 };
-    float *x = malloc(sizeof(float) * B * E);
-    assert_int_equal(mdl_embed_rows(r->m, tokens, B, x, &err), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->x_d, x, sizeof(float) * B * E), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->pos_d, pos, sizeof(int32_t) * B), 0);
-    assert_int_equal(dev_copy_h2d_async(r->s, r->seq_d, seq, sizeof(int32_t) * B), 0);
-    for (int l0 = 0, i = 0; l0 < L; l0 = cuts[i++])
-        assert_int_equal(mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, l0,
-                                                  cuts[i], &err), 0);
-    assert_int_equal(mdl_forward_head_async(r->m, r->sc, r->s, r->x_d, r->logits_d, B, &err), 0);
-    assert_int_equal(dev_copy_d2h_async(r->s, logits, r->logits_d, sizeof(float) * B * V), 0);
-    if (dev_stream_sync(r->s, &err))
-        fail_msg("stream: %s", err.msg);
-    free(x);
+    if (model_rig_rows(&r->r, tokens, seq, pos, B, cuts, logits, &err))
+        fail_msg("rows: %s", err.msg);
 }
 
 static const int32_t k_prompt[] = { 5, 17, 42, 3, 88, 61, 9, 30, 77, 1 };
@@ -381,6 +346,66 @@ static void test_unknown_architecture_is_refused_naming_the_supported_ones(void 
     assert_non_null(strstr(err.msg, "qwen2"));
     dev_platform_close(p);
     unlink(tm.path);
+}
+
+/* A hand-written 1-layer llama (f32, no tokenizer): every tensor present and well shaped except `omit`
+ * (left out) and `bad` (written as (3, 32) instead of its shape). Loads, or fails with err. */
+static mdl_model *load_manual(const char *omit, const char *bad, dev_platform *p, dev_err *err)
+{
+    enum { ME = 32, MFF = 64, MV = 16 };
+    char path[256];
+    assert_int_equal(gguf_tiny_temp_path(path, sizeof path, "manual", err), 0);
+    mdl_gguf_writer *w = mdl_gguf_writer_create(err);
+    mdl_gguf_writer_str(w, "general.architecture", "llama");
+    mdl_gguf_writer_u32(w, "llama.block_count", 1);
+    mdl_gguf_writer_u32(w, "llama.embedding_length", ME);
+    mdl_gguf_writer_u32(w, "llama.feed_forward_length", MFF);
+    mdl_gguf_writer_u32(w, "llama.attention.head_count", 2);
+    static const struct { const char *name; int n_out, n_in; } ts[] = {
+        { "token_embd.weight", MV, ME },       { "output_norm.weight", 1, ME },
+        { "blk.0.attn_norm.weight", 1, ME },   { "blk.0.attn_q.weight", ME, ME },
+        { "blk.0.attn_k.weight", ME, ME },     { "blk.0.attn_v.weight", ME, ME },
+        { "blk.0.attn_output.weight", ME, ME }, { "blk.0.ffn_norm.weight", 1, ME },
+        { "blk.0.ffn_gate.weight", MFF, ME },  { "blk.0.ffn_up.weight", MFF, ME },
+        { "blk.0.ffn_down.weight", ME, MFF },
+    };
+    static float ones[MFF * MFF];
+    for (size_t i = 0; i < sizeof ones / sizeof ones[0]; i++)
+        ones[i] = 0.01f;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        if (omit && !strcmp(omit, ts[i].name))
+            continue;
+        const int is_bad = bad && !strcmp(bad, ts[i].name);
+        const int64_t ne[2] = { is_bad ? 32 : ts[i].n_in, is_bad ? 3 : ts[i].n_out };
+        mdl_gguf_writer_tensor_f32(w, ts[i].name, KRN_F32, ne[1] == 1 ? 1 : 2, ne, ones);
+    }
+    assert_int_equal(mdl_gguf_writer_save(w, path, err), 0);
+    mdl_gguf_writer_destroy(w);
+    mdl_model *m = mdl_model_load(path, &(mdl_load_params){ .platform = p }, err);
+    unlink(path);
+    return m;
+}
+
+static void test_a_missing_or_misshaped_tensor_is_refused_naming_it(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    mdl_model *m = load_manual(NULL, NULL, p, &err); /* the control: complete, tied, no tokenizer */
+    if (!m)
+        fail_msg("complete model: %s", err.msg);
+    assert_int_equal(mdl_model_hparams(m)->tied_embeddings, 1);
+    assert_int_equal(mdl_model_hparams(m)->head_dim, 16);
+    assert_null(mdl_model_tokenizer(m));
+    mdl_model_free(m);
+    assert_null(load_manual("blk.0.ffn_up.weight", NULL, p, &err));
+    assert_int_equal(err.code, MEMRA_E_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_up.weight is missing"));
+    dev_err_clear(&err);
+    assert_null(load_manual(NULL, "blk.0.attn_k.weight", p, &err));
+    assert_int_equal(err.code, MEMRA_E_FORMAT);
+    assert_non_null(strstr(err.msg, "blk.0.attn_k.weight is (3, 32)"));
+    dev_platform_close(p);
 }
 
 /* Every cut [0,a) + [a,L) gives the same bits as [0,L). */
@@ -559,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_with_biases_and_neox_rope_matches_the_double_reference),
         cmocka_unit_test(test_tied_embeddings_use_token_embd_as_lm_head),
         cmocka_unit_test(test_unknown_architecture_is_refused_naming_the_supported_ones),
+        cmocka_unit_test(test_a_missing_or_misshaped_tensor_is_refused_naming_it),
         cmocka_unit_test(test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk),
         cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),

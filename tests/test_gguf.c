@@ -1,6 +1,7 @@
 /* model/gguf (reader), model/gguf_write (writer), model/gguf_synth (tiny models): round trips of every
  * metadata and tensor type, and each validation rule with the error it must give. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "support/gguf_check.h"
 #include "support/gguf_tiny.h"
 
 static char tmp[256];
@@ -31,64 +34,6 @@ static int teardown(void **state)
     unlink(tmp);
     return 0;
 }
-
-static void save_buf(const void *p, size_t n)
-{
-    FILE *f = fopen(tmp, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
-/* Open buf (written to the temp file); expects failure with code and a message containing want. */
-static void expect_open_fails(const void *buf, size_t n, int code, const char *want)
-{
-    dev_err err = {0};
-    save_buf(buf, n);
-    mdl_gguf *g = mdl_gguf_open(tmp, &err);
-    if (g) {
-        mdl_gguf_close(g);
-        fail_msg("opened a file that should fail with '%s'", want);
-    }
-    if (err.code != code || !strstr(err.msg, want) || !strstr(err.msg, tmp))
-        fail_msg("got %s '%s', want %s with '%s' and the path", memra_status_str(err.code), err.msg,
-                 memra_status_str(code), want);
-}
-
-static mdl_gguf *open_buf(const void *buf, size_t n)
-{
-    dev_err err = {0};
-    save_buf(buf, n);
-    mdl_gguf *g = mdl_gguf_open(tmp, &err);
-    if (!g)
-        fail_msg("open: %s", err.msg);
-    return g;
-}
-
-static void finish(mdl_gguf_writer *w, void **buf, size_t *n)
-{
-    dev_err err = {0};
-    if (mdl_gguf_writer_to_mem(w, buf, n, &err))
-        fail_msg("writer: %s", err.msg);
-    mdl_gguf_writer_destroy(w);
-}
-
-/* Offset in buf of the tensor info field after the name `name` (the n_dims u32). */
-static size_t tensor_info_at(const uint8_t *buf, size_t n, const char *name)
-{
-    const size_t len = strlen(name);
-    for (size_t i = 8; i + len <= n; i++) {
-        uint64_t l;
-        memcpy(&l, buf + i - 8, 8);
-        if (l == len && memcmp(buf + i, name, len) == 0)
-            return i + len;
-    }
-    fail_msg("tensor info '%s' not found", name);
-    return 0;
-}
-
-static void put_u64_at(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static void put_u32_at(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 static void test_tiny_model_has_every_llama_key_and_tensor(void **state)
 {
@@ -279,10 +224,10 @@ static void test_every_metadata_type_round_trips(void **state)
     mdl_gguf_writer_arr(w, "t.arr_empty", MDL_GGUF_I32, NULL, 0);
     /* an array of 2 arrays of u16: [[1, 2], [3]] */
     uint8_t nested[4 + 8 + 2 * (4 + 8) + 3 * 2], *p = nested;
-    put_u32_at(p, MDL_GGUF_ARRAY), p += 4, put_u64_at(p, 2), p += 8;
-    put_u32_at(p, MDL_GGUF_U16), p += 4, put_u64_at(p, 2), p += 8;
+    gguf_check_put_u32(p, MDL_GGUF_ARRAY), p += 4, gguf_check_put_u64(p, 2), p += 8;
+    gguf_check_put_u32(p, MDL_GGUF_U16), p += 4, gguf_check_put_u64(p, 2), p += 8;
     memcpy(p, (uint16_t[]){1, 2}, 4), p += 4;
-    put_u32_at(p, MDL_GGUF_U16), p += 4, put_u64_at(p, 1), p += 8;
+    gguf_check_put_u32(p, MDL_GGUF_U16), p += 4, gguf_check_put_u64(p, 1), p += 8;
     memcpy(p, (uint16_t[]){3}, 2), p += 2;
     mdl_gguf_writer_raw(w, "t.nested", MDL_GGUF_ARRAY, nested, (size_t)(p - nested));
     assert_int_equal(mdl_gguf_writer_u8(w, "t.u8", 1), MEMRA_E_INVAL); /* duplicate: sticky error */
@@ -314,8 +259,8 @@ static void test_every_metadata_type_round_trips(void **state)
     mdl_gguf_writer_raw(w, "t.nested", MDL_GGUF_ARRAY, nested, (size_t)(p - nested));
     void *buf;
     size_t n;
-    finish(w, &buf, &n);
-    mdl_gguf *g = open_buf(buf, n);
+    gguf_check_finish(w, &buf, &n);
+    mdl_gguf *g = gguf_check_open_buf(tmp, buf, n);
     free(buf);
     assert_int_equal(mdl_gguf_kv_count(g), 19);
     assert_string_equal(mdl_gguf_kv_key(g, 0), "t.u8");
@@ -409,8 +354,8 @@ static void test_tensors_of_every_type_round_trip_through_the_file(void **state)
     assert_int_equal(mdl_gguf_writer_tensor_raw(w, "raw", KRN_Q4_0, 1, (const int64_t[]){32}, raw), 0);
     void *buf;
     size_t n;
-    finish(w, &buf, &n);
-    mdl_gguf *g = open_buf(buf, n);
+    gguf_check_finish(w, &buf, &n);
+    mdl_gguf *g = gguf_check_open_buf(tmp, buf, n);
     free(buf);
     assert_int_equal(mdl_gguf_version(g), 2);
     assert_int_equal(mdl_gguf_alignment(g), 64);
@@ -444,151 +389,72 @@ static void test_tensors_of_every_type_round_trip_through_the_file(void **state)
     mdl_gguf_close(g);
 }
 
-/* A small valid file with two f32 tensors "a.weight" (64) and "b.weight" (32 x 2) and keys k.a, k.b. */
-static void small_file(void **buf, size_t *n)
+static void *reader_thread(void *arg)
 {
-    dev_err err = {0};
-    static float z[64];
-    mdl_gguf_writer *w = mdl_gguf_writer_create(&err);
-    mdl_gguf_writer_u32(w, "k.a", 1);
-    mdl_gguf_writer_u32(w, "k.b", 2);
-    mdl_gguf_writer_tensor_f32(w, "a.weight", KRN_F32, 1, (const int64_t[]){64}, z);
-    mdl_gguf_writer_tensor_f32(w, "b.weight", KRN_F32, 2, (const int64_t[]){32, 2}, z);
-    finish(w, buf, n);
-}
-
-static void test_header_errors_name_the_problem(void **state)
-{
-    (void)state;
-    uint8_t *buf;
-    size_t n;
-    small_file((void **)&buf, &n);
-    mdl_gguf *g = open_buf(buf, n);
-    mdl_gguf_close(g);
-    uint8_t *m = malloc(n);
-    memcpy(m, buf, n);
-    m[0] = 'X';
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "not a GGUF file");
-    memcpy(m, buf, n);
-    put_u32_at(m + 4, 1);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "GGUF version 1 is not supported (versions 2 and 3 are)");
-    put_u32_at(m + 4, 4);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "version 4");
-    put_u32_at(m + 4, 0x03000000);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "big-endian");
-    memcpy(m, buf, n);
-    put_u64_at(m + 8, UINT64_MAX);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor count 18446744073709551615 is impossible");
-    memcpy(m, buf, n);
-    put_u64_at(m + 16, 1ull << 40);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "metadata count");
-    memcpy(m, buf, n);
-    put_u64_at(m + 24, 1ull << 62); /* the first key's length */
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "runs past the end of the file");
-    memcpy(m, buf, n);
-    put_u64_at(m + 24, 0);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "key 0 is empty");
-    memcpy(m, buf, n);
-    put_u32_at(m + 24 + 8 + 3, 13); /* k.a's value type */
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "value type 13 is invalid");
-    memcpy(m, buf, n);
-    m[24 + 8 + 3 + 4 + 4 + 8 + 2] = 'a'; /* k.b -> k.a */
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "duplicate key 'k.a'");
-    expect_open_fails(m, 10, MEMRA_E_FORMAT, "truncated");
-    expect_open_fails(m, 0, MEMRA_E_FORMAT, "truncated");
-    free(m);
-    free(buf);
-}
-
-static void test_tensor_info_errors_name_the_tensor(void **state)
-{
-    (void)state;
-    uint8_t *buf, *m;
-    size_t n;
-    small_file((void **)&buf, &n);
-    m = malloc(n);
-    const size_t a = tensor_info_at(buf, n, "a.weight"), b = tensor_info_at(buf, n, "b.weight");
-    /* a: n_dims u32 @a, dim u64 @a+4, type u32 @a+12, offset u64 @a+16; b: n_dims @b, dims @b+4, @b+12,
-     * type @b+20, offset @b+24 */
-    memcpy(m, buf, n);
-    put_u32_at(m + a, 5);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor 'a.weight': n_dims 5 (allowed 1..4)");
-    put_u32_at(m + a, 0);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "n_dims 0");
-    memcpy(m, buf, n);
-    put_u64_at(m + a + 4, 0);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor 'a.weight': dim 0 is 0");
-    memcpy(m, buf, n);
-    put_u64_at(m + b + 4, 1ull << 62);
-    put_u64_at(m + b + 12, 1ull << 62);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor 'b.weight': element count overflows");
-    memcpy(m, buf, n);
-    put_u64_at(m + b + 4, 1ull << 40);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor 'b.weight': data");
-    memcpy(m, buf, n);
-    put_u32_at(m + a + 12, 6);
-    expect_open_fails(m, n, MEMRA_E_UNSUPPORTED, "tensor 'a.weight' has type 6 (q5_0)");
-    put_u32_at(m + a + 12, 1000);
-    expect_open_fails(m, n, MEMRA_E_UNSUPPORTED, "type 1000 (unknown)");
-    memcpy(m, buf, n);
-    put_u32_at(m + a + 12, KRN_Q4_0); /* 64 elems is fine for q4_0: make the row ragged instead */
-    put_u64_at(m + a + 4, 48);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "row length 48 is not a multiple of the q4_0 block (32)");
-    memcpy(m, buf, n);
-    put_u64_at(m + a + 16, 8);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "tensor 'a.weight': offset 8 is not a multiple of the alignment 32");
-    put_u64_at(m + a + 16, 1ull << 60);
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "runs past the end of the data section");
-    memcpy(m, buf, n);
-    memcpy(m + b - 8, "a", 1); /* b.weight -> a.weight */
-    expect_open_fails(m, n, MEMRA_E_FORMAT, "duplicate tensor name 'a.weight'");
-    memcpy(m, buf, n);
-    expect_open_fails(m, n - 1, MEMRA_E_FORMAT, "tensor 'b.weight': data");
-    free(m);
-    free(buf);
-}
-
-static void test_nested_arrays_too_deep_and_bad_bools_are_refused(void **state)
-{
-    (void)state;
-    uint8_t deep[(MDL_GGUF_MAX_DEPTH + 1) * 12 + 4];
-    size_t len = 0;
-    for (int d = 0; d <= MDL_GGUF_MAX_DEPTH; d++) { /* MAX_DEPTH + 1 levels of arrays of one array */
-        put_u32_at(deep + len, d < MDL_GGUF_MAX_DEPTH ? MDL_GGUF_ARRAY : MDL_GGUF_U8);
-        put_u64_at(deep + len + 4, d < MDL_GGUF_MAX_DEPTH ? 1 : 0);
-        len += 12;
+    const mdl_gguf *g = arg;
+    long ok = 0;
+    for (int it = 0; it < 200; it++) {
+        const char *s;
+        size_t n;
+        uint32_t u;
+        dev_err err = {0};
+        ok += mdl_gguf_tensor_find(g, "blk.1.ffn_up.weight") != NULL;
+        ok += mdl_gguf_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)(it % 300), &s, &n) == 0;
+        ok += mdl_gguf_get_u32(g, "llama.block_count", &u, &err) == 0 && u == 4;
     }
-    dev_err err = {0};
-    mdl_gguf_writer *w = mdl_gguf_writer_create(&err);
-    mdl_gguf_writer_raw(w, "deep", MDL_GGUF_ARRAY, deep, len);
-    void *buf;
-    size_t n;
-    finish(w, &buf, &n);
-    expect_open_fails(buf, n, MEMRA_E_FORMAT, "nested deeper than 8");
-    free(buf);
-    w = mdl_gguf_writer_create(&err);
-    mdl_gguf_writer_raw(w, "flag", MDL_GGUF_BOOL, (const uint8_t[]){2}, 1);
-    finish(w, &buf, &n);
-    expect_open_fails(buf, n, MEMRA_E_FORMAT, "key 'flag': bool value 2 (allowed 0 or 1)");
-    free(buf);
-    w = mdl_gguf_writer_create(&err); /* exactly MAX_DEPTH levels is fine */
-    mdl_gguf_writer_raw(w, "ok", MDL_GGUF_ARRAY, deep + 12, len - 12);
-    finish(w, &buf, &n);
-    mdl_gguf_close(open_buf(buf, n));
-    free(buf);
+    return (void *)ok;
 }
 
-static void test_missing_file_and_directory_are_io_errors(void **state)
+/* An opened file is immutable: any number of threads read it at once (TSan checks there is no write). */
+static void test_many_threads_read_one_open_file(void **state)
 {
     (void)state;
     dev_err err = {0};
-    assert_null(mdl_gguf_open("/nonexistent/memra.gguf", &err));
-    assert_int_equal(err.code, MEMRA_E_IO);
-    assert_non_null(strstr(err.msg, "/nonexistent/memra.gguf"));
-    dev_err_clear(&err);
-    assert_null(mdl_gguf_open("/tmp", &err));
-    assert_int_equal(err.code, MEMRA_E_IO);
-    mdl_gguf_close(NULL);
+    assert_int_equal(gguf_tiny_write(tmp, NULL, &err), 0);
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, reader_thread, g), 0);
+    for (int i = 0; i < 4; i++) {
+        void *ok;
+        assert_int_equal(pthread_join(th[i], &ok), 0);
+        assert_int_equal((long)ok, 600);
+    }
+    mdl_gguf_close(g);
+}
+
+/* tools/memra-mkgguf as a user runs it (needs MEMRA_BIN_DIR, which ctest sets). */
+static void test_mkgguf_cli_writes_a_model_the_reader_opens(void **state)
+{
+    (void)state;
+    const char *bin = getenv("MEMRA_BIN_DIR");
+    if (!bin) {
+        printf("MEMRA_BIN_DIR unset: run through ctest to test the CLI\n");
+        skip();
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --arch qwen2 --layers 3 --embd 128 --heads 4 --kv-heads 2 "
+             "--ff 256 --vocab 400 --ctx 64 --type q8_0 --seed 7 --tied", bin, tmp);
+    assert_int_equal(system(cmd), 0);
+    dev_err err = {0};
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    uint32_t u;
+    assert_int_equal(mdl_gguf_get_u32(g, "qwen2.block_count", &u, &err), 0);
+    assert_int_equal(u, 3);
+    assert_int_equal(mdl_gguf_get_u32(g, "qwen2.embedding_length", &u, &err), 0);
+    assert_int_equal(u, 128);
+    assert_non_null(mdl_gguf_tensor_find(g, "blk.2.attn_v.bias"));
+    assert_null(mdl_gguf_tensor_find(g, "output.weight"));
+    assert_int_equal(mdl_gguf_tensor_find(g, "blk.0.attn_q.weight")->type, KRN_Q8_0);
+    mdl_gguf_close(g);
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --type q5_0 2>/dev/null", bin, tmp);
+    const int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    snprintf(cmd, sizeof cmd, "%s/memra-mkgguf -o %s --type q4_K 2>/dev/null", bin, tmp); /* embd 64 */
+    const int rc2 = system(cmd);
+    assert_true(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 1);
 }
 
 int main(void)
@@ -600,10 +466,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vocab_has_byte_tokens_and_merges_of_existing_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_every_metadata_type_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tensors_of_every_type_round_trip_through_the_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_header_errors_name_the_problem, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tensor_info_errors_name_the_tensor, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nested_arrays_too_deep_and_bad_bools_are_refused, setup, teardown),
-        cmocka_unit_test(test_missing_file_and_directory_are_io_errors),
+        cmocka_unit_test_setup_teardown(test_many_threads_read_one_open_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mkgguf_cli_writes_a_model_the_reader_opens, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

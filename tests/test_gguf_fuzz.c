@@ -181,6 +181,17 @@ static void test_huge_counts_and_lengths_are_errors(void **state)
         memcpy(m + cnt, &huge[h], 8);
         assert_int_equal(try_open(m, good_n), 0);
     }
+    /* a tensor's dims: blk.0.ffn_up.weight is (n_dims u32, ne0 u64, ne1 u64, ...) after its name */
+    const char tname[] = "blk.0.ffn_up.weight";
+    uint8_t *ti = memmem(good, data_off, tname, sizeof tname - 1);
+    assert_non_null(ti);
+    const size_t dims = (size_t)(ti - good) + sizeof tname - 1 + 4;
+    for (size_t h = 0; h < sizeof huge / sizeof huge[0]; h++)
+        for (int d = 0; d < 2; d++) {
+            memcpy(m, good, good_n);
+            memcpy(m + dims + 8 * (size_t)d, &huge[h], 8);
+            assert_int_equal(try_open(m, good_n), 0);
+        }
     free(m);
 }
 

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -500,6 +501,93 @@ static void test_join_of_an_actor_never_started_nor_stopped_is_refused(void **st
     act_actor_destroy(a);
 }
 
+/* Forwarder: keeps each message and sends it on to the actor in ctx (ACT_KEPT). */
+static int forward_handle(act_actor *a, act_msg *m, void *ctx)
+{
+    dev_err err = { 0 };
+    int rc = act_send((act_actor *)ctx, m, &err);
+    return rc < 0 ? rc : ACT_KEPT;
+}
+
+static void test_a_kept_message_forwarded_to_another_actor_returns_to_its_home_free_list(void **state)
+{
+    dev_err err = { 0 };
+    rec_ctx c = { .fail_at = -1 };
+    act_actor *sink_a = act_actor_create("sink", rec_handle, &c, &err);
+    act_actor *fwd = act_actor_create("fwd", forward_handle, sink_a, &err);
+    assert_non_null(sink_a);
+    assert_non_null(fwd);
+    act_actor_start(sink_a, &err);
+    act_actor_start(fwd, &err);
+    for (uint64_t i = 0; i < 5000; i++)
+        assert_int_equal(send_seq(fwd, i, NULL), 0);
+    act_actor_stop(fwd);
+    assert_int_equal(act_actor_join(fwd, &err), 0); /* every forward is posted before the sink's pill */
+    act_actor_stop(sink_a);
+    assert_int_equal(act_actor_join(sink_a, &err), 0);
+    assert_int_equal(c.next, 5000); /* forwarding kept the order */
+    act_actor_stats sf, ss;
+    act_actor_stats_get(fwd, &sf);
+    act_actor_stats_get(sink_a, &ss);
+    assert_int_equal(sf.mailbox.free.takes, 5000);
+    assert_int_equal(sf.mailbox.free.gives, 5000); /* returned home by the sink */
+    assert_int_equal(ss.mailbox.free.takes, 0);    /* the sink's own list was never used */
+    assert_int_equal(ss.mailbox.posted, 5000 + 1);
+    act_actor_destroy(fwd);
+    act_actor_destroy(sink_a);
+}
+
+static int positive_handle(act_actor *a, act_msg *m, void *ctx)
+{
+    return 5;
+}
+
+static void test_a_handler_returning_a_positive_value_is_an_error_naming_it(void **state)
+{
+    dev_err err = { 0 };
+    act_actor *a = act_actor_create("typo", positive_handle, NULL, &err);
+    assert_non_null(a);
+    send_seq(a, 0, NULL);
+    act_actor_start(a, &err);
+    act_actor_stop(a);
+    dev_err jerr = { 0 };
+    assert_int_equal(act_actor_join(a, &jerr), MEMRA_E_INVAL);
+    assert_non_null(strstr(jerr.msg, "handler returned 5"));
+    act_actor_destroy(a);
+}
+
+static int fail_all_handle(act_actor *a, act_msg *m, void *ctx)
+{
+    return act_actor_fail(a, MEMRA_E_DEVICE, "message %llu failed",
+                          (unsigned long long)ACT_MSG_BODY(m, seq_body)->seq);
+}
+
+static void test_under_continue_each_failed_reply_carries_its_own_error(void **state)
+{
+    dev_err err = { 0 };
+    act_actor *a = act_actor_create_opts("each", fail_all_handle, NULL,
+                                         &(act_actor_opts){ .on_error = ACT_ON_ERROR_CONTINUE }, &err);
+    assert_non_null(a);
+    act_future r[3];
+    for (int i = 0; i < 3; i++) {
+        act_future_init(&r[i]);
+        send_seq(a, (uint64_t)i, &r[i]);
+    }
+    act_actor_start(a, &err);
+    char want[64];
+    for (int i = 0; i < 3; i++) {
+        dev_err e = { 0 };
+        assert_int_equal(act_future_wait(&r[i], NULL, &e), MEMRA_E_DEVICE);
+        snprintf(want, sizeof want, "actor each: message %d failed", i);
+        assert_string_equal(e.msg, want);
+    }
+    act_actor_stop(a);
+    dev_err jerr = { 0 };
+    assert_int_equal(act_actor_join(a, &jerr), MEMRA_E_DEVICE);
+    assert_string_equal(jerr.msg, "actor each: message 0 failed"); /* the first error is the actor's */
+    act_actor_destroy(a);
+}
+
 static void test_actor_without_handler_is_refused(void **state)
 {
     dev_err err = { 0 };
@@ -528,6 +616,9 @@ int main(void)
         cmocka_unit_test(test_continue_policy_keeps_handling_after_an_error),
         cmocka_unit_test(test_no_wakeup_is_issued_while_the_consumer_is_busy),
         cmocka_unit_test(test_join_of_an_actor_never_started_nor_stopped_is_refused),
+        cmocka_unit_test(test_a_kept_message_forwarded_to_another_actor_returns_to_its_home_free_list),
+        cmocka_unit_test(test_a_handler_returning_a_positive_value_is_an_error_naming_it),
+        cmocka_unit_test(test_under_continue_each_failed_reply_carries_its_own_error),
         cmocka_unit_test(test_actor_without_handler_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* kernels/quant: block layouts, conversions, quantizers and the deterministic dot product. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 
 #include "kernels/quant.h"
 #include "kernels/quant_impl.h"
+#include "kernels/quant_batch.h"
 
 static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
@@ -353,9 +355,83 @@ static void test_bad_length_or_type_gives_nan_not_a_crash(void **state)
     assert_true(krn_dot_row(KRN_Q4_1, row, x, 0) == 0.0f);
 }
 
+static void test_batched_dot_gives_the_bits_of_single_dots(void **state)
+{
+    (void)state;
+    enum { N = 512, LDX = N + 3, BMAX = 9 };
+    static float w[N], xs[BMAX * LDX];
+    fill(w, N, 0.1f);
+    fill(xs, BMAX * LDX, 1.0f);
+    for (int k = 0; k < N_TYPES; k++) {
+        const int t = all_types[k];
+        const int64_t n = (t == KRN_F32 || t == KRN_F16 || t == KRN_BF16) ? N - 7 : N;
+        uint8_t *q = malloc(krn_row_bytes(t, N));
+        krn_quant_row(t, w, q, n);
+        for (int B = 1; B <= BMAX; B++)
+            for (int p = 0; p < KRN_PATH_COUNT; p++) {
+                if (!krn_quant_path_available(p))
+                    continue;
+                float out[BMAX + 1];
+                out[B] = 123.0f; /* must stay untouched */
+                krn_dot_row_batch_path(p, t, q, xs, LDX, B, out, n);
+                for (int b = 0; b < B; b++)
+                    if (fbits(out[b]) != fbits(krn_dot_row(t, q, xs + b * LDX, n)))
+                        fail_msg("%s B=%d path %d: vector %d differs", krn_type_name(t), B, p, b);
+                assert_true(out[B] == 123.0f);
+            }
+        float o[3];
+        krn_dot_row_batch(t, q, xs, LDX, 3, o, n);
+        assert_int_equal(fbits(o[2]), fbits(krn_dot_row(t, q, xs + 2 * LDX, n)));
+        free(q);
+    }
+    float o[2] = {0, 0};
+    krn_dot_row_batch(KRN_Q4_1, w, xs, LDX, 2, o, 33);
+    assert_true(isnan(o[0]) && isnan(o[1]));
+}
+
+typedef struct dot_job {
+    const void *row;
+    const float *x;
+    int type;
+    uint32_t bits[64];
+} dot_job;
+
+static void *dot_thread(void *arg)
+{
+    dot_job *j = arg;
+    for (int i = 0; i < 64; i++)
+        j->bits[i] = fbits(krn_dot_row(j->type, j->row, j->x, 512));
+    return NULL;
+}
+
+/* The path is picked on first use; threads racing to that first use must agree (TSan checks the pick). */
+static void test_concurrent_dots_from_many_threads_agree(void **state)
+{
+    (void)state;
+    enum { N = 512, T = 4 };
+    static float w[N], x[N];
+    static uint8_t q[1024];
+    fill(w, N, 0.1f);
+    fill(x, N, 1.0f);
+    krn_quant_row(KRN_Q4_K, w, q, N);
+    dot_job jobs[T];
+    pthread_t th[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (dot_job){.row = q, .x = x, .type = KRN_Q4_K};
+        assert_int_equal(pthread_create(&th[i], NULL, dot_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < T; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    const uint32_t want = fbits(krn_dot_row(KRN_Q4_K, q, x, N));
+    for (int i = 0; i < T; i++)
+        for (int k = 0; k < 64; k++)
+            assert_int_equal(jobs[i].bits[k], want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_dots_from_many_threads_agree), /* first: races the path pick */
         cmocka_unit_test(test_type_table_sizes_match_ggml),
         cmocka_unit_test(test_f16_and_bf16_convert_exactly_and_round_to_nearest_even),
         cmocka_unit_test(test_every_type_round_trips_within_its_tolerance),
@@ -366,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_dot_equals_the_documented_lane_sum_and_the_double_sum),
         cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
         cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
+        cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,9 +4,11 @@
  *   - a matmul declares its whole weight (n_out * row_bytes), x and y;
  *   - kv_store / attention touch cache rows chosen by the device-side seq/pos values, which do not exist
  *     yet at enqueue time, and krn.h does not pass n_seq: they declare the cache's first sequence slab
- *     (n_ctx * kv_dim floats from the base) as the cache's representative range. A cache is owned by
- *     one stage and lives on its device, so this never hides a cross-stage race nor a remote read;
- *     passing n_seq in krn.h would make the range exact (asked for in the model helper's report).
+ *     (n_ctx * kv_dim floats from the base) as the cache's representative range. Every kv_store and
+ *     attention on a cache names that same range, so any two of them unordered across streams are
+ *     reported (conservative: also when they touch different sequences), and a cache lives on its own
+ *     stage's device, so no remote read is missed. What it cannot see: another kind of op (a copy, a
+ *     clear) on a later sequence's slab racing with these. Passing n_seq in krn.h would make it exact.
  * No shared state. */
 #include "kernels/cpu/krn_cpu.h"
 

@@ -45,8 +45,15 @@ static __device__ __forceinline__ float dot4(float t, float w0, float w1, float 
 }
 static __device__ __forceinline__ float sum4(float t, float4 a) { return t + a.x + a.y + a.z + a.w; }
 
-/* The 4 low (lo=1) or high nibbles of the 4 bytes of q, as floats minus `bias`. */
-#define NIB(q, i, shift) ((float)(int)(((q) >> (8 * (i) + (shift))) & 0xFu))
+/* v - off as a float, exactly, for 0 <= v < 2^23 and small integer off, without an int->float conversion
+ * (I2F issues at 1/8 of the FMA rate on sm_90 and would bound the GEMV): the bits of 2^23 + v, minus
+ * 2^23 + off. Same value as (float)((int)v - off). */
+static __device__ __forceinline__ float u2f_off(uint32_t v, float off) {
+    return __uint_as_float(0x4B000000u | v) - (8388608.0f + off);
+}
+
+/* Nibble i (low: shift 0, high: shift 4) of the 4 bytes of q, minus off, as a float. */
+#define NIB(q, i, shift, off) u2f_off(((q) >> (8 * (i) + (shift))) & 0xFu, (off))
 
 /* ---- one sub-item per type: bp = the block in shared memory, xb = x at the block's first element
  * (row 0; row b at xb + b*n_in), acc[b] += the sub-item's part of row b's dot product ---- */
@@ -57,8 +64,8 @@ static __device__ __forceinline__ void sub_q4_0(const uint8_t *bp, int k, const 
                                                 float (&acc)[NB]) {
     const float d = krn_h2f(ld_u16(bp));
     const uint32_t q = ld_u32_2(bp + 2 + 4 * k);
-    float l0 = NIB(q, 0, 0) - 8.0f, l1 = NIB(q, 1, 0) - 8.0f, l2 = NIB(q, 2, 0) - 8.0f, l3 = NIB(q, 3, 0) - 8.0f;
-    float h0 = NIB(q, 0, 4) - 8.0f, h1 = NIB(q, 1, 4) - 8.0f, h2 = NIB(q, 2, 4) - 8.0f, h3 = NIB(q, 3, 4) - 8.0f;
+    float l0 = NIB(q, 0, 0, 8.0f), l1 = NIB(q, 1, 0, 8.0f), l2 = NIB(q, 2, 0, 8.0f), l3 = NIB(q, 3, 0, 8.0f);
+    float h0 = NIB(q, 0, 4, 8.0f), h1 = NIB(q, 1, 4, 8.0f), h2 = NIB(q, 2, 4, 8.0f), h3 = NIB(q, 3, 4, 8.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in;
@@ -75,8 +82,8 @@ static __device__ __forceinline__ void sub_q4_1(const uint8_t *bp, int k, const 
                                                 float (&acc)[NB]) {
     const float d = krn_h2f(ld_u16(bp)), m = krn_h2f(ld_u16(bp + 2));
     const uint32_t q = ld_u32_2(bp + 4 + 4 * k);
-    float l0 = NIB(q, 0, 0), l1 = NIB(q, 1, 0), l2 = NIB(q, 2, 0), l3 = NIB(q, 3, 0);
-    float h0 = NIB(q, 0, 4), h1 = NIB(q, 1, 4), h2 = NIB(q, 2, 4), h3 = NIB(q, 3, 4);
+    float l0 = NIB(q, 0, 0, 0.0f), l1 = NIB(q, 1, 0, 0.0f), l2 = NIB(q, 2, 0, 0.0f), l3 = NIB(q, 3, 0, 0.0f);
+    float h0 = NIB(q, 0, 4, 0.0f), h1 = NIB(q, 1, 4, 0.0f), h2 = NIB(q, 2, 4, 0.0f), h3 = NIB(q, 3, 4, 0.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in;
@@ -97,8 +104,8 @@ static __device__ __forceinline__ void sub_q8_0(const uint8_t *bp, int k, const 
     float w[8];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        w[i] = (float)(int8_t)(q0 >> (8 * i));
-        w[4 + i] = (float)(int8_t)(q1 >> (8 * i));
+        w[i] = u2f_off(((q0 >> (8 * i)) & 0xFFu) ^ 0x80u, 128.0f); /* int8 b: (b ^ 0x80) - 128 */
+        w[4 + i] = u2f_off(((q1 >> (8 * i)) & 0xFFu) ^ 0x80u, 128.0f);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -112,7 +119,7 @@ static __device__ __forceinline__ void sub_q8_0(const uint8_t *bp, int k, const 
 
 /* Q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (GGUF's get_scale_min_k4). */
 static __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *s, float *sc, float *mn) {
-    int a, b;
+    uint32_t a, b;
     if (j < 4) {
         a = s[j] & 63;
         b = s[j + 4] & 63;
@@ -120,8 +127,8 @@ static __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *s, fl
         a = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
         b = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
-    *sc = (float)a;
-    *mn = (float)b;
+    *sc = u2f_off(a, 0.0f);
+    *mn = u2f_off(b, 0.0f);
 }
 
 /* q4_K sub s (0..31): pair p = s/8 covers elements 64p..64p+63 with qs[32p..32p+32); lane part k = s%8
@@ -137,8 +144,8 @@ static __device__ __forceinline__ void sub_q4_k(const uint8_t *bp, int s, const 
     q4k_scale_min(2 * p + 1, bp + 4, &sc2, &m2);
     const float d1 = d * sc1, d2 = d * sc2, n1 = dmin * m1, n2 = dmin * m2;
     const uint32_t q = ld_u32_2(bp + 16 + 32 * p + 4 * k);
-    float l0 = NIB(q, 0, 0), l1 = NIB(q, 1, 0), l2 = NIB(q, 2, 0), l3 = NIB(q, 3, 0);
-    float h0 = NIB(q, 0, 4), h1 = NIB(q, 1, 4), h2 = NIB(q, 2, 4), h3 = NIB(q, 3, 4);
+    float l0 = NIB(q, 0, 0, 0.0f), l1 = NIB(q, 1, 0, 0.0f), l2 = NIB(q, 2, 0, 0.0f), l3 = NIB(q, 3, 0, 0.0f);
+    float h0 = NIB(q, 0, 4, 0.0f), h1 = NIB(q, 1, 4, 0.0f), h2 = NIB(q, 2, 4, 0.0f), h3 = NIB(q, 3, 4, 0.0f);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float *xr = xb + (size_t)b * n_in + 64 * p + 4 * k;
@@ -162,17 +169,18 @@ static __device__ __forceinline__ void sub_q6_k(const uint8_t *bp, int s, const 
     const int n = s >> 3, l0 = 4 * (s & 7);
     const uint32_t qa = ld_u32_2(bp + 64 * n + l0), qb = ld_u32_2(bp + 64 * n + 32 + l0);
     const uint32_t qh = ld_u32_2(bp + 128 + 32 * n + l0);
-    const int8_t *sc = (const int8_t *)(bp + 192) + 8 * n + l0 / 16;
+    const uint8_t *scu = bp + 192 + 8 * n + l0 / 16; /* int8 scales; b as a float: (b ^ 0x80) - 128 */
     const float d = krn_h2f(ld_u16(bp + 208));
-    const float d1 = d * (float)sc[0], d2 = d * (float)sc[2], d3 = d * (float)sc[4], d4 = d * (float)sc[6];
+    const float d1 = d * u2f_off(scu[0] ^ 0x80u, 128.0f), d2 = d * u2f_off(scu[2] ^ 0x80u, 128.0f);
+    const float d3 = d * u2f_off(scu[4] ^ 0x80u, 128.0f), d4 = d * u2f_off(scu[6] ^ 0x80u, 128.0f);
     float w1[4], w2[4], w3[4], w4[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const uint32_t a = (qa >> (8 * i)) & 0xFFu, b = (qb >> (8 * i)) & 0xFFu, h = (qh >> (8 * i)) & 0xFFu;
-        w1[i] = (float)((int)((a & 0xFu) | ((h & 3u) << 4)) - 32);
-        w2[i] = (float)((int)((b & 0xFu) | (((h >> 2) & 3u) << 4)) - 32);
-        w3[i] = (float)((int)((a >> 4) | (((h >> 4) & 3u) << 4)) - 32);
-        w4[i] = (float)((int)((b >> 4) | (((h >> 6) & 3u) << 4)) - 32);
+        w1[i] = u2f_off((a & 0xFu) | ((h & 3u) << 4), 32.0f);
+        w2[i] = u2f_off((b & 0xFu) | (((h >> 2) & 3u) << 4), 32.0f);
+        w3[i] = u2f_off((a >> 4) | (((h >> 4) & 3u) << 4), 32.0f);
+        w4[i] = u2f_off((b >> 4) | (((h >> 6) & 3u) << 4), 32.0f);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {

@@ -129,6 +129,8 @@ static int ping_pong(row *r, int32_t spin, size_t warmup, dev_err *err)
             w0 = pair_wakeups(&pr);
         uint64_t t0 = now_ns();
         act_msg *m = act_mailbox_msg_alloc(pr.b, 1, err);
+        if (!m)
+            break; /* out of memory: err says so; the row keeps its zero samples */
         m->tag = i;
         act_mailbox_post(pr.b, m);
         act_msg *back = act_mailbox_take(pr.a); /* ordered by the echo's post */
@@ -139,7 +141,7 @@ static int ping_pong(row *r, int32_t spin, size_t warmup, dev_err *err)
     }
     r->wakes_per_hop = (double)(pair_wakeups(&pr) - w0) / (2.0 * (double)r->n);
     pair_close(&pr, th);
-    return 0;
+    return err->code;
 }
 
 static int one_way(row *r, uint64_t gap_ns, int32_t spin, size_t warmup, dev_err *err)
@@ -161,6 +163,8 @@ static int one_way(row *r, uint64_t gap_ns, int32_t spin, size_t warmup, dev_err
         while (now_ns() < next)
             ; /* pace without sleeping the sender */
         act_msg *m = act_mailbox_msg_alloc(pr.b, 1, err);
+        if (!m)
+            break;
         m->tag = i;
         *(uint64_t *)(void *)m->payload = now_ns();
         act_mailbox_post(pr.b, m);
@@ -170,7 +174,7 @@ static int one_way(row *r, uint64_t gap_ns, int32_t spin, size_t warmup, dev_err
     pair_close(&pr, th); /* joins the receiver: its samples are ordered before the copy */
     memcpy(r->lat, all + warmup, r->n * sizeof *all);
     free(all);
-    return 0;
+    return err->code;
 }
 
 /* ---- actor request / reply ---- */
@@ -198,6 +202,8 @@ static int actor_round_trip(row *r, size_t warmup, dev_err *err)
         act_future_reset(&f);
         uint64_t t0 = now_ns();
         act_msg *m = act_msg_new(a, ACT_MSG_USER, err);
+        if (!m)
+            break;
         m->tag = i;
         m->reply = &f;
         act_send(a, m, err);
@@ -212,7 +218,7 @@ static int actor_round_trip(row *r, size_t warmup, dev_err *err)
     act_actor_stop(a);
     act_actor_join(a, err);
     act_actor_destroy(a);
-    return 0;
+    return err->code;
 }
 
 static int usage(FILE *out)

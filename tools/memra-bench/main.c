@@ -13,6 +13,7 @@ static const struct {
     {"decode", bench_decode, "single-stage CPU prefill and decode tokens/s on a model"},
     {"hop", bench_hop, "one boundary hop (copy + ev_tx + cross-stream wait) per transport and slot count"},
     {"pp-scaling", bench_pp_scaling, "PP-1 vs PP-N tokens/s with S sequences in flight, busy/bubble per stage"},
+    {"prime", bench_prime, "chunked prefill of a long prompt: unsplit walk vs PP-N chunk pipeline"},
     {"gpu-kernels", bench_gpu_kernels, "CUDA GEMV bandwidth per weight type on an 8B-shaped layer"},
 };
 

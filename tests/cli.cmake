@@ -1,0 +1,56 @@
+# Command-line contracts: the tools run as a user runs them.
+# Tiny models are written at test time by memra-mkgguf (fixture); the real model comes from scripts/setup.
+set(TINY ${CMAKE_BINARY_DIR}/tiny-q4_1.gguf)
+add_test(NAME cli_mkgguf_tiny COMMAND memra-mkgguf -o ${TINY} --layers 8 --type q4_1)
+set_tests_properties(cli_mkgguf_tiny PROPERTIES FIXTURES_SETUP tiny LABELS unit)
+
+function(memra_cli name label)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS ${label} TIMEOUT 900 ENVIRONMENT "MEMRA_BACKEND=cpu")
+  if(label STREQUAL "unit" OR label STREQUAL "stress")
+    set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED tiny)
+  endif()
+endfunction()
+
+# memra-gate on the tiny model: every arm at N=3 over three devices, and the soak, 20 runs with delays.
+foreach(arm eager replay batch prime prime-batch spec)
+  memra_cli(cli_gate_tiny_${arm} unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=3 MEMRA_PP_DEVICES=0,1,2
+            MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY})
+endforeach()
+memra_cli(cli_gate_tiny_soak stress ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=4 MEMRA_PP_DEVICES=0,1,1,2
+          MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> soak --runs 20 -m ${TINY})
+# a gate whose split never runs exits 1 (door shut: vacuous), and a refused seam exits 2 with the message
+memra_cli(cli_gate_door_shut_fails unit $<TARGET_FILE:memra-gate> eager -m ${TINY})
+set_tests_properties(cli_gate_door_shut_fails PROPERTIES WILL_FAIL TRUE)
+memra_cli(cli_gate_batch_refused unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=2 MEMRA_PP_DEVICES=0,1 MEMRA_BATCH_PP=0
+          $<TARGET_FILE:memra-gate> batch -m ${TINY})
+set_tests_properties(cli_gate_batch_refused PROPERTIES PASS_REGULAR_EXPRESSION "refused: .*Use MEMRA_BATCH_PP=1")
+
+# The real model (normal leg only): gates over N, cut lists and placements, and real text.
+if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup fetches it
+  set(M ${MEMRA_MODEL_PATH})
+  set(cases
+    "eager|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
+    "replay|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_PP_OVERLAP=1"
+    "replay|MEMRA_PP_STAGES=3|MEMRA_PP_SPLITS=4,20"
+    "eager|MEMRA_PP_STAGES=4|MEMRA_PP_DEVICES=0,0,1,1"
+    "replay|MEMRA_PP_STAGES=5|MEMRA_PP_SPLITS=1,2,3,29|MEMRA_PP_DEVICES=0,1,2,3,4|MEMRA_PP_OVERLAP=1"
+    "replay|MEMRA_PP_STAGES=8|MEMRA_PP_DEVICES=0,1,2,3,4,5,6,7|MEMRA_PP_OVERLAP=1"
+    "eager|MEMRA_PP_STAGES=8|MEMRA_PP_SPLITS=3,7,11,15,19,23,27"
+    "eager|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_PP_SHARD=0"
+    "batch|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
+    "prime|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
+    "prime-batch|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2"
+    "spec|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1")
+  set(i 0)
+  foreach(c ${cases})
+    string(REPLACE "|" ";" parts "${c}")
+    list(POP_FRONT parts arm)
+    memra_cli(cli_gate_smollm2_${i}_${arm} model ${CMAKE_COMMAND} -E env ${parts}
+              $<TARGET_FILE:memra-gate> ${arm} -m ${M})
+    math(EXPR i "${i} + 1")
+  endforeach()
+  memra_cli(cli_run_smollm2_greedy model $<TARGET_FILE:memra-run> -m ${M} -p "The capital of France is" -n 8
+            --temp 0 --stages 2)
+  set_tests_properties(cli_run_smollm2_greedy PROPERTIES PASS_REGULAR_EXPRESSION "Paris")
+endif()

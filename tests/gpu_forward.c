@@ -1,0 +1,143 @@
+/* The model engine on a CUDA device: tiny synthetic models in every tensor type give the CPU backend's
+ * logits within tolerance, and on the GPU too a split layer walk, a batch and a one-chunk prefill give the
+ * same bits as the whole walk, single rows and token-by-token steps (kernels/cuda/krn_cuda.h promises
+ * fixed-order reductions and row results independent of B).
+ * CPU vs CUDA tolerance: |cuda - cpu| <= 1e-4 * (1 + max|cpu|): both are f32 with different (fixed)
+ * reduction orders, ~1e-6 relative apart per op through 3 layers; a wrong layout moves logits by >= 0.1.
+ * Skips (77) with the reason when no CUDA device is usable. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kernels/krn.h"
+#include "model/llama.h"
+#include "support/gguf_tiny.h"
+#include "support/model_rig.h"
+
+enum { E = 256, FF = 512, V = 300, L = 3, CTX = 16, T = 10 };
+static const int32_t k_prompt[T] = { 5, 17, 42, 3, 88, 61, 9, 30, 77, 1 };
+static dev_platform *g_cuda;
+
+static void make_tiny(char *path, size_t cap, const char *arch, int type)
+{
+    gguf_tiny_params p;
+    gguf_tiny_defaults(&p);
+    p.arch = arch;
+    p.type = type;
+    p.embd_type = type;
+    p.n_vocab = V;
+    p.n_embd = E;
+    p.n_ff = FF;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_layer = L;
+    p.n_ctx = 64;
+    p.seed = 77u + (unsigned)type;
+    dev_err err = { 0 };
+    if (gguf_tiny_write_temp(path, cap, &p, &err))
+        fail_msg("gguf_tiny_write_temp: %s", err.msg);
+}
+
+/* logits (T, V) of the prompt in one chunk of sequence 0, walked with cuts (NULL = whole). */
+static void prompt_logits(model_rig *r, const int *cuts, float *out)
+{
+    int32_t seq[T], pos[T];
+    for (int t = 0; t < T; t++) {
+        seq[t] = 0;
+        pos[t] = t;
+    }
+    dev_err err = { 0 };
+    if (model_rig_rows(r, k_prompt, seq, pos, T, cuts, out, &err))
+        fail_msg("rows: %s", err.msg);
+}
+
+static void test_cuda_logits_match_the_cpu_backend_in_every_tensor_type(void **state)
+{
+    (void)state;
+    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (int arch = 0; arch < 2; arch++) {
+            char path[256];
+            make_tiny(path, sizeof path, arch ? "qwen2" : "llama", types[ti]);
+            dev_err err = { 0 };
+            dev_platform *cpu = dev_platform_open(DEV_KIND_CPU, 1, &err);
+            model_rig rc, rg;
+            if (model_rig_open(&rc, cpu, path, NULL, 1, CTX, T, &err) ||
+                model_rig_open(&rg, g_cuda, path, NULL, 1, CTX, T, &err))
+                fail_msg("open: %s", err.msg);
+            static float a[T * V], b[T * V];
+            prompt_logits(&rc, NULL, a);
+            prompt_logits(&rg, NULL, b);
+            double mx = 0, diff = 0;
+            for (int i = 0; i < T * V; i++) {
+                mx = fmax(mx, fabs(a[i]));
+                diff = fmax(diff, fabs(a[i] - b[i]));
+            }
+            printf("  %s %-4s: max |cuda - cpu| = %.3g (max |cpu| %.3g)\n", arch ? "qwen2" : "llama",
+                   krn_type_name(types[ti]), diff, mx);
+            if (!(diff <= 1e-4 * (1 + mx)))
+                fail_msg("%s %s: max |cuda - cpu| = %g", arch ? "qwen2" : "llama", krn_type_name(types[ti]), diff);
+            model_rig_close(&rc);
+            model_rig_close(&rg);
+            dev_platform_close(cpu);
+            unlink(path);
+        }
+    }
+}
+
+static void test_cuda_split_walk_batch_and_chunk_are_bitwise_equal_to_their_plain_forms(void **state)
+{
+    (void)state;
+    char path[256];
+    make_tiny(path, sizeof path, "llama", KRN_Q4_K);
+    dev_err err = { 0 };
+    model_rig r;
+    if (model_rig_open(&r, g_cuda, path, NULL, 3, CTX, 3 * CTX, &err))
+        fail_msg("open: %s", err.msg);
+    static float whole[T * V], other[T * V];
+    prompt_logits(&r, NULL, whole);
+    const int cuts[] = { 1, 2, L };
+    prompt_logits(&r, cuts, other);
+    assert_memory_equal(whole, other, sizeof whole); /* split walk */
+    for (int t = 0; t < T; t++) {                    /* token by token, sequence 1 */
+        const int32_t seq = 1, pos = t;
+        if (model_rig_rows(&r, &k_prompt[t], &seq, &pos, 1, NULL, other + t * V, &err))
+            fail_msg("rows: %s", err.msg);
+    }
+    assert_memory_equal(whole, other, sizeof whole);
+    /* a batch recomputing the last token of sequences 1 and 0 (same K/V rewritten): both rows = alone */
+    {
+        const int32_t tok[2] = { k_prompt[T - 1], k_prompt[T - 1] }, seq[2] = { 1, 0 }, pos[2] = { T - 1, T - 1 };
+        float lg[2 * V];
+        if (model_rig_rows(&r, tok, seq, pos, 2, NULL, lg, &err))
+            fail_msg("rows: %s", err.msg);
+        assert_memory_equal(lg, whole + (T - 1) * V, sizeof(float) * V);
+        assert_memory_equal(lg + V, whole + (T - 1) * V, sizeof(float) * V);
+    }
+    model_rig_close(&r);
+    unlink(path);
+}
+
+int main(void)
+{
+    dev_err err = { 0 };
+    g_cuda = dev_platform_open(DEV_KIND_CUDA, 0, &err);
+    if (!g_cuda) {
+        printf("gpu_forward: skipped: no CUDA device (%s)\n", err.msg);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cuda_logits_match_the_cpu_backend_in_every_tensor_type),
+        cmocka_unit_test(test_cuda_split_walk_batch_and_chunk_are_bitwise_equal_to_their_plain_forms),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    dev_platform_close(g_cuda);
+    return rc;
+}
