@@ -139,6 +139,8 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     rt->max_rows = p.max_rows;
     rt->n_vocab = hp->n_vocab;
     rt->N = act_pp_stages(rt->pp);
+    rt->same_device_cuda = rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA &&
+                           act_pp_multi_stream_same_device(act_pp_get_config(rt->pp));
     rt->stats_t0_ns = api_now_ns();
     return rt;
 fail:

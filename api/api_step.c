@@ -15,6 +15,22 @@ int api_should_abort(memra_runtime *rt)
     return 0;
 }
 
+/* act_pp_submit under rt->mu (held by the caller). Where the pipeline would refuse a second step in flight
+ * (stage streams sharing one CUDA device, MEMRA_PP_SAME_DEVICE_PIPE unset), wait for the steps in flight
+ * first: the API then runs one step at a time there instead of failing. */
+static int submit_locked(memra_runtime *rt, const act_pp_step *st, act_pending **out, dev_err *err)
+{
+    if (rt->same_device_cuda) {
+        const char *v = getenv("MEMRA_PP_SAME_DEVICE_PIPE"); /* a seam: read per step, like act_pp does */
+        if (!(v && !strcmp(v, "1"))) {
+            int r = act_pp_drain(rt->pp, err);
+            if (r)
+                return r;
+        }
+    }
+    return act_pp_submit(rt->pp, st, out, err);
+}
+
 int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out)
 {
     dev_err err = {0};
@@ -22,7 +38,7 @@ int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int
     if (!p)
         return api_fail(&rt->err, MEMRA_E_NOMEM, "submit: out of host memory");
     pthread_mutex_lock(&rt->mu);
-    int r = act_pp_submit(rt->pp, st, &p->ap, &err);
+    int r = submit_locked(rt, st, &p->ap, &err);
     if (r == 0) {
         p->rt = rt;
         p->deps = deps;
@@ -50,7 +66,7 @@ static int submit_bare(memra_runtime *rt, const act_pp_step *st, act_pending **o
 {
     dev_err err = {0};
     pthread_mutex_lock(&rt->mu);
-    int r = act_pp_submit(rt->pp, st, out, &err);
+    int r = submit_locked(rt, st, out, &err);
     if (r == 0)
         rt->tokens_primed += (uint64_t)st->B;
     pthread_mutex_unlock(&rt->mu);
