@@ -234,13 +234,15 @@ MEMRA_API int memra_runtime_drain(memra_runtime *rt);
 /* Take a free slot (positions start at 0). NULL with MEMRA_E_FULL when all n_seq slots are open,
  * MEMRA_E_INVAL for a NULL rt. */
 MEMRA_API memra_seq *memra_seq_open(memra_runtime *rt);
-/* Give the slot back after its submitted steps complete (their pendings stay valid until freed).
+/* Give the slot back at once. Steps already submitted still run before any step of the slot's next user
+ * (the pipeline keeps submission order); their pendings stay valid until freed.
  * Returns MEMRA_OK; MEMRA_E_INVAL (NULL); MEMRA_E_STATE (already closed). */
 MEMRA_API int memra_seq_close(memra_seq *seq);
 /* Tokens in the sequence (submitted so far); <0 (MEMRA_E_INVAL / MEMRA_E_STATE) for NULL / closed. */
 MEMRA_API int memra_seq_pos(const memra_seq *seq);
 /* Forget tokens from position pos on (0 = the whole sequence), e.g. to reuse the slot for a new prompt.
- * MEMRA_E_INVAL when pos is outside 0..memra_seq_pos(). Wait the pendings of steps beyond pos first. */
+ * No wait is needed: steps already submitted run before later ones. MEMRA_E_INVAL when pos is outside
+ * 0..memra_seq_pos(); MEMRA_E_STATE (closed). */
 MEMRA_API int memra_seq_rewind(memra_seq *seq, int pos);
 
 /* Prefill n prompt tokens in chunks of `chunk` rows (0 = max_rows), each chunk submitted as soon as the
