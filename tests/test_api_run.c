@@ -119,6 +119,26 @@ static void test_decode_after_prime_matches_priming_one_more_token(void **state)
     memra_runtime_free(rt);
 }
 
+static void test_a_slot_closed_with_steps_in_flight_serves_its_next_user_cleanly(void **state)
+{
+    memra_runtime *rt = make_rt(2, 1, 4, NULL, NULL);
+    memra_token a[30], b[7];
+    prompt_of(a, 30, 40);
+    prompt_of(b, 7, 41);
+    float ref[NV];
+    prime_logits(rt, b, 7, 2, ref);
+    memra_seq *s = memra_seq_open(rt);
+    memra_pending *pa;
+    assert_int_equal(memra_seq_prime(s, a, 30, 3, &pa), MEMRA_OK); /* 10 chunks in flight */
+    assert_int_equal(memra_seq_close(s), MEMRA_OK);                 /* not waited */
+    float got[NV];
+    prime_logits(rt, b, 7, 2, got); /* the same slot, a new user, positions from 0 */
+    assert_memory_equal(got, ref, sizeof ref);
+    assert_int_equal(memra_pending_wait(pa, NULL, NULL), MEMRA_OK); /* the old pending is still valid */
+    memra_pending_free(pa);
+    memra_runtime_free(rt);
+}
+
 static void test_a_batch_row_equals_the_same_sequence_decoded_alone(void **state)
 {
     memra_runtime *rt = make_rt(2, 4, 8, NULL, NULL); /* 3 batch sequences + 1 for the reference */
@@ -487,6 +507,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_prime_gives_the_logits_of_a_one_chunk_prime),
         cmocka_unit_test(test_decode_after_prime_matches_priming_one_more_token),
+        cmocka_unit_test(test_a_slot_closed_with_steps_in_flight_serves_its_next_user_cleanly),
         cmocka_unit_test(test_a_batch_row_equals_the_same_sequence_decoded_alone),
         cmocka_unit_test(test_a_three_stage_pipeline_gives_the_one_stage_logits_and_counts_its_walks),
         cmocka_unit_test(test_generate_keeps_more_requests_than_slots_going_and_matches_a_manual_loop),
