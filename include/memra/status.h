@@ -19,7 +19,17 @@ typedef enum memra_status {
     MEMRA_E_FULL = -12,       /* no free sequence slot / context full */
 } memra_status;
 
-/* Short static name of a status ("MEMRA_E_INVAL"); never NULL. */
-const char *memra_status_str(int status);
+/* Visibility of the public API: the shared library is built with hidden visibility and MEMRA_BUILD_SHARED,
+ * so only MEMRA_API symbols (all named memra_*) are exported from libmemra.so. */
+#ifndef MEMRA_API
+#if defined(MEMRA_BUILD_SHARED) && defined(__GNUC__)
+#define MEMRA_API __attribute__((visibility("default")))
+#else
+#define MEMRA_API
+#endif
+#endif
+
+/* Short static name of a status ("MEMRA_E_INVAL"); never NULL. Thread-safe. */
+MEMRA_API const char *memra_status_str(int status);
 
 #endif

@@ -1,0 +1,91 @@
+/* Internals of the embedding API (include/memra/memra.h): the handle structs and the error plumbing.
+ * Shared mutable state, and who touches it:
+ *   memra_runtime.mu guards: submits into act_pp (act_pp_submit is one-thread-at-a-time), the slot table,
+ *     the sequence handle lists, the pending list, and the counters kept here;
+ *   api_errbox.mu guards a handle's last error (written by any thread that fails a call on the handle);
+ *   a memra_seq's pos is written only by the thread using that sequence (the API's contract) and read by
+ *     submits under rt->mu;
+ *   thread-local: the calling thread's last error and the buffer *_last_error() copies into. */
+#ifndef API_INTERNAL_H
+#define API_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "actors/pp.h"
+#include "memra/memra.h"
+#include "model/chat.h"
+#include "model/tokenizer.h"
+
+/* A handle's last error: any thread writes, readers copy under the lock. */
+typedef struct api_errbox {
+    pthread_mutex_t mu;
+    int code;
+    char msg[MEMRA_ERR_MAX];
+} api_errbox;
+
+void api_errbox_init(api_errbox *b);
+void api_errbox_destroy(api_errbox *b);
+/* Record err (code + msg) on the calling thread and in box (may be NULL); returns err->code. */
+int api_fail_err(api_errbox *box, const dev_err *err);
+/* printf-style: record code + message; returns code. */
+int api_fail(api_errbox *box, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Copy box's message into the calling thread's buffer and return it. */
+const char *api_errbox_read(api_errbox *box);
+
+struct memra_model {
+    char *path;               /* the GGUF path (the runtime loads the weights from it) */
+    char arch[32];
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ctx_train;
+    mdl_tokenizer *tok;       /* NULL when the file has no tokenizer.* keys */
+    mdl_chat *chat;           /* NULL when there is no template or its format is unknown */
+    api_errbox err;
+};
+
+#define API_RETIRED_MAX 4096 /* closed handles kept before recycling (stale-handle detection window) */
+
+struct memra_seq {
+    memra_runtime *rt;
+    int slot;                 /* KV slot, -1 once closed */
+    int pos;                  /* tokens in the sequence */
+    memra_seq *next;          /* in rt->open_list or rt->retired FIFO */
+};
+
+struct memra_pending {
+    memra_runtime *rt;
+    act_pending *ap;          /* the step's logits (LAST or ALL rows) */
+    act_pending **deps;       /* earlier prompt chunks (no logits) waited before ap; owned */
+    int n_deps;
+    int done, status;         /* cached wait result (the pending's own lock orders it) */
+    memra_pending *prev, *next; /* rt->pendings, under rt->mu */
+};
+
+struct memra_runtime {
+    const memra_model *model;
+    dev_platform *plat;
+    act_pp *pp;
+    int n_seq, n_ctx, max_rows, n_vocab, N;
+    int same_device_cuda;     /* N >= 2 stage streams share one CUDA device: the pipeline refuses a second
+                               * step in flight unless MEMRA_PP_SAME_DEVICE_PIPE=1, so submits drain first */
+    memra_abort_fn abort_cb;
+    void *abort_user;
+    pthread_mutex_t mu;       /* see the top of the file */
+    unsigned char *slot_used; /* n_seq */
+    memra_seq *open_list;     /* open handles */
+    memra_seq *retired_head, *retired_tail; /* closed handles, oldest first */
+    int n_retired;
+    memra_pending *pendings;  /* not yet freed */
+    uint64_t tokens_decoded, tokens_primed;
+    uint64_t stats_t0_ns;     /* busy clock origin */
+    api_errbox err;
+};
+
+/* 1 when the abort callback asks to stop (records MEMRA_E_ABORTED on rt). */
+int api_should_abort(memra_runtime *rt);
+/* Submit one step under rt->mu; wraps the act_pending in a memra_pending (deps adopted on success). */
+int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out);
+/* Validates seq belongs to an open slot; returns 0 or records the error on rt. */
+int api_seq_check(const memra_seq *seq, const char *fn);
+uint64_t api_now_ns(void);
+
+#endif

@@ -1,0 +1,368 @@
+/* The runtime handle: backend + act_pp from a model and a config (env doors override), its getters,
+ * counters and stats, and the sequence slot table. Shared state: see api/api_internal.h (rt->mu). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+#include "model/llama.h"
+
+memra_runtime_params memra_runtime_default_params(void)
+{
+    memra_runtime_params p;
+    memset(&p, 0, sizeof p);
+    p.backend = MEMRA_BACKEND_AUTO;
+    p.cpu_devices = 8;
+    p.shard = 1;
+    p.slots = 2;
+    p.streams = 1;
+    p.overlap = -1;
+    p.n_seq = 4;
+    p.max_rows = 64;
+    p.apply_env = 1;
+    return p;
+}
+
+static int check_params(const memra_runtime_params *p, dev_err *err)
+{
+#define BAD(...) return dev_err_set(err, MEMRA_E_INVAL, __VA_ARGS__)
+    if (p->backend < MEMRA_BACKEND_AUTO || p->backend > MEMRA_BACKEND_CUDA)
+        BAD("memra_runtime_params.backend = %d (allowed AUTO, CPU, CUDA)", (int)p->backend);
+    if (p->cpu_devices < 1 || p->cpu_devices > DEV_CPU_DEVICES_MAX)
+        BAD("memra_runtime_params.cpu_devices = %d (allowed 1..%d)", p->cpu_devices, DEV_CPU_DEVICES_MAX);
+    if (p->stages < 0 || p->stages > MEMRA_MAX_STAGES)
+        BAD("memra_runtime_params.stages = %d (allowed 0..%d, 0/1 = one stage)", p->stages, MEMRA_MAX_STAGES);
+    if (p->n_cuts < 0 || p->n_cuts >= MEMRA_MAX_STAGES)
+        BAD("memra_runtime_params.n_cuts = %d (allowed 0, or stages-1)", p->n_cuts);
+    if (p->n_devices < 0 || p->n_devices > MEMRA_MAX_STAGES)
+        BAD("memra_runtime_params.n_devices = %d (allowed 0, or stages)", p->n_devices);
+    if (p->shard < 0 || p->shard > 1)
+        BAD("memra_runtime_params.shard = %d (allowed 0 or 1)", p->shard);
+    if (p->slots < 1 || p->slots > MEMRA_MAX_SLOTS)
+        BAD("memra_runtime_params.slots = %d (allowed 1..%d)", p->slots, MEMRA_MAX_SLOTS);
+    if (p->streams < 0 || p->streams > 1)
+        BAD("memra_runtime_params.streams = %d (allowed 0 or 1)", p->streams);
+    if (p->overlap < -1 || p->overlap > 1)
+        BAD("memra_runtime_params.overlap = %d (allowed -1 = environment, 0, 1)", p->overlap);
+    if (p->n_seq < 1 || p->n_seq > 4096)
+        BAD("memra_runtime_params.n_seq = %d (allowed 1..4096)", p->n_seq);
+    if (p->n_ctx < 0)
+        BAD("memra_runtime_params.n_ctx = %d (allowed >= 0, 0 = min(1024, the model's))", p->n_ctx);
+    if (p->max_rows < 1 || p->max_rows > 65536)
+        BAD("memra_runtime_params.max_rows = %d (allowed 1..65536)", p->max_rows);
+    if (p->apply_env < 0 || p->apply_env > 1)
+        BAD("memra_runtime_params.apply_env = %d (allowed 0 or 1)", p->apply_env);
+#undef BAD
+    return 0;
+}
+
+/* The backend doors, MEMRA_BACKEND and MEMRA_CPU_DEVICES, on top of the params. */
+static int backend_doors(memra_runtime_params *p, dev_err *err)
+{
+    const char *be = getenv("MEMRA_BACKEND"), *nd = getenv("MEMRA_CPU_DEVICES");
+    if (be && *be) {
+        if (!strcmp(be, "cpu"))
+            p->backend = MEMRA_BACKEND_CPU;
+        else if (!strcmp(be, "cuda"))
+            p->backend = MEMRA_BACKEND_CUDA;
+        else
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda", be);
+    }
+    if (nd && *nd) {
+        char *end;
+        errno = 0;
+        long v = strtol(nd, &end, 10);
+        if (*end || errno || v < 1 || v > DEV_CPU_DEVICES_MAX)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d", nd,
+                               DEV_CPU_DEVICES_MAX);
+        p->cpu_devices = (int)v;
+    }
+    return 0;
+}
+
+static dev_platform *open_backend(const memra_runtime_params *p, dev_err *err)
+{
+    if (p->backend == MEMRA_BACKEND_CPU)
+        return dev_platform_open(DEV_KIND_CPU, p->cpu_devices, err);
+    if (p->backend == MEMRA_BACKEND_CUDA)
+        return dev_platform_open(DEV_KIND_CUDA, 0, err);
+    dev_err probe = {0}; /* AUTO: CUDA when it opens, else CPU */
+    dev_platform *plat = dev_platform_open(DEV_KIND_CUDA, 0, &probe);
+    return plat ? plat : dev_platform_open(DEV_KIND_CPU, p->cpu_devices, err);
+}
+
+memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtime_params *params)
+{
+    memra_runtime_params p = params ? *params : memra_runtime_default_params();
+    api_errbox *box = model ? (api_errbox *)&model->err : NULL;
+    dev_err err = {0};
+    memra_runtime *rt = NULL;
+    if (!model) {
+        api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_create: model is NULL");
+        return NULL;
+    }
+    if (check_params(&p, &err) || (p.apply_env && backend_doors(&p, &err)))
+        goto fail;
+    if (!(rt = calloc(1, sizeof *rt)) || !(rt->slot_used = calloc((size_t)p.n_seq, 1))) {
+        dev_err_set(&err, MEMRA_E_NOMEM, "memra_runtime_create: out of host memory");
+        goto fail;
+    }
+    pthread_mutex_init(&rt->mu, NULL);
+    api_errbox_init(&rt->err);
+    rt->model = model;
+    rt->abort_cb = p.abort_cb;
+    rt->abort_user = p.abort_user;
+    if (p.overlap >= 0 && !getenv("MEMRA_PP_OVERLAP")) /* a per-step seam: process-wide, env wins */
+        setenv("MEMRA_PP_OVERLAP", p.overlap ? "1" : "0", 0);
+    if (!(rt->plat = open_backend(&p, &err)))
+        goto fail;
+    act_pp_params ap = act_pp_default_params();
+    ap.config.stages = p.stages;
+    ap.config.n_cuts = p.n_cuts;
+    memcpy(ap.config.cuts, p.cuts, sizeof ap.config.cuts);
+    ap.config.n_devices = p.n_devices;
+    memcpy(ap.config.devices, p.devices, sizeof ap.config.devices);
+    ap.config.shard = p.shard;
+    ap.config.slots = p.slots;
+    ap.config.streams = p.streams;
+    ap.apply_env = p.apply_env;
+    ap.n_seq = p.n_seq;
+    ap.n_ctx = p.n_ctx;
+    ap.max_rows = p.max_rows;
+    ap.progress = p.progress;
+    ap.progress_ctx = p.progress_user;
+    if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
+        goto fail;
+    const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
+    rt->n_seq = p.n_seq;
+    rt->n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 1024 ? hp->n_ctx_train : 1024); /* act_pp's rule */
+    rt->max_rows = p.max_rows;
+    rt->n_vocab = hp->n_vocab;
+    rt->N = act_pp_stages(rt->pp);
+    rt->same_device_cuda = rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA &&
+                           act_pp_multi_stream_same_device(act_pp_get_config(rt->pp));
+    rt->stats_t0_ns = api_now_ns();
+    return rt;
+fail:
+    dev_err_wrap(&err, "memra_runtime_create");
+    api_fail_err(box, &err);
+    if (rt) {
+        if (rt->plat)
+            dev_platform_close(rt->plat);
+        if (rt->slot_used) {
+            pthread_mutex_destroy(&rt->mu);
+            api_errbox_destroy(&rt->err);
+        }
+        free(rt->slot_used);
+        free(rt);
+    }
+    return NULL;
+}
+
+static void free_list(memra_seq *s)
+{
+    while (s) {
+        memra_seq *n = s->next;
+        free(s);
+        s = n;
+    }
+}
+
+void memra_runtime_free(memra_runtime *rt)
+{
+    if (!rt)
+        return;
+    act_pp_drain(rt->pp, NULL);
+    while (rt->pendings)
+        memra_pending_free(rt->pendings);
+    act_pp_destroy(rt->pp);
+    dev_platform_close(rt->plat);
+    free_list(rt->open_list);
+    free_list(rt->retired_head);
+    pthread_mutex_destroy(&rt->mu);
+    api_errbox_destroy(&rt->err);
+    free(rt->slot_used);
+    free(rt);
+}
+
+const char *memra_runtime_last_error(const memra_runtime *rt)
+{
+    return rt ? api_errbox_read((api_errbox *)&rt->err) : "(null runtime)";
+}
+
+int memra_runtime_n_stages(const memra_runtime *rt) { return rt ? rt->N : 0; }
+int memra_runtime_n_seq(const memra_runtime *rt) { return rt ? rt->n_seq : 0; }
+int memra_runtime_n_ctx(const memra_runtime *rt) { return rt ? rt->n_ctx : 0; }
+int memra_runtime_max_rows(const memra_runtime *rt) { return rt ? rt->max_rows : 0; }
+int memra_runtime_n_vocab(const memra_runtime *rt) { return rt ? rt->n_vocab : 0; }
+
+const char *memra_runtime_backend(const memra_runtime *rt)
+{
+    return !rt ? NULL : dev_platform_kind(rt->plat) == DEV_KIND_CUDA ? "cuda" : "cpu";
+}
+
+int memra_runtime_stage_layers(const memra_runtime *rt, int s, int *first, int *end)
+{
+    if (!rt || !first || !end)
+        return api_fail(rt ? (api_errbox *)&rt->err : NULL, MEMRA_E_INVAL,
+                        "memra_runtime_stage_layers: NULL runtime, first or end");
+    if (s < 0 || s >= rt->N)
+        return api_fail((api_errbox *)&rt->err, MEMRA_E_INVAL, "memra_runtime_stage_layers: stage %d outside 0..%d",
+                        s, rt->N - 1);
+    const int *fence = act_pp_fence(rt->pp);
+    int n_layer = mdl_model_hparams(act_pp_model(rt->pp))->n_layer;
+    *first = fence && rt->N > 1 ? fence[s] : 0;
+    *end = fence && rt->N > 1 ? fence[s + 1] : n_layer;
+    return MEMRA_OK;
+}
+
+int memra_runtime_counters(const memra_runtime *rt, memra_counters *out)
+{
+    if (!rt || !out)
+        return api_fail(rt ? (api_errbox *)&rt->err : NULL, MEMRA_E_INVAL, "memra_runtime_counters: NULL argument");
+    act_pp_counters c;
+    act_pp_get_counters(rt->pp, &c);
+    memset(out, 0, sizeof *out);
+    out->steps_done = c.steps_done;
+    out->split_steps = c.split_steps;
+    out->pipe_overlaps = c.pipe_overlaps;
+    out->unsplit_steps = c.unsplit_steps;
+    out->batch_split_steps = c.batch_split_steps;
+    out->prime_split_chunks = c.prime_split_chunks;
+    out->prime_pipe_overlaps = c.prime_pipe_overlaps;
+    memra_runtime *w = (memra_runtime *)rt;
+    pthread_mutex_lock(&w->mu);
+    out->tokens_decoded = rt->tokens_decoded;
+    out->tokens_primed = rt->tokens_primed;
+    pthread_mutex_unlock(&w->mu);
+    return MEMRA_OK;
+}
+
+int memra_runtime_stage_stats(const memra_runtime *rt, int s, memra_stage_stats *out)
+{
+    int r = memra_runtime_stage_layers(rt, s, out ? &out->first_layer : NULL, out ? &out->end_layer : NULL);
+    if (r)
+        return r;
+    act_pp_stage_stats st;
+    act_pp_get_stage_stats(rt->pp, s, &st);
+    memra_runtime *w = (memra_runtime *)rt;
+    pthread_mutex_lock(&w->mu);
+    uint64_t t0 = rt->stats_t0_ns;
+    pthread_mutex_unlock(&w->mu);
+    uint64_t wall = api_now_ns() - t0;
+    out->busy_ns = st.busy_ns;
+    out->walks = st.walks;
+    out->busy_frac = wall ? (double)st.busy_ns / (double)wall : 0.0;
+    if (out->busy_frac > 1.0)
+        out->busy_frac = 1.0;
+    return MEMRA_OK;
+}
+
+void memra_runtime_reset_stats(memra_runtime *rt)
+{
+    if (!rt)
+        return;
+    pthread_mutex_lock(&rt->mu);
+    act_pp_reset_stats(rt->pp);
+    rt->stats_t0_ns = api_now_ns();
+    pthread_mutex_unlock(&rt->mu);
+}
+
+int memra_runtime_drain(memra_runtime *rt)
+{
+    if (!rt)
+        return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_drain: runtime is NULL");
+    dev_err err = {0};
+    return act_pp_drain(rt->pp, &err) ? api_fail_err(&rt->err, &err) : MEMRA_OK;
+}
+
+/* ---- sequences ---- */
+
+memra_seq *memra_seq_open(memra_runtime *rt)
+{
+    if (!rt) {
+        api_fail(NULL, MEMRA_E_INVAL, "memra_seq_open: runtime is NULL");
+        return NULL;
+    }
+    pthread_mutex_lock(&rt->mu);
+    int slot = -1;
+    for (int i = 0; i < rt->n_seq && slot < 0; i++)
+        if (!rt->slot_used[i])
+            slot = i;
+    memra_seq *s = NULL;
+    if (slot >= 0) {
+        if (rt->n_retired > API_RETIRED_MAX) { /* recycle the oldest closed handle */
+            s = rt->retired_head;
+            rt->retired_head = s->next;
+            if (!rt->retired_head)
+                rt->retired_tail = NULL;
+            rt->n_retired--;
+        } else {
+            s = malloc(sizeof *s);
+        }
+    }
+    if (s) {
+        rt->slot_used[slot] = 1;
+        *s = (memra_seq){.rt = rt, .slot = slot, .pos = 0, .next = rt->open_list};
+        rt->open_list = s;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    if (slot < 0)
+        api_fail(&rt->err, MEMRA_E_FULL, "memra_seq_open: all %d sequence slots are open (close one, or create "
+                 "the runtime with a larger n_seq)", rt->n_seq);
+    else if (!s)
+        api_fail(&rt->err, MEMRA_E_NOMEM, "memra_seq_open: out of host memory");
+    return s;
+}
+
+int api_seq_check(const memra_seq *seq, const char *fn)
+{
+    if (!seq)
+        return api_fail(NULL, MEMRA_E_INVAL, "%s: sequence is NULL", fn);
+    if (seq->slot < 0)
+        return api_fail(&seq->rt->err, MEMRA_E_STATE, "%s: the sequence is closed (open a new one)", fn);
+    return 0;
+}
+
+int memra_seq_close(memra_seq *seq)
+{
+    int r = api_seq_check(seq, "memra_seq_close");
+    if (r)
+        return r;
+    memra_runtime *rt = seq->rt;
+    pthread_mutex_lock(&rt->mu);
+    rt->slot_used[seq->slot] = 0;
+    seq->slot = -1;
+    for (memra_seq **pp = &rt->open_list; *pp; pp = &(*pp)->next)
+        if (*pp == seq) {
+            *pp = seq->next;
+            break;
+        }
+    seq->next = NULL;
+    if (rt->retired_tail)
+        rt->retired_tail->next = seq;
+    else
+        rt->retired_head = seq;
+    rt->retired_tail = seq;
+    rt->n_retired++;
+    pthread_mutex_unlock(&rt->mu);
+    return MEMRA_OK;
+}
+
+int memra_seq_pos(const memra_seq *seq)
+{
+    int r = api_seq_check(seq, "memra_seq_pos");
+    return r ? r : seq->pos;
+}
+
+int memra_seq_rewind(memra_seq *seq, int pos)
+{
+    int r = api_seq_check(seq, "memra_seq_rewind");
+    if (r)
+        return r;
+    if (pos < 0 || pos > seq->pos)
+        return api_fail(&seq->rt->err, MEMRA_E_INVAL, "memra_seq_rewind: pos %d outside 0..%d (the tokens held)",
+                        pos, seq->pos);
+    seq->pos = pos;
+    return MEMRA_OK;
+}

@@ -1,0 +1,79 @@
+# The embedding API's build: libmemra.so (only memra_* exported), the examples, and the install layout
+# (headers, libmemra.so + libmemra.a, tools, memra.pc, memraConfig.cmake -> find_package(memra) gives
+# memra::memra). Included once from the top-level CMakeLists.txt, after the `memra` static library.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+# The version in include/memra/memra.h must be the project's.
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/memra/memra.h _memra_ver REGEX "#define MEMRA_VERSION_(MAJOR|MINOR|PATCH) ")
+string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3" _memra_ver "${_memra_ver}")
+if(NOT _memra_ver STREQUAL PROJECT_VERSION)
+  message(FATAL_ERROR "include/memra/memra.h says version ${_memra_ver} but project() says ${PROJECT_VERSION}")
+endif()
+
+# ---- libmemra.so: the same sources, hidden visibility; MEMRA_API marks the exports ----
+add_library(memra_shared SHARED ${MEMRA_SRC})
+set_target_properties(memra_shared PROPERTIES
+  OUTPUT_NAME memra
+  VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR}
+  C_VISIBILITY_PRESET hidden
+  CUDA_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON)
+target_compile_definitions(memra_shared PRIVATE MEMRA_BUILD_SHARED=1)
+target_include_directories(memra_shared
+  PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include
+  INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
+target_link_libraries(memra_shared PRIVATE PkgConfig::URCU PkgConfig::PCRE2 Threads::Threads m)
+if(MEMRA_USE_JEMALLOC)
+  target_link_libraries(memra_shared PRIVATE PkgConfig::JEMALLOC)
+  target_compile_definitions(memra_shared PRIVATE MEMRA_JEMALLOC=1)
+endif()
+if(MEMRA_HAVE_CUDA)
+  target_compile_definitions(memra_shared PRIVATE MEMRA_HAVE_CUDA=1)
+  target_link_libraries(memra_shared PRIVATE CUDA::cudart CUDA::cublas)
+  target_compile_options(memra_shared PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90,code=compute_90>)
+endif()
+if(MEMRA_SANITIZE STREQUAL "")
+  target_link_options(memra_shared PRIVATE -Wl,--no-undefined)
+endif()
+
+# ---- examples: public header only, linked against the shared library like an embedder ----
+foreach(ex simple server)
+  add_executable(example-${ex} ${PROJECT_SOURCE_DIR}/examples/${ex}.c)
+  target_link_libraries(example-${ex} PRIVATE memra_shared Threads::Threads)
+endforeach()
+
+# ---- install ----
+install(TARGETS memra ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS memra_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/memra/memra.h ${PROJECT_SOURCE_DIR}/include/memra/status.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/memra)
+
+# What the static archive needs on the link line (the shared library carries its own dependencies).
+set(MEMRA_PC_REQUIRES_PRIVATE "liburcu-cds libpcre2-8")
+set(MEMRA_STATIC_DEPS "${URCU_LINK_LIBRARIES};${PCRE2_LINK_LIBRARIES}")
+if(MEMRA_USE_JEMALLOC)
+  string(APPEND MEMRA_PC_REQUIRES_PRIVATE " jemalloc")
+  list(APPEND MEMRA_STATIC_DEPS ${JEMALLOC_LINK_LIBRARIES})
+endif()
+set(MEMRA_PC_LIBS_PRIVATE "-lpthread -lm")
+if(MEMRA_HAVE_CUDA)
+  string(APPEND MEMRA_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas")
+  list(APPEND MEMRA_STATIC_DEPS ${CUDAToolkit_LIBRARY_DIR}/libcudart.so ${CUDAToolkit_LIBRARY_DIR}/libcublas.so)
+endif()
+set(MEMRA_STATIC_DEPS_FLAT "${MEMRA_STATIC_DEPS}")
+# Relocatable: the prefix is found from the .pc file's own place (pkg-config's ${pcfiledir}).
+file(RELATIVE_PATH _memra_pc_up /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+set(MEMRA_PC_PREFIX "\${pcfiledir}/${_memra_pc_up}")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/memra.pc.in ${PROJECT_BINARY_DIR}/memra.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/memra.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+set(MEMRA_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/memra)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/memraConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/memraConfig.cmake INSTALL_DESTINATION ${MEMRA_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_LIBDIR)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/memraConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/memraConfig.cmake ${PROJECT_BINARY_DIR}/memraConfigVersion.cmake
+        DESTINATION ${MEMRA_CMAKE_DIR})

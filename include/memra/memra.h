@@ -1,0 +1,344 @@
+/* memra: the embedding C API of the memra-pp pipeline runtime (llama.h style).
+ *
+ *   memra_model_load(path)            host side: GGUF header, hparams, tokenizer, chat template
+ *     -> memra_runtime_create(model)  loads the weights onto the stage devices, starts the stage actors
+ *        -> memra_seq_open(rt)        one KV sequence slot
+ *           memra_seq_prime(seq, prompt)          chunked prefill, chunks pipelined through the stages
+ *           memra_seq_decode(seq, tok, &pending)  one step; returns at once
+ *           memra_pending_wait(pending, &logits)  host waits for that step's logits
+ *        memra_decode_batch / memra_generate      several sequences at once (every stage kept busy)
+ *
+ * Errors: every fallible call returns an int status (MEMRA_OK = 0, MEMRA_E_* < 0, memra/status.h) or, for
+ * constructors, NULL. The message of a failure is kept (1) on the calling thread (memra_last_error()) and
+ * (2) on the handle the call was made on (memra_runtime_last_error(), memra_model_last_error()). Unless a
+ * function says otherwise, a failed call changes nothing (the handle is as before the call).
+ *
+ * Ownership: every handle is freed by its own *_free/_close call. A model outlives the runtimes created
+ * from it; a runtime outlives its sequences and pendings. Using any handle after its runtime (or model) is
+ * freed is undefined behaviour (not caught).
+ *
+ * Threads: each function says what it allows. In short: a model is immutable (any thread, concurrently);
+ * a runtime accepts calls from several threads at once (submits are serialized inside by a mutex); one
+ * sequence is used by one thread at a time; a pending may be waited on from any thread; a sampler is used
+ * by one thread at a time. See docs/api.md. */
+#ifndef MEMRA_MEMRA_H
+#define MEMRA_MEMRA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "memra/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEMRA_VERSION_MAJOR 0
+#define MEMRA_VERSION_MINOR 1
+#define MEMRA_VERSION_PATCH 0
+#define MEMRA_VERSION_STRING "0.1.0"
+
+#define MEMRA_MAX_STAGES 64  /* most pipeline stages */
+#define MEMRA_MAX_SLOTS 16   /* most boundary slots per stage boundary */
+#define MEMRA_ERR_MAX 512    /* longest error message, NUL included */
+
+typedef int32_t memra_token;
+typedef struct memra_model memra_model;       /* host-side model: hparams, tokenizer, chat template */
+typedef struct memra_runtime memra_runtime;   /* a pipeline runtime over one model */
+typedef struct memra_seq memra_seq;           /* one KV sequence slot of a runtime */
+typedef struct memra_pending memra_pending;   /* the logits of one submitted step, not yet waited */
+typedef struct memra_sampler memra_sampler;   /* token sampler (one per sequence) */
+
+/* Progress of a load, frac in [0, 1], called on the loading thread. */
+typedef void (*memra_progress_fn)(float frac, void *user);
+/* Abort callback: return nonzero to stop. Checked between prompt chunks and between steps, on the thread
+ * making the call; the call then returns MEMRA_E_ABORTED. */
+typedef int (*memra_abort_fn)(void *user);
+
+/* ---- version and errors ---- */
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked (compare with MEMRA_VERSION_STRING). Thread-safe. */
+MEMRA_API const char *memra_version(void);
+/* The message of the most recent failing memra_* call ON THIS THREAD ("" when none has failed); valid
+ * until this thread's next memra_* call that fails. Thread-safe (thread-local). */
+MEMRA_API const char *memra_last_error(void);
+/* The status of that failure (MEMRA_OK when none). */
+MEMRA_API int memra_last_status(void);
+
+/* ---- model (host side) ---- */
+
+typedef struct memra_model_params {
+    memra_progress_fn progress; /* may be NULL; called with 0 .. 1 while the header and tokenizer load */
+    void *progress_user;
+} memra_model_params;
+
+MEMRA_API memra_model_params memra_model_default_params(void);
+
+/* Open the GGUF at path (params may be NULL = defaults): validate the header, read the hyper-parameters,
+ * build the tokenizer (when the file has tokenizer.* keys) and detect the chat template. No weights are
+ * uploaded (memra_runtime_create does that). Returns NULL on failure with memra_last_error() set:
+ * MEMRA_E_INVAL (NULL path), MEMRA_E_IO (file), MEMRA_E_FORMAT (corrupt/missing keys), MEMRA_E_UNSUPPORTED
+ * (architecture, tensor type, tokenizer kind), MEMRA_E_NOMEM. Cost: one pass over the header + vocab.
+ * Thread-safe (different models load concurrently). */
+MEMRA_API memra_model *memra_model_load(const char *path, const memra_model_params *params);
+/* Free the model; NULL is a no-op. Every runtime created from it must be freed first. */
+MEMRA_API void memra_model_free(memra_model *model);
+/* The message of the most recent failing call made on this model (any thread), copied into a buffer of
+ * the calling thread: valid until this thread calls it again. "" when none; "(null model)" for NULL. */
+MEMRA_API const char *memra_model_last_error(const memra_model *model);
+
+/* Hyper-parameters (0 / NULL for a NULL model). Thread-safe. */
+MEMRA_API const char *memra_model_arch(const memra_model *model); /* "llama", "qwen2" */
+MEMRA_API int memra_model_n_vocab(const memra_model *model);
+MEMRA_API int memra_model_n_embd(const memra_model *model);
+MEMRA_API int memra_model_n_layer(const memra_model *model);
+MEMRA_API int memra_model_n_head(const memra_model *model);
+MEMRA_API int memra_model_n_head_kv(const memra_model *model);
+MEMRA_API int memra_model_n_ctx_train(const memra_model *model);
+MEMRA_API int memra_model_has_tokenizer(const memra_model *model); /* 1 when tokenize & co. work */
+
+/* ---- tokenizer and chat template (model must have a tokenizer: else MEMRA_E_UNSUPPORTED) ----
+ * All thread-safe: the tokenizer is immutable and may be used from any number of threads at once. */
+
+/* Tokenize len bytes of text. add_special: BOS/EOS as the model asks. parse_special: control tokens
+ * written in the text ("<|im_start|>") become their id. Writes *n_out ids to out. Returns MEMRA_OK;
+ * MEMRA_E_FULL when cap is too small (*n_out = the count needed, out unspecified); MEMRA_E_INVAL (NULL
+ * model/text/n_out, len < 0, cap < 0, out NULL with cap > 0); MEMRA_E_UNSUPPORTED (no tokenizer). */
+MEMRA_API int memra_tokenize(const memra_model *model, const char *text, int len, int add_special,
+                             int parse_special, memra_token *out, int cap, int *n_out);
+/* The bytes of one token into buf (not NUL-terminated), *n_out bytes. special: render control tokens.
+ * Returns MEMRA_OK; MEMRA_E_FULL (*n_out = bytes needed); MEMRA_E_INVAL (token out of range, NULL
+ * arguments); MEMRA_E_UNSUPPORTED (no tokenizer). */
+MEMRA_API int memra_token_to_piece(const memra_model *model, memra_token token, char *buf, int cap, int special,
+                                   int *n_out);
+/* The text of n tokens, NUL-terminated in buf (*n_out bytes without the NUL). Returns MEMRA_OK;
+ * MEMRA_E_FULL (*n_out = bytes needed without the NUL); MEMRA_E_INVAL; MEMRA_E_UNSUPPORTED. */
+MEMRA_API int memra_detokenize(const memra_model *model, const memra_token *tokens, int n, char *buf, int cap,
+                               int special, int *n_out);
+MEMRA_API memra_token memra_token_bos(const memra_model *model); /* -1 when absent */
+MEMRA_API memra_token memra_token_eos(const memra_model *model); /* -1 when absent */
+/* 1 when token ends generation (EOS, <|im_end|>, <|eot_id|>, ...), else 0. */
+MEMRA_API int memra_token_is_eog(const memra_model *model, memra_token token);
+
+typedef struct memra_chat_message {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content; /* NUL-terminated UTF-8 */
+} memra_chat_message;
+
+/* Render n messages with a chat template (tmpl: NULL = the model's tokenizer.chat_template; or template
+ * text; or a name "chatml", "llama3", "gemma"), plus the assistant opener when add_assistant. Writes a
+ * NUL-terminated string to buf; *n_out = its length. Tokenize the result with parse_special = 1.
+ * Returns MEMRA_OK; MEMRA_E_FULL (*n_out = length needed without the NUL); MEMRA_E_INVAL (NULL
+ * message fields); MEMRA_E_UNSUPPORTED (no template, or a template of an unknown format). model may be
+ * NULL when tmpl is given. */
+MEMRA_API int memra_chat_apply(const memra_model *model, const char *tmpl, const memra_chat_message *msgs,
+                               size_t n, int add_assistant, char *buf, size_t cap, size_t *n_out);
+
+/* ---- runtime ---- */
+
+typedef enum memra_backend {
+    MEMRA_BACKEND_AUTO = 0, /* CUDA when built with it and a GPU is visible, else CPU */
+    MEMRA_BACKEND_CPU = 1,  /* emulated CPU devices (cpu_devices of them) */
+    MEMRA_BACKEND_CUDA = 2, /* every visible GPU */
+} memra_backend;
+
+/* Runtime config. With apply_env = 1 (default) the environment doors override the fields below, one by
+ * one, read ONCE at create on the creating thread (docs/api.md lists each door):
+ *   backend <- MEMRA_BACKEND, cpu_devices <- MEMRA_CPU_DEVICES, stages <- MEMRA_PP_STAGES,
+ *   cuts <- MEMRA_PP_SPLITS / MEMRA_PP_SPLIT, devices <- MEMRA_PP_DEVICES, shard <- MEMRA_PP_SHARD,
+ *   slots <- MEMRA_PP_SLOTS, streams <- MEMRA_PP_STREAMS; overlap: see the field. */
+typedef struct memra_runtime_params {
+    memra_backend backend;   /* default AUTO */
+    int cpu_devices;         /* emulated CPU devices 1..64 (default 8); ignored for CUDA */
+    int stages;              /* pipeline stages N, 0/1 = one stage (the door shut); at most n_layer */
+    int n_cuts;              /* 0 = even split; else stages-1 cuts in cuts[] */
+    int cuts[MEMRA_MAX_STAGES];    /* strictly increasing layer indices in (0, n_layer) */
+    int n_devices;           /* 0 = every stage on device 0; else stages entries in devices[] */
+    int devices[MEMRA_MAX_STAGES]; /* device ordinal of each stage */
+    int shard;               /* 1 (default) = each stage's weights on its own device; 0 = all on device 0 */
+    int slots;               /* boundary slots per stage boundary 1..16 (default 2) */
+    int streams;             /* 1 (default) = per-stage streams; 0 = the one-stream seam (one device) */
+    int overlap;             /* -1 (default): leave MEMRA_PP_OVERLAP as it is (unset = 0); 0/1: set the
+                              * process-wide MEMRA_PP_OVERLAP seam when it is unset (a seam is read per
+                              * step from the environment: it is not per runtime, and the env wins) */
+    int n_seq;               /* sequence slots (default 4) */
+    int n_ctx;               /* positions per sequence (0 = min(1024, model's context)) */
+    int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
+    int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
+    memra_progress_fn progress; /* weight upload progress, may be NULL */
+    void *progress_user;
+    memra_abort_fn abort_cb; /* may be NULL; checked between chunks and steps (MEMRA_E_ABORTED) */
+    void *abort_user;
+} memra_runtime_params;
+
+MEMRA_API memra_runtime_params memra_runtime_default_params(void);
+
+/* Open the backend, load the model's weights with the placement the config asks for, allocate the KV
+ * cache (n_seq x n_ctx per layer) and start the stage actors. params may be NULL (defaults).
+ * Returns NULL on failure with memra_last_error() and memra_model_last_error(model) set: MEMRA_E_INVAL (a
+ * bad field or door: the message names it and what is allowed), MEMRA_E_IO / MEMRA_E_FORMAT (weights),
+ * MEMRA_E_UNSUPPORTED (backend not built / no GPU), MEMRA_E_DEVICE, MEMRA_E_NOMEM. Nothing is left behind.
+ * Cost: one pass over the weights. Call from one thread at a time (reads the environment). */
+MEMRA_API memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtime_params *params);
+/* Wait for every submitted step, free every sequence and pending still open, stop the actors, free the
+ * weights. NULL is a no-op. No other call on rt, its sequences or pendings may run concurrently or follow. */
+MEMRA_API void memra_runtime_free(memra_runtime *rt);
+/* Like memra_model_last_error, for failures of calls on rt and on its sequences and pendings. */
+MEMRA_API const char *memra_runtime_last_error(const memra_runtime *rt);
+
+/* What was built (after the doors). 0 for a NULL rt. Thread-safe. */
+MEMRA_API int memra_runtime_n_stages(const memra_runtime *rt); /* N, 1 when the door is shut */
+MEMRA_API int memra_runtime_n_seq(const memra_runtime *rt);
+MEMRA_API int memra_runtime_n_ctx(const memra_runtime *rt);
+MEMRA_API int memra_runtime_max_rows(const memra_runtime *rt);
+MEMRA_API int memra_runtime_n_vocab(const memra_runtime *rt);
+/* Layers [first, end) of stage s; MEMRA_E_INVAL for s outside 0..N-1. */
+MEMRA_API int memra_runtime_stage_layers(const memra_runtime *rt, int s, int *first, int *end);
+/* "cpu" or "cuda". */
+MEMRA_API const char *memra_runtime_backend(const memra_runtime *rt);
+
+/* Counters since create (monotonic; the pipeline's liveness counters). Thread-safe. */
+typedef struct memra_counters {
+    uint64_t steps_done;          /* steps whose logits reached the host */
+    uint64_t split_steps;         /* steps that walked the stages (N >= 2) */
+    uint64_t pipe_overlaps;       /* a stage began a step while another stage was mid-step */
+    uint64_t unsplit_steps;       /* steps run whole on the primary (the A/B seams) */
+    uint64_t batch_split_steps;   /* batched decode steps through the stages */
+    uint64_t prime_split_chunks;  /* prompt chunks through the stages */
+    uint64_t prime_pipe_overlaps; /* prompt chunks that overlapped across stages */
+    uint64_t tokens_decoded;      /* rows submitted by decode, decode_batch and generate */
+    uint64_t tokens_primed;       /* prompt tokens submitted by prime and generate */
+} memra_counters;
+/* Fill *out; MEMRA_E_INVAL for NULL. */
+MEMRA_API int memra_runtime_counters(const memra_runtime *rt, memra_counters *out);
+
+typedef struct memra_stage_stats {
+    int first_layer, end_layer; /* the stage's layers [first, end) */
+    uint64_t busy_ns;           /* time the stage spent walking its layers since create / the last reset */
+    uint64_t walks;             /* steps walked */
+    double busy_frac;           /* busy_ns / wall time since create or the last reset, in [0, 1] */
+} memra_stage_stats;
+/* Per-stage busy time; MEMRA_E_INVAL for NULL or s outside 0..N-1. Thread-safe. */
+MEMRA_API int memra_runtime_stage_stats(const memra_runtime *rt, int s, memra_stage_stats *out);
+/* Restart the busy clocks (not the counters). Thread-safe. */
+MEMRA_API void memra_runtime_reset_stats(memra_runtime *rt);
+/* Wait until every step submitted so far (by any thread) has completed. Returns MEMRA_OK, MEMRA_E_INVAL
+ * (NULL), or the first stage error. Thread-safe. */
+MEMRA_API int memra_runtime_drain(memra_runtime *rt);
+
+/* ---- sequences ----
+ * A sequence is one KV slot: its tokens occupy positions 0..memra_seq_pos()-1. Open/close are thread-safe;
+ * the other calls on ONE sequence must come from one thread at a time (different sequences: any threads
+ * at once). A closed sequence is detected (MEMRA_E_STATE) until 4096 more sequences of its runtime have
+ * been closed after it; later use of it is undefined behaviour. */
+
+/* Take a free slot (positions start at 0). NULL with MEMRA_E_FULL when all n_seq slots are open,
+ * MEMRA_E_INVAL for a NULL rt. */
+MEMRA_API memra_seq *memra_seq_open(memra_runtime *rt);
+/* Give the slot back at once. Steps already submitted still run before any step of the slot's next user
+ * (the pipeline keeps submission order); their pendings stay valid until freed.
+ * Returns MEMRA_OK; MEMRA_E_INVAL (NULL); MEMRA_E_STATE (already closed). */
+MEMRA_API int memra_seq_close(memra_seq *seq);
+/* Tokens in the sequence (submitted so far); <0 (MEMRA_E_INVAL / MEMRA_E_STATE) for NULL / closed. */
+MEMRA_API int memra_seq_pos(const memra_seq *seq);
+/* Forget tokens from position pos on (0 = the whole sequence), e.g. to reuse the slot for a new prompt.
+ * No wait is needed: steps already submitted run before later ones. MEMRA_E_INVAL when pos is outside
+ * 0..memra_seq_pos(); MEMRA_E_STATE (closed). */
+MEMRA_API int memra_seq_rewind(memra_seq *seq, int pos);
+
+/* Prefill n prompt tokens in chunks of `chunk` rows (0 = max_rows), each chunk submitted as soon as the
+ * previous one is (the chunks pipeline through the stages). out (may be NULL) receives the pending logits
+ * of the LAST token (1 row); with out NULL the call waits for the whole prompt.
+ * Returns MEMRA_OK; MEMRA_E_INVAL (NULL, n < 1, chunk outside 0..max_rows, a token outside the vocab:
+ * nothing submitted); MEMRA_E_STATE (closed); MEMRA_E_FULL (the prompt does not fit in n_ctx: nothing
+ * submitted); MEMRA_E_ABORTED (the abort callback said stop between chunks: the chunks already submitted
+ * stay in the sequence, memra_seq_pos says how many tokens); or a stage error. */
+MEMRA_API int memra_seq_prime(memra_seq *seq, const memra_token *tokens, int n, int chunk, memra_pending **out);
+/* Submit one decode step (token at position memra_seq_pos()) and return at once; *out = its pending
+ * logits (1 row). Returns MEMRA_OK; MEMRA_E_INVAL (NULL, token out of range); MEMRA_E_STATE (closed);
+ * MEMRA_E_FULL (context full); MEMRA_E_ABORTED; or a submit error. On failure *out = NULL, pos unchanged. */
+MEMRA_API int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out);
+/* One step over n sequences of rt (one token each, all distinct, all open): row i = seqs[i]. *out gets n
+ * rows of logits. Returns MEMRA_OK; MEMRA_E_INVAL (NULL, n outside 1..max_rows, a repeated sequence or one
+ * of another runtime, a token out of range); MEMRA_E_STATE (a closed sequence); MEMRA_E_FULL; ABORTED.
+ * On failure nothing is submitted and no position moves; *out = NULL.
+ * Thread-safe against other submits; each listed sequence must not be used by another thread meanwhile. */
+MEMRA_API int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_token *tokens, int n,
+                                 memra_pending **out);
+
+/* ---- pendings ---- any thread may wait/poll; free once, after which the pointer is dead. */
+
+/* Wait until the step's logits are on the host: *logits = rows x n_vocab floats (valid until
+ * memra_pending_free), *rows (either may be NULL). Returns MEMRA_OK, MEMRA_E_INVAL (NULL), or the step's
+ * error (also recorded on the runtime). Waiting twice returns the same result. */
+MEMRA_API int memra_pending_wait(memra_pending *p, const float **logits, int *rows);
+/* 1 when wait would not block, 0 when the step is still running, MEMRA_E_INVAL for NULL. Never blocks. */
+MEMRA_API int memra_pending_poll(memra_pending *p);
+/* Release the pending (waited or not; its buffers come back once the step completes). NULL is a no-op.
+ * Call once, after every wait on it has returned (any thread). */
+MEMRA_API void memra_pending_free(memra_pending *p);
+
+/* ---- sampling (over model/sampler: penalties, top-k, top-p, min-p, temperature) ---- */
+
+typedef struct memra_sampler_params {
+    float temperature;      /* <= 0: greedy (argmax); default 0.8 */
+    int32_t top_k;          /* <= 0: off; default 40 */
+    float top_p;            /* >= 1: off; default 0.95 */
+    float min_p;            /* <= 0: off; default 0.05 */
+    float repeat_penalty;   /* 1: off; default 1 */
+    float freq_penalty;     /* 0: off */
+    float presence_penalty; /* 0: off */
+    int32_t repeat_last_n;  /* penalty window (accepted tokens), default 64 */
+    int32_t min_keep;       /* >= 1 */
+    uint64_t seed;          /* same seed + same logits -> same tokens */
+} memra_sampler_params;
+
+MEMRA_API memra_sampler_params memra_sampler_default_params(void);
+/* A greedy sampler's params (temperature 0). */
+MEMRA_API memra_sampler_params memra_sampler_greedy_params(void);
+/* NULL with memra_last_error() on a bad field (named with its range), n_vocab < 1, or no memory. */
+MEMRA_API memra_sampler *memra_sampler_create(const memra_sampler_params *params, int n_vocab);
+/* NULL is a no-op. */
+MEMRA_API void memra_sampler_free(memra_sampler *s);
+/* Pick a token from n_vocab logits (not recorded: call accept). Returns the id >= 0, or MEMRA_E_INVAL.
+ * One thread at a time per sampler. */
+MEMRA_API memra_token memra_sampler_sample(memra_sampler *s, const float *logits);
+/* Record a kept token (prompt or generated) for the penalties; ids outside the vocab are ignored. */
+MEMRA_API void memra_sampler_accept(memra_sampler *s, memra_token token);
+/* Forget the history and restart the RNG from the seed. */
+MEMRA_API void memra_sampler_reset(memra_sampler *s);
+/* Index of the largest of n logits (lowest on ties), -1 for n < 1. Thread-safe. */
+MEMRA_API memra_token memra_argmax(const float *logits, int n);
+
+/* ---- many-sequence generation ---- */
+
+/* Per-token callback of memra_generate: request i produced token (piece = its text, n_piece bytes, not
+ * NUL-terminated; NULL/0 without a tokenizer). Return nonzero to stop request i. Called on the thread
+ * running memra_generate. */
+typedef int (*memra_token_fn)(void *user, int request, memra_token token, const char *piece, int n_piece);
+
+typedef struct memra_request {
+    const memra_token *prompt;     /* n_prompt >= 1 prompt tokens */
+    int n_prompt;
+    int n_predict;                 /* tokens to generate at most */
+    memra_sampler_params sampling; /* per-request sampling */
+    int stop_at_eog;               /* 1: stop at an end-of-generation token (not emitted) */
+    memra_token *out;              /* may be NULL; receives up to out_cap generated tokens */
+    int out_cap;
+    int n_out;                     /* OUT: tokens generated */
+    int status;                    /* OUT: MEMRA_OK or this request's error */
+} memra_request;
+
+/* Run n requests to completion, keeping min(n, free slots) of them in flight at once (one step each in
+ * the pipeline, so every stage is busy); a request waiting for a slot starts when one frees. Prompts are
+ * primed in chunks of `chunk` (0 = max_rows). on_token may be NULL. Returns MEMRA_OK when every request
+ * ended (each request's own status says how), MEMRA_E_INVAL (NULL rt/reqs, n < 1, a bad prompt or sampler:
+ * that request's status says which, nothing ran), MEMRA_E_FULL (no slot free at all), MEMRA_E_ABORTED
+ * (the abort callback: requests stop where they are), or the first stage error. Every slot it opened is
+ * closed on return. Thread-safe against other calls on rt (it shares the pipeline with them). */
+MEMRA_API int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, memra_token_fn on_token,
+                             void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
