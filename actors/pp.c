@@ -14,6 +14,7 @@ act_pp_params act_pp_default_params(void)
     p.n_seq = 4;
     p.n_ctx = 0; /* min(1024, model context) */
     p.max_rows = 64;
+    p.seams = act_pp_seams_default();
     return p;
 }
 
@@ -130,6 +131,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     }
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
+    rt->seam_defaults = params ? p.seams : act_pp_seams_default();
     rt->primary = dev_platform_device(plat, 0);
 
     /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */
@@ -259,6 +261,8 @@ void act_pp_destroy(act_pp *rt)
 }
 
 int act_pp_stages(const act_pp *rt) { return rt->N; }
+int act_pp_n_ctx(const act_pp *rt) { return rt->n_ctx; }
+int act_pp_n_seq(const act_pp *rt) { return rt->n_seq; }
 const int *act_pp_fence(const act_pp *rt) { return rt->fence; }
 const act_pp_config *act_pp_get_config(const act_pp *rt) { return &rt->cfg; }
 const struct mdl_model *act_pp_model(const act_pp *rt) { return rt->model; }

@@ -58,6 +58,7 @@ typedef struct act_pp_params {
     int n_seq;            /* KV sequence slots (default 4) */
     int n_ctx;            /* positions per sequence (default min(1024, model's context)) */
     int max_rows;         /* most rows of one step (default 64) */
+    act_pp_seams seams;   /* per-step seam defaults (act_pp_seams_default()); each step's env read overrides */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
     void *progress_ctx;
 } act_pp_params;
@@ -74,6 +75,11 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
 void act_pp_destroy(act_pp *rt);
 
 int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
+int act_pp_n_ctx(const act_pp *rt);             /* positions per sequence */
+int act_pp_n_seq(const act_pp *rt);             /* KV sequence slots */
+/* 1 when a second step in flight would be refused right now (CUDA, two or more stage streams on one
+ * device, MEMRA_PP_SAME_DEVICE_PIPE off in the seams as the environment sets them now). */
+int act_pp_pipelining_refused(const act_pp *rt);
 const int *act_pp_fence(const act_pp *rt);      /* N+1 entries */
 const act_pp_config *act_pp_get_config(const act_pp *rt);
 const struct mdl_model *act_pp_model(const act_pp *rt);

@@ -181,6 +181,20 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
     return 0;
 }
 
+static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
+{
+    return rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg) &&
+           !seams->same_device_pipe;
+}
+
+int act_pp_pipelining_refused(const act_pp *rt)
+{
+    act_pp_seams seams = rt->seam_defaults;
+    if (act_doors_read_seams(&seams, NULL) != 0)
+        seams = rt->seam_defaults;
+    return same_device_refusal(rt, &seams);
+}
+
 int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err *err)
 {
     if (!rt || !out)
@@ -189,8 +203,8 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     int r = check_rows(rt, st, err);
     if (r != 0)
         return r;
-    act_pp_seams seams = act_pp_seams_default();
-    if ((r = act_doors_read_seams(&seams, err)) != 0) /* per step, never memoized */
+    act_pp_seams seams = rt->seam_defaults;
+    if ((r = act_doors_read_seams(&seams, err)) != 0) /* per step, never memoized; the environment wins */
         return r;
     /* the A/B seams: which arms go through the unsplit body this step */
     int unsplit = 0;
@@ -206,8 +220,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (unsplit && path && !seams.allow_unsplit_batch &&
         (r = act_refuse_unsplit_if_remote(&rt->cfg, path, alt, err)) != 0)
         return r;
-    if (rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg) &&
-        !seams.same_device_pipe) {
+    if (same_device_refusal(rt, &seams)) {
         pthread_mutex_lock(&rt->inflight_lock);
         int busy = rt->inflight;
         pthread_mutex_unlock(&rt->inflight_lock);

@@ -65,8 +65,6 @@ struct memra_runtime {
     dev_platform *plat;
     act_pp *pp;
     int n_seq, n_ctx, max_rows, n_vocab, N;
-    int same_device_cuda;     /* N >= 2 stage streams share one CUDA device: the pipeline refuses a second
-                               * step in flight unless MEMRA_PP_SAME_DEVICE_PIPE=1, so submits drain first */
     memra_abort_fn abort_cb;
     void *abort_user;
     pthread_mutex_t mu;       /* see the top of the file */

@@ -112,8 +112,6 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     rt->model = model;
     rt->abort_cb = p.abort_cb;
     rt->abort_user = p.abort_user;
-    if (p.overlap >= 0 && !getenv("MEMRA_PP_OVERLAP")) /* a per-step seam: process-wide, env wins */
-        setenv("MEMRA_PP_OVERLAP", p.overlap ? "1" : "0", 0);
     if (!(rt->plat = open_backend(&p, &err)))
         goto fail;
     act_pp_params ap = act_pp_default_params();
@@ -129,18 +127,18 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     ap.n_seq = p.n_seq;
     ap.n_ctx = p.n_ctx;
     ap.max_rows = p.max_rows;
+    if (p.overlap >= 0) /* a per-step seam: this runtime's default; MEMRA_PP_OVERLAP still wins per step */
+        ap.seams.overlap = p.overlap;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
     if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
         goto fail;
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
     rt->n_seq = p.n_seq;
-    rt->n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 1024 ? hp->n_ctx_train : 1024); /* act_pp's rule */
+    rt->n_ctx = act_pp_n_ctx(rt->pp);
     rt->max_rows = p.max_rows;
     rt->n_vocab = hp->n_vocab;
     rt->N = act_pp_stages(rt->pp);
-    rt->same_device_cuda = rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA &&
-                           act_pp_multi_stream_same_device(act_pp_get_config(rt->pp));
     rt->stats_t0_ns = api_now_ns();
     return rt;
 fail:

@@ -20,13 +20,10 @@ int api_should_abort(memra_runtime *rt)
  * first: the API then runs one step at a time there instead of failing. */
 static int submit_locked(memra_runtime *rt, const act_pp_step *st, act_pending **out, dev_err *err)
 {
-    if (rt->same_device_cuda) {
-        const char *v = getenv("MEMRA_PP_SAME_DEVICE_PIPE"); /* a seam: read per step, like act_pp does */
-        if (!(v && !strcmp(v, "1"))) {
-            int r = act_pp_drain(rt->pp, err);
-            if (r)
-                return r;
-        }
+    if (act_pp_pipelining_refused(rt->pp)) { /* reads the seams now, on this submitting thread */
+        int r = act_pp_drain(rt->pp, err);
+        if (r)
+            return r;
     }
     return act_pp_submit(rt->pp, st, out, err);
 }
