@@ -208,12 +208,14 @@ static void test_sharded_split_reads_nothing_remote_and_shard_off_does(void **st
 static void test_arms_batch_prime_prime_batch_and_spec_pass(void **state)
 {
     (void)state;
-    for (int N = 2; N <= 4; N++) {
+    static const char *place[] = {NULL, NULL, "0,1", "0,1,2", "0,1,1,2", "4,3,2,1,0", "0,0,1,1,2,2",
+                                  "0,1,2,3,4,5,6", "7,6,5,4,3,2,1,0"};
+    for (int N = 2; N <= 8; N++) {
         clear_doors();
         char n[8];
         snprintf(n, sizeof n, "%d", N);
         setenv("MEMRA_PP_STAGES", n, 1);
-        setenv("MEMRA_PP_DEVICES", N == 2 ? "0,1" : N == 3 ? "0,1,2" : "0,1,1,2", 1);
+        setenv("MEMRA_PP_DEVICES", place[N], 1);
         expect_pass(n, ACT_GATE_BATCH, 3);
         expect_pass(n, ACT_GATE_PRIME, 2);
         expect_pass(n, ACT_GATE_PRIME_BATCH, 2);
