@@ -10,4 +10,15 @@ int bench_pp_scaling(int argc, char **argv);  /* PP-1 vs PP-N with S sequences i
 int bench_prime(int argc, char **argv);       /* chunked prefill: unsplit vs PP-N chunk pipeline */
 int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
 
+/* One flag of a subcommand: a string (sval) or an integer in [lo, hi] (ival). */
+typedef struct bench_flag {
+    const char *name;
+    int *ival;
+    const char **sval;
+    int lo, hi;
+} bench_flag;
+
+/* Parse argv[1..) against flags; returns 0, or 2 after printing what was wrong and the usage line. */
+int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n, const char *usage);
+
 #endif

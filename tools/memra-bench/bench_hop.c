@@ -67,20 +67,9 @@ static int hop_case(dev_platform *plat, int peer, int K, size_t bytes, int R, do
 int bench_hop(int argc, char **argv)
 {
     int R = 2000, n_embd = 576;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--hops") && i + 1 < argc)
-            R = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--embd") && i + 1 < argc)
-            n_embd = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: memra-bench hop [--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)\n");
-            return 2;
-        }
-    }
-    if (R < 10 || n_embd < 1) {
-        fprintf(stderr, "memra-bench hop: --hops >= 10 and --embd >= 1\n");
+    const bench_flag flags[] = {{"--hops", &R, NULL, 10, 1 << 24}, {"--embd", &n_embd, NULL, 1, 1 << 20}};
+    if (bench_parse("hop", argc, argv, flags, 2, "[--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)"))
         return 2;
-    }
     dev_err err = {0};
     dev_platform *plat = dev_platform_open_env(&err);
     if (!plat) {

@@ -120,27 +120,15 @@ int bench_pp_scaling(int argc, char **argv)
 {
     const char *model = NULL;
     int N = 2, S = 4, T = 32, prompt = 8;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m") && v)
-            model = v, i++;
-        else if (!strcmp(a, "--stages") && v)
-            N = atoi(v), i++;
-        else if (!strcmp(a, "--seqs") && v)
-            S = atoi(v), i++;
-        else if (!strcmp(a, "--tokens") && v)
-            T = atoi(v), i++;
-        else if (!strcmp(a, "--prompt") && v)
-            prompt = atoi(v), i++;
-        else {
-            fprintf(stderr, "usage: memra-bench pp-scaling -m MODEL [--stages N=2] [--seqs S=4 (1..64)] "
-                            "[--tokens T=32] [--prompt P=8]\n(placement and slots from MEMRA_PP_DEVICES, "
-                            "MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here)\n");
-            return 2;
-        }
-    }
-    if (!model || N < 2 || S < 1 || S > 64 || T < 1 || prompt < 1) {
-        fprintf(stderr, "memra-bench pp-scaling: need -m MODEL, --stages >= 2, --seqs 1..64, --tokens >= 1\n");
+    const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
+                                {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
+                                {"--prompt", &prompt, NULL, 1, 1 << 16}};
+    if (bench_parse("pp-scaling", argc, argv, flags, 5,
+                    "-m MODEL [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8]\n(placement and slots "
+                    "from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here)"))
+        return 2;
+    if (!model) {
+        fprintf(stderr, "memra-bench pp-scaling: -m MODEL is required\n");
         return 2;
     }
     setenv("MEMRA_PP_OVERLAP", getenv("MEMRA_PP_OVERLAP") ? getenv("MEMRA_PP_OVERLAP") : "1", 1);

@@ -51,26 +51,13 @@ int bench_prime(int argc, char **argv)
 {
     const char *model = NULL;
     int N = 2, P = 512, C = 64, reps = 3;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m") && v)
-            model = v, i++;
-        else if (!strcmp(a, "--stages") && v)
-            N = atoi(v), i++;
-        else if (!strcmp(a, "--prompt") && v)
-            P = atoi(v), i++;
-        else if (!strcmp(a, "--chunk") && v)
-            C = atoi(v), i++;
-        else if (!strcmp(a, "--reps") && v)
-            reps = atoi(v), i++;
-        else {
-            fprintf(stderr, "usage: memra-bench prime -m MODEL [--stages N=2] [--prompt P=512] [--chunk C=64] "
-                            "[--reps R=3]\n");
-            return 2;
-        }
-    }
-    if (!model || N < 2 || P < 1 || C < 1 || reps < 1) {
-        fprintf(stderr, "memra-bench prime: need -m MODEL, --stages >= 2, --prompt >= 1, --chunk >= 1\n");
+    const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},     {"--stages", &N, NULL, 2, 64},
+                                {"--prompt", &P, NULL, 1, 1 << 20}, {"--chunk", &C, NULL, 1, 4096},
+                                {"--reps", &reps, NULL, 1, 100}};
+    if (bench_parse("prime", argc, argv, flags, 5, "-m MODEL [--stages N=2] [--prompt P=512] [--chunk C=64] [--reps R=3]"))
+        return 2;
+    if (!model) {
+        fprintf(stderr, "memra-bench prime: -m MODEL is required\n");
         return 2;
     }
     dev_err err = {0};
