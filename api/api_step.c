@@ -166,6 +166,37 @@ int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out)
     return r;
 }
 
+int memra_seq_verify(memra_seq *seq, const memra_token *tokens, int n, memra_pending **out)
+{
+    if (out)
+        *out = NULL;
+    int r = api_seq_check(seq, "memra_seq_verify");
+    if (r)
+        return r;
+    memra_runtime *rt = seq->rt;
+    if (!out || !tokens || n < 1 || n > rt->max_rows)
+        return api_fail(&rt->err, MEMRA_E_INVAL, "memra_seq_verify: n=%d (allowed 1..%d) with tokens and out", n,
+                        rt->max_rows);
+    if ((r = check_tokens(rt, tokens, n, "memra_seq_verify")) != 0)
+        return r;
+    if (n > rt->n_ctx - seq->pos)
+        return api_fail(&rt->err, MEMRA_E_FULL, "memra_seq_verify: %d tokens after %d do not fit in n_ctx %d", n,
+                        seq->pos, rt->n_ctx);
+    if (api_should_abort(rt))
+        return MEMRA_E_ABORTED;
+    int32_t *sp = malloc(2 * (size_t)n * sizeof *sp);
+    if (!sp)
+        return api_fail(&rt->err, MEMRA_E_NOMEM, "memra_seq_verify: out of host memory");
+    for (int i = 0; i < n; i++)
+        sp[i] = seq->slot, sp[n + i] = seq->pos + i;
+    act_pp_step st = {.kind = ACT_STEP_SPEC, .B = n, .tokens = tokens, .seq = sp, .pos = sp + n,
+                      .logits = ACT_LOGITS_ALL};
+    if ((r = api_submit(rt, &st, NULL, 0, out)) == 0)
+        seq->pos += n;
+    free(sp);
+    return r;
+}
+
 int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_token *tokens, int n,
                        memra_pending **out)
 {

@@ -59,3 +59,9 @@ if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup f
             --temp 0 --stages 2)
   set_tests_properties(cli_run_smollm2_greedy PROPERTIES PASS_REGULAR_EXPRESSION "Paris")
 endif()
+
+# --spec prints exactly plain greedy's text (tiny model in every leg; SmolLM2 in the normal leg)
+memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
+          $<TARGET_FILE:memra-run> ${TINY} 3)
+memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
+          $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH} 2)

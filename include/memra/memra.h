@@ -257,6 +257,13 @@ MEMRA_API int memra_seq_prime(memra_seq *seq, const memra_token *tokens, int n, 
  * logits (1 row). Returns MEMRA_OK; MEMRA_E_INVAL (NULL, token out of range); MEMRA_E_STATE (closed);
  * MEMRA_E_FULL (context full); MEMRA_E_ABORTED; or a submit error. On failure *out = NULL, pos unchanged. */
 MEMRA_API int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out);
+/* Speculative verify: submit n tokens of seq at positions memra_seq_pos() .. +n-1 in ONE step (the spec
+ * arm, split across the stages like decode) and return at once; *out gets n rows of logits, row i predicting
+ * the token after tokens[i]. The sequence then holds all n: rewind it (memra_seq_rewind) to the last token
+ * the caller accepts. Returns MEMRA_OK; MEMRA_E_INVAL (NULL, n outside 1..max_rows, a token out of range);
+ * MEMRA_E_STATE; MEMRA_E_FULL (n tokens do not fit); MEMRA_E_ABORTED; or a submit error. On failure
+ * *out = NULL and the position is unchanged. Thread-safety: as memra_seq_decode. */
+MEMRA_API int memra_seq_verify(memra_seq *seq, const memra_token *tokens, int n, memra_pending **out);
 /* One step over n sequences of rt (one token each, all distinct, all open): row i = seqs[i]. *out gets n
  * rows of logits. Returns MEMRA_OK; MEMRA_E_INVAL (NULL, n outside 1..max_rows, a repeated sequence or one
  * of another runtime, a token out of range); MEMRA_E_STATE (a closed sequence); MEMRA_E_FULL; ABORTED.

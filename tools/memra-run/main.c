@@ -1,9 +1,9 @@
 /* memra-run: generate text from a GGUF model, llama-cli style.
  *   memra-run -m MODEL.gguf -p "The capital of France is" -n 16 --temp 0
  * Generated text goes to stdout only (streamed); the load progress bar, errors and the tokens/s summary go
- * to stderr. Exit: 0 ok, 1 runtime failure, 2 bad usage. The model runs through the pipeline runtime
- * (actors/pp.h): --stages/--devices (or the MEMRA_PP_* doors, which override them) split it into stage
- * actors; several -p prompts run as several sequences in flight; --spec K decodes speculatively.
+ * to stderr. Exit: 0 ok, 1 runtime failure, 2 bad usage. Built on the public C API (memra/memra.h) only:
+ * --stages/--devices (or the MEMRA_PP_* doors, which override them) split the model into stage actors;
+ * several -p prompts run as several sequences in flight; --spec K decodes speculatively.
  * State: all local to main (one submitting thread). */
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/chat.h"
-#include "model/sampler.h"
-#include "actors/pp.h"
 #include "gen.h"
-#include "model/llama.h"
+#include "memra/memra.h"
 
 #define RUN_MAX_PROMPTS 16
 
@@ -25,7 +22,7 @@ typedef struct run_opts {
     int n_prompts, n_predict, top_k, chat, n_ctx, chunk, spec;
     float temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
-    act_pp_config cfg; /* --stages / --devices; the MEMRA_PP_* doors override */
+    int stages, n_devices, devices[64]; /* --stages / --devices; the MEMRA_PP_* doors override */
 } run_opts;
 
 static void usage(FILE *f)
@@ -86,7 +83,7 @@ static int parse_float(const char *v, float lo, float hi, float *out)
 static int parse_args(int argc, char **argv, run_opts *o)
 {
     *o = (run_opts){ .n_predict = 128, .top_k = 40, .n_ctx = 2048, .chunk = 32, .temp = 0.8f, .top_p = 0.95f,
-                     .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 42, .cfg = act_pp_config_default() };
+                     .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 42, .stages = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -137,7 +134,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 return bad(a, v, "expected a non-negative integer");
             o->seed = s;
         } else if (!strcmp(a, "--stages")) {
-            if (parse_int(v, 1, ACT_PP_MAX_STAGES, &o->cfg.stages))
+            if (parse_int(v, 1, 64, &o->stages))
                 return bad(a, v, "expected an integer in 1..64");
         } else if (!strcmp(a, "--spec")) {
             if (parse_int(v, 0, 64, &o->spec))
@@ -146,17 +143,17 @@ static int parse_args(int argc, char **argv, run_opts *o)
             if (parse_int(v, 1, 4096, &o->chunk))
                 return bad(a, v, "expected an integer in 1..4096");
         } else if (!strcmp(a, "--devices")) {
-            o->cfg.n_devices = 0;
+            o->n_devices = 0;
             const char *c = v;
             while (c && *c) {
                 char *end;
                 long d = strtol(c, &end, 10);
-                if (end == c || d < 0 || d >= 64 || (*end && *end != ',') || o->cfg.n_devices == 64)
+                if (end == c || d < 0 || d >= 64 || (*end && *end != ',') || o->n_devices == 64)
                     return bad(a, v, "expected a comma-separated list of device ordinals (0..63), one per stage");
-                o->cfg.devices[o->cfg.n_devices++] = (int)d;
+                o->devices[o->n_devices++] = (int)d;
                 c = *end ? end + 1 : end;
             }
-            if (!v || !o->cfg.n_devices)
+            if (!v || !o->n_devices)
                 return bad(a, v, "expected a comma-separated list of device ordinals, one per stage");
         } else {
             fprintf(stderr, "memra-run: unknown flag '%s'\n\n", a);
@@ -168,10 +165,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         return bad("-m", NULL, "a model is required");
     if (!o->n_prompts)
         return bad("-p", NULL, "a prompt is required");
-    if (o->cfg.n_devices && o->cfg.n_devices != (o->cfg.stages < 2 ? 1 : o->cfg.stages))
+    if (o->n_devices && o->n_devices != (o->stages < 2 ? 1 : o->stages))
         return bad("--devices", NULL, "give one device per stage (--stages N needs N devices)");
-    if (o->cfg.stages < 2)
-        o->cfg.n_devices = 0; /* one stage: the primary device */
+    if (o->stages < 2)
+        o->n_devices = 0; /* one stage: the primary device */
     if (o->spec && (o->temp != 0.0f || o->n_prompts > 1))
         return bad("--spec", NULL, "speculative decoding needs --temp 0 and a single prompt");
     return 0;
@@ -194,34 +191,31 @@ static void progress_bar(float frac, void *ctx)
 }
 
 
-/* The prompt text, wrapped in the chat template when asked; *owned receives what to free. */
-static const char *render_prompt(const mdl_tokenizer *tk, const char *prompt, int chat_on, char **owned,
-                                 dev_err *err)
+/* Tokenize prompt i (wrapped as a user turn of the chat template when asked) into *out (malloc'd). */
+static int tokenize_prompt(const memra_model *m, const char *prompt, int chat, int n_ctx, memra_token **out,
+                           int *n_out)
 {
-    *owned = NULL;
-    if (!chat_on)
-        return prompt;
-    const char *tmpl = mdl_tokenizer_chat_template(tk);
-    if (!tmpl) {
-        dev_err_set(err, MEMRA_E_UNSUPPORTED, "--chat: the model has no tokenizer.chat_template");
-        return NULL;
+    char *text = NULL;
+    const char *src = prompt;
+    int r;
+    if (chat) {
+        const memra_chat_message msg = {.role = "user", .content = prompt};
+        size_t len = 0;
+        r = memra_chat_apply(m, NULL, &msg, 1, 1, NULL, 0, &len);
+        if (r != MEMRA_OK && r != MEMRA_E_FULL)
+            return r;
+        if (!(text = malloc(len + 1)))
+            return MEMRA_E_NOMEM;
+        if ((r = memra_chat_apply(m, NULL, &msg, 1, 1, text, len + 1, &len)) != MEMRA_OK) {
+            free(text);
+            return r;
+        }
+        src = text;
     }
-    mdl_chat *chat = mdl_chat_create(tmpl, err);
-    if (!chat)
-        return NULL;
-    const mdl_chat_msg msg = {.role = "user", .content = prompt};
-    long len = mdl_chat_apply(chat, &msg, 1, 1, NULL, 0);
-    if (len < 0)
-        len = -len;
-    char *text = malloc((size_t)len + 1);
-    if (!text || mdl_chat_apply(chat, &msg, 1, 1, text, (size_t)len + 1) < 0) {
-        free(text);
-        text = NULL;
-        dev_err_set(err, MEMRA_E_NOMEM, "--chat: could not render the chat template");
-    }
-    mdl_chat_destroy(chat);
-    *owned = text;
-    return text;
+    *out = malloc(sizeof **out * (size_t)n_ctx);
+    r = *out ? memra_tokenize(m, src, (int)strlen(src), 1, chat, *out, n_ctx, n_out) : MEMRA_E_NOMEM;
+    free(text);
+    return r;
 }
 
 int main(int argc, char **argv)
@@ -231,108 +225,96 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
 
-    dev_err err = {0};
-    dev_platform *p = NULL;
-    act_pp *rt = NULL;
-    gen_seq seqs[RUN_MAX_PROMPTS];
-    memset(seqs, 0, sizeof seqs);
+    memra_model *m = NULL;
+    memra_runtime *rt = NULL;
+    memra_token *prompts[RUN_MAX_PROMPTS] = {0};
+    int n_prompt[RUN_MAX_PROMPTS] = {0};
+    gen_out outs[RUN_MAX_PROMPTS];
+    memset(outs, 0, sizeof outs);
+    const char *why = NULL;
     rc = 1;
-    if (!(p = dev_platform_open_env(&err)))
+    if (!(m = memra_model_load(o.model, NULL))) {
+        why = memra_last_error();
         goto out;
-    act_pp_params pp = act_pp_default_params();
-    pp.config = o.cfg;
-    pp.n_seq = o.n_prompts;
-    pp.n_ctx = o.n_ctx;
-    pp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
+    }
+    if (!memra_model_has_tokenizer(m)) {
+        fprintf(stderr, "memra-run: %s has no tokenizer (tokenizer.ggml.* keys); memra-run needs one\n", o.model);
+        goto out_quiet;
+    }
+    if (memra_model_n_ctx_train(m) > 0 && o.n_ctx > memra_model_n_ctx_train(m))
+        o.n_ctx = memra_model_n_ctx_train(m);
     int tty = isatty(STDERR_FILENO);
-    pp.progress = progress_bar;
-    pp.progress_ctx = &tty;
-    if (o.n_prompts > 1 && !getenv("MEMRA_PP_OVERLAP"))
-        setenv("MEMRA_PP_OVERLAP", "1", 1); /* several sequences in flight: rotate the boundary slots */
-    if (!(rt = act_pp_create(p, o.model, &pp, &err))) {
-        if (err.code == MEMRA_E_INVAL) {
-            fprintf(stderr, "memra-run: %s\n", err.msg);
-            rc = 2;
+    memra_runtime_params rp = memra_runtime_default_params();
+    rp.stages = o.stages;
+    rp.n_devices = o.stages > 1 ? o.n_devices : 0;
+    memcpy(rp.devices, o.devices, sizeof rp.devices);
+    rp.n_seq = o.n_prompts;
+    rp.n_ctx = o.n_ctx;
+    rp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
+    rp.progress = progress_bar;
+    rp.progress_user = &tty;
+    if (o.n_prompts > 1)
+        rp.overlap = 1; /* several sequences in flight: rotate the boundary slots (MEMRA_PP_OVERLAP wins) */
+    if (!(rt = memra_runtime_create(m, &rp))) {
+        fprintf(stderr, "memra-run: %s\n", memra_last_error());
+        rc = memra_last_status() == MEMRA_E_INVAL ? 2 : 1;
+        goto out_quiet;
+    }
+    for (int i = 0; i < o.n_prompts; i++) {
+        int r = tokenize_prompt(m, o.prompt[i], o.chat, o.n_ctx, &prompts[i], &n_prompt[i]);
+        if (r == MEMRA_E_FULL || (r == MEMRA_OK && n_prompt[i] >= o.n_ctx)) {
+            fprintf(stderr, "memra-run: prompt %d does not fit in --ctx-size %d\n", i + 1, o.n_ctx);
             goto out_quiet;
         }
-        goto out;
+        if (r != MEMRA_OK) {
+            fprintf(stderr, "memra-run: prompt %d: %s: %s\n", i + 1, memra_status_str(r), memra_last_error());
+            goto out_quiet;
+        }
+        if (n_prompt[i] == 0) {
+            fprintf(stderr, "memra-run: -p: prompt %d is empty after tokenization\n", i + 1);
+            goto out_quiet;
+        }
     }
-    const mdl_model *m = act_pp_model(rt);
-    const mdl_hparams *hp = mdl_model_hparams(m);
-    const mdl_tokenizer *tk = mdl_model_tokenizer(m);
-    if (!tk) {
-        dev_err_set(&err, MEMRA_E_UNSUPPORTED, "%s has no tokenizer (tokenizer.ggml.* keys); memra-run needs one",
-                    o.model);
-        goto out;
-    }
-    if (hp->n_ctx_train > 0 && o.n_ctx > hp->n_ctx_train)
-        o.n_ctx = hp->n_ctx_train;
-    mdl_sampler_params sp = mdl_sampler_default_params();
+    memra_sampler_params sp = memra_sampler_default_params();
     sp.temperature = o.temp;
     sp.top_k = o.top_k;
     sp.top_p = o.top_p;
     sp.min_p = o.min_p;
     sp.repeat_penalty = o.repeat_penalty;
-    for (int i = 0; i < o.n_prompts; i++) {
-        char *owned;
-        const char *text = render_prompt(tk, o.prompt[i], o.chat, &owned, &err);
-        if (!text)
-            goto out;
-        gen_seq *s = &seqs[i];
-        sp.seed = o.seed + (uint64_t)i;
-        s->toks = malloc(sizeof *s->toks * (size_t)o.n_ctx);
-        s->smp = mdl_sampler_create(&sp, hp->n_vocab, &err);
-        int n = s->toks ? mdl_tokenize(tk, text, strlen(text), 1, o.chat, s->toks, o.n_ctx) : MEMRA_E_NOMEM;
-        free(owned);
-        if (!s->smp)
-            goto out;
-        if (n < 0 || n >= o.n_ctx) {
-            dev_err_set(&err, MEMRA_E_FULL, "prompt %d (%d tokens) does not fit in --ctx-size %d", i + 1,
-                        n < 0 ? -n : n, o.n_ctx);
-            goto out;
-        }
-        if (n == 0) {
-            dev_err_set(&err, MEMRA_E_INVAL, "-p: prompt %d is empty after tokenization", i + 1);
-            goto out;
-        }
-        s->n_prompt = s->n = n;
-        for (int j = 0; j < n; j++)
-            mdl_sampler_accept(s->smp, s->toks[j]);
-    }
-    gen_params gp = {.n_predict = o.n_predict, .chunk = o.chunk, .spec = o.spec, .stream = o.n_prompts == 1};
+    sp.seed = o.seed;
     gen_stats st;
-    if (o.n_predict > 0 && gen_run(rt, tk, seqs, o.n_prompts, o.n_ctx, &gp, &st, &err) != 0)
+    if (o.n_predict > 0 && gen_run(rt, m, prompts, n_prompt, o.n_prompts, o.n_predict, o.chunk, &sp, o.spec,
+                                   o.n_prompts == 1, outs, &st) != MEMRA_OK) {
+        why = memra_runtime_last_error(rt);
         goto out;
+    }
     if (o.n_prompts == 1)
         fputc('\n', stdout);
     else
         for (int i = 0; i < o.n_prompts; i++)
-            printf("%s%s\n", i ? "\n" : "", seqs[i].out ? seqs[i].out : "");
+            printf("%s%s\n", i ? "\n" : "", outs[i].text ? outs[i].text : "");
     fflush(stdout);
     if (o.n_predict > 0) {
-        fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): prompt %d tokens in %.2f s (%.1f tok/s), generated %d "
-                        "tokens in %.2f s (%.1f tok/s)\n",
-                act_pp_stages(rt), o.n_prompts, st.prompt_tokens, st.prime_s, st.prompt_tokens / st.prime_s,
-                st.gen_tokens, st.decode_s, st.decode_s > 0 ? st.gen_tokens / st.decode_s : 0.0);
+        fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): %d prompt + %d generated tokens in %.2f s "
+                        "(%.1f generated tok/s)\n",
+                memra_runtime_n_stages(rt), o.n_prompts, st.prompt_tokens, st.gen_tokens, st.seconds,
+                st.gen_tokens / st.seconds);
         if (o.spec)
             fprintf(stderr, "memra-run: speculative: %d verify steps, %d drafted, %d accepted (%.0f%%), %.2f tokens "
                             "per step\n",
                     st.steps, st.drafted, st.accepted, st.drafted ? 100.0 * st.accepted / st.drafted : 0.0,
-                    st.steps ? (double)st.gen_tokens / st.steps : 0.0);
+                    st.steps ? (double)(st.gen_tokens - 1) / st.steps : 0.0);
     }
     rc = 0;
     goto out_quiet;
 out:
-    fprintf(stderr, "memra-run: %s\n", err.msg[0] ? err.msg : "failed");
+    fprintf(stderr, "memra-run: %s\n", why && why[0] ? why : "failed");
 out_quiet:
     for (int i = 0; i < RUN_MAX_PROMPTS; i++) {
-        free(seqs[i].toks);
-        free(seqs[i].out);
-        if (seqs[i].smp)
-            mdl_sampler_destroy(seqs[i].smp);
+        free(prompts[i]);
+        free(outs[i].text);
     }
-    act_pp_destroy(rt);
-    if (p)
-        dev_platform_close(p);
+    memra_runtime_free(rt);
+    memra_model_free(m);
     return rc;
 }
