@@ -111,8 +111,10 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
     return 0;
 }
 
-/* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last. */
-static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
+/* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last.
+ * *credit_back is set once the inbound slot's credit went back to stage s-1 (so a failure after that
+ * point must not return it twice, and a failure before it must still return it). */
+static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_back, dev_err *err)
 {
     act_pp *rt = st->rt;
     size_t bytes = pp_frame_bytes(rt, rec->B);
@@ -129,6 +131,7 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
         /* credit: slot kin goes back to stage s-1 only now that our ev_rx[kin] record is enqueued */
         if ((r = pp_post(rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &kin, sizeof kin)) != 0)
             return dev_err_set(err, r, "stage %d: could not return credit %d", st->s, kin);
+        *credit_back = 1;
     }
     pp_mark *mk = &rec->mark[st->s];
     mk->stage = st;
@@ -184,10 +187,13 @@ static void stage_pump(pp_stage *st)
                 st->credit[kout] = 0;
             }
             dev_err e = {0};
-            if (stage_run(st, rec, it.kin, kout, &e) != 0) {
+            int credit_back = 0;
+            if (stage_run(st, rec, it.kin, kout, &credit_back, &e) != 0) {
                 pp_rec_fail(rec, e.code, "stage", &e);
                 if (!last)
                     st->credit[kout] = 1; /* nothing was sent on it */
+                if (st->s > 0 && !credit_back) /* the slot's token is abandoned: its producer may reuse it */
+                    pp_post(rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &it.kin, sizeof it.kin);
                 kout = -1;
             }
         } else if (st->s > 0 && it.kin >= 0) {
