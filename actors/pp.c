@@ -117,6 +117,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         return NULL;
     }
     rt->plat = plat;
+    atomic_store(&rt->inject_fail_stage, -1);
     pthread_mutex_init(&rt->inflight_lock, NULL);
     pthread_cond_init(&rt->inflight_cv, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);

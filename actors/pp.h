@@ -138,6 +138,11 @@ void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms);
  * CPU stream op (seeded). 0 turns it off. Set while no step is in flight. */
 void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed);
 
+/* Test hook: the next step that reaches stage s fails there before it enqueues anything (as a device or
+ * enqueue failure would); its pending returns MEMRA_E_DEVICE and the pipeline keeps serving later steps.
+ * s = -1 disarms. */
+void act_pp_inject_stage_failure(act_pp *rt, int s);
+
 /* Wait until every submitted step has completed (all stage streams and the readback stream idle). */
 int act_pp_drain(act_pp *rt, dev_err *err);
 

@@ -127,6 +127,7 @@ struct act_pp {
     } ctr;
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;
+    _Atomic int inject_fail_stage; /* test hook: -1 = none */
     _Atomic int jitter_us;
     uint64_t jitter_seed;
 };

@@ -121,7 +121,9 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     float *x = st->frame;
     int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd);
     int32_t *seq = pos + rec->B;
-    int r;
+    int r, armed = st->s;
+    if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook */
+        return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure (test hook)", st->s);
     if (st->s == 0) {
         if ((r = stage0_upload(st, rec, err)) != 0)
             return r;

@@ -311,6 +311,45 @@ static void test_pending_logits_dropped_without_wait_are_safe(void **state)
     act_pp_destroy(rt);
 }
 
+static void test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "3", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
+    setenv("MEMRA_PP_SLOTS", "1", 1); /* one slot: a lost credit would stall every later step */
+    dev_err e = {0};
+    act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+    assert_non_null(rt);
+    int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+    static float ref[512];
+    int32_t tok = 9, seq = 0;
+    for (int32_t pos = 0; pos < 5; pos++) {
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+        act_pending *p[2];
+        const float *l;
+        if (pos == 2)
+            act_pp_inject_stage_failure(rt, 1); /* stage 1 gives up on this step */
+        assert_int_equal(act_pp_submit(rt, &st, &p[0], &e), 0);
+        dev_err we = {0};
+        int r = act_pending_wait(p[0], &l, NULL, &we);
+        if (pos == 2) {
+            assert_int_equal(r, MEMRA_E_DEVICE);
+            assert_non_null(strstr(we.msg, "injected failure"));
+            act_pending_release(p[0]);
+            /* redo the step: the failed one wrote stage 0's cache rows, the redo overwrites them */
+            assert_int_equal(act_pp_submit(rt, &st, &p[0], &e), 0);
+            assert_int_equal(act_pending_wait(p[0], &l, NULL, &we), 0);
+        } else {
+            assert_int_equal(r, 0);
+        }
+        assert_int_equal(act_pp_run_unsplit(rt, &st, ref, &e), 0);
+        assert_memory_equal(l, ref, (size_t)n_vocab * sizeof(float));
+        act_pending_release(p[0]);
+    }
+    act_pp_destroy(rt);
+}
+
 static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
 {
     (void)state;
@@ -345,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_one_stream_seam_is_bit_identical_and_refuses_cross_device),
         cmocka_unit_test(test_soak_twenty_runs_with_random_delays_are_bit_identical),
         cmocka_unit_test(test_pending_logits_dropped_without_wait_are_safe),
+        cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
         cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
