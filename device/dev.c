@@ -270,6 +270,11 @@ uint64_t dev_race_first(const dev_platform *p, char *buf, size_t len)
     return 0;
 }
 
+size_t dev_alloc_extent(dev_platform *p, const void *ptr)
+{
+    return (p && p->be->alloc_extent) ? p->be->alloc_extent(p, ptr) : 0;
+}
+
 void dev_race_reset(dev_platform *p)
 {
     if (p->be->race_reset)

@@ -70,6 +70,11 @@ void dev_free(dev_device *d, void *p);
 void *dev_host_alloc(dev_platform *p, size_t bytes, dev_err *err);
 void dev_host_free(dev_platform *p, void *ptr);
 
+/* Bytes from p to the end of the live allocation that holds it; 0 when p is in none or the backend does
+ * not track allocations (CUDA). Lets a kernel declare a whole buffer it indexes at run time (a KV cache
+ * read at device-side positions) to the CPU backend's checker. Cost: one registry look-up (a lock). */
+size_t dev_alloc_extent(dev_platform *p, const void *ptr);
+
 /* Host-synchronous copy into device memory (weight upload at load time). */
 int dev_copy_h2d_sync(dev_device *d, void *dst, const void *src_host, size_t bytes, dev_err *err);
 

@@ -39,6 +39,7 @@ typedef struct dev_backend {
     void (*race_enable)(dev_platform *p, int on);
     uint64_t (*race_count)(const dev_platform *p);
     uint64_t (*race_first)(const dev_platform *p, char *buf, size_t len);
+    size_t (*alloc_extent)(dev_platform *p, const void *ptr); /* may be NULL: extent unknown */
     void (*race_reset)(dev_platform *p);
     void (*set_op_hook)(dev_platform *p, dev_op_hook hook, void *ctx);
 } dev_backend;

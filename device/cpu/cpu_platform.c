@@ -228,6 +228,17 @@ static void cpu_set_op_hook(dev_platform *bp, dev_op_hook hook, void *ctx)
 
 static void *cpu_stream_native(dev_stream *s) { return NULL; }
 
+/* Bytes from ptr to the end of its live allocation (0 if none). */
+static size_t cpu_alloc_extent(dev_platform *bp, const void *ptr)
+{
+    cpu_platform *p = cpu_plat(bp);
+    pthread_mutex_lock(&p->reg_lock);
+    cpu_alloc *a = cpu_alloc_find__(p, ptr);
+    size_t n = a ? (size_t)(a->base + a->size - (uintptr_t)ptr) : 0;
+    pthread_mutex_unlock(&p->reg_lock);
+    return n;
+}
+
 static const dev_backend cpu_backend = {
     .name = "cpu",
     .platform_close = cpu_platform_close,
@@ -253,6 +264,7 @@ static const dev_backend cpu_backend = {
     .race_enable = cpu_race_enable,
     .race_count = cpu_race_count,
     .race_first = cpu_race_first,
+    .alloc_extent = cpu_alloc_extent,
     .race_reset = cpu_race_reset,
     .set_op_hook = cpu_set_op_hook,
 };

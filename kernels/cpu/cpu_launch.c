@@ -3,12 +3,9 @@
  * against this list and counts remote reads from it, so it must be exact:
  *   - a matmul declares its whole weight (n_out * row_bytes), x and y;
  *   - kv_store / attention touch cache rows chosen by the device-side seq/pos values, which do not exist
- *     yet at enqueue time, and krn.h does not pass n_seq: they declare the cache's first sequence slab
- *     (n_ctx * kv_dim floats from the base) as the cache's representative range. Every kv_store and
- *     attention on a cache names that same range, so any two of them unordered across streams are
- *     reported (conservative: also when they touch different sequences), and a cache lives on its own
- *     stage's device, so no remote read is missed. What it cannot see: another kind of op (a copy, a
- *     clear) on a later sequence's slab racing with these. Passing n_seq in krn.h would make it exact.
+ *     yet at enqueue time: they declare the WHOLE cache (its allocation from the base to its end, asked of
+ *     the backend with dev_alloc_extent; each layer's K and V are allocations of their own), so any op on
+ *     any sequence's slab that no event orders against them is reported (conservative across sequences).
  * No shared state. */
 #include "kernels/cpu/krn_cpu.h"
 
@@ -28,6 +25,13 @@ static void acc_add(acc_list *l, const void *p, size_t bytes, int mode)
 
 #define F32B(count) ((size_t)(count) * sizeof(float))
 #define I32B(count) ((size_t)(count) * sizeof(int32_t))
+
+/* Bytes of a KV cache from its base: the whole allocation; one sequence slab if the backend cannot tell. */
+static size_t cache_bytes(dev_stream *s, const float *cache, size_t slab_floats)
+{
+    size_t n = dev_alloc_extent(dev_device_platform(dev_stream_device(s)), cache);
+    return n ? n : F32B(slab_floats);
+}
 
 /* dev_cpu_fn trampolines: the backend hands back its private copy of the args. */
 static void run_rmsnorm(void *p) { krn_cpu_rmsnorm(p); }
@@ -89,9 +93,9 @@ int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const 
     acc_add(&l, v, F32B((size_t)B * kv_dim), DEV_READ);
     acc_add(&l, seq, I32B(B), DEV_READ);
     acc_add(&l, pos, I32B(B), DEV_READ);
-    /* the caches' representative range: see the top of this file */
-    acc_add(&l, k_cache, F32B((size_t)n_ctx * kv_dim), DEV_WRITE);
-    acc_add(&l, v_cache, F32B((size_t)n_ctx * kv_dim), DEV_WRITE);
+    /* the whole caches: see the top of this file */
+    acc_add(&l, k_cache, cache_bytes(s, k_cache, (size_t)n_ctx * kv_dim), DEV_WRITE);
+    acc_add(&l, v_cache, cache_bytes(s, v_cache, (size_t)n_ctx * kv_dim), DEV_WRITE);
     return dev_launch_cpu_async(s, "kv_store", run_kv_store, &a, sizeof a, l.a, l.n);
 }
 
@@ -105,9 +109,9 @@ int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const flo
     acc_add(&l, q, F32B((size_t)B * n_head * head_dim), DEV_READ);
     acc_add(&l, seq, I32B(B), DEV_READ);
     acc_add(&l, pos, I32B(B), DEV_READ);
-    /* the caches' representative range: see the top of this file */
-    acc_add(&l, k_cache, F32B((size_t)n_ctx * kv_dim), DEV_READ);
-    acc_add(&l, v_cache, F32B((size_t)n_ctx * kv_dim), DEV_READ);
+    /* the whole caches: see the top of this file */
+    acc_add(&l, k_cache, cache_bytes(s, k_cache, (size_t)n_ctx * kv_dim), DEV_READ);
+    acc_add(&l, v_cache, cache_bytes(s, v_cache, (size_t)n_ctx * kv_dim), DEV_READ);
     acc_add(&l, out, F32B((size_t)B * n_head * head_dim), DEV_WRITE);
     return dev_launch_cpu_async(s, "attention", run_attention, &a, sizeof a, l.a, l.n);
 }
