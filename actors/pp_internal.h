@@ -87,7 +87,8 @@ struct pp_stage {
     void *staging[PP_STAGING_RING]; /* stage 0: pinned upload buffers */
     dev_event *staging_ev[PP_STAGING_RING];
     int staging_next;
-    struct { int B; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per B */
+    struct { int B, pdl; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per
+                                                                  * (B, MEMRA_PDL) */
     int n_graph;
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     /* device-side stats (marker callbacks on this stage's stream) */

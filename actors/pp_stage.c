@@ -10,6 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef MEMRA_HAVE_CUDA
+#include "kernels/cuda/krn_cuda.h" /* krn_cuda_set_pdl: MEMRA_PDL for this actor thread's launches */
+#endif
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -124,7 +128,7 @@ static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos,
     const int l0 = rt->fence[st->s], l1 = rt->fence[st->s + 1];
     if (rec->seams.graph && !st->graph_off) {
         for (int i = 0; i < st->n_graph; i++)
-            if (st->graph[i].B == rec->B) {
+            if (st->graph[i].B == rec->B && st->graph[i].pdl == rec->seams.pdl) {
                 atomic_fetch_add(&rt->ctr.graph_replays, 1);
                 int r = dev_graph_launch_async(st->graph[i].g, st->stream);
                 return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
@@ -142,6 +146,7 @@ static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos,
                 }
                 if (rc == 0) {
                     st->graph[st->n_graph].B = rec->B;
+                    st->graph[st->n_graph].pdl = rec->seams.pdl;
                     st->graph[st->n_graph].g = g;
                     st->n_graph++;
                     atomic_fetch_add(&rt->ctr.graph_captures, 1);
@@ -181,11 +186,20 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, dev_err *err)
     if ((r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     uint64_t t_enq = now_ns();
-    if ((r = stage_layers(st, rec, x, pos, seq, err)) != 0)
-        return r;
-    atomic_fetch_add(&st->enqueue_ns, now_ns() - t_enq);
-    atomic_fetch_add(&st->enqueues, 1);
-    if (kout < 0 && (r = last_stage_head(st, rec, x, err)) != 0) /* the head is part of the last stage's walk */
+#ifdef MEMRA_HAVE_CUDA
+    const int pdl_prev = krn_cuda_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
+#endif
+    r = stage_layers(st, rec, x, pos, seq, err);
+    if (r == 0) {
+        atomic_fetch_add(&st->enqueue_ns, now_ns() - t_enq);
+        atomic_fetch_add(&st->enqueues, 1);
+        if (kout < 0) /* the head is part of the last stage's walk */
+            r = last_stage_head(st, rec, x, err);
+    }
+#ifdef MEMRA_HAVE_CUDA
+    krn_cuda_set_pdl(pdl_prev);
+#endif
+    if (r != 0)
         return r;
     if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);

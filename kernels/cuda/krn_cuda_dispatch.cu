@@ -1,7 +1,19 @@
 /* dev_stream adapters of the CUDA op table: krn_cuda_<op>(dev_stream *s, ...) -> krn_cuda_<op>_async on
  * dev_stream_native(s). kernels/krn.c calls these for streams of a CUDA device. A stream without a native
- * handle (not a CUDA stream) is MEMRA_E_INVAL. Shared mutable state: none. */
+ * handle (not a CUDA stream) is MEMRA_E_INVAL. Also the MEMRA_PDL switch. Shared mutable state: krn_pdl_on
+ * (thread-local: each thread reads and writes only its own). */
 #include "kernels/cuda/krn_cuda_util.cuh"
+
+/* MEMRA_PDL: per launching thread (each stage actor enqueues its own stream). */
+static thread_local int krn_pdl_on = 0;
+
+extern "C" int krn_cuda_set_pdl(int on) {
+    const int prev = krn_pdl_on;
+    krn_pdl_on = on ? 1 : 0;
+    return prev;
+}
+
+int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
 
 static cudaStream_t native(dev_stream *s, int *ok) {
     void *h = s ? dev_stream_native(s) : NULL;

@@ -68,6 +68,7 @@ template <int T, int NB, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
     mm_float_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
                     int n_in, size_t row_bytes) {
+    krn_pdl_enter();
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int row = blockIdx.x * MM_WARPS + warp;
     if (row >= n_out)
@@ -120,9 +121,11 @@ template <int T, int NB>
 static void mm_launch_nb(const mm_args *a, int vec, cudaStream_t st) {
     const dim3 grid((unsigned)((a->n_out + MM_WARPS - 1) / MM_WARPS)), block(MM_WARPS * KRN_WARP);
     if (vec)
-        mm_float_kernel<T, NB, true><<<grid, block, 0, st>>>(a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+        krn_launch(mm_float_kernel<T, NB, true>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in,
+            a->row_bytes);
     else
-        mm_float_kernel<T, NB, false><<<grid, block, 0, st>>>(a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+        krn_launch(mm_float_kernel<T, NB, false>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in,
+            a->row_bytes);
 }
 
 template <int T>

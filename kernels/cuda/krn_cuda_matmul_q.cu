@@ -275,6 +275,7 @@ template <int T, int NB, int R>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB)
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
                     int n_in, size_t row_bytes) {
+    krn_pdl_enter();
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
     typedef mm_sub<T> S;
@@ -398,7 +399,7 @@ static int mm_rows(int nb) {
 template <int T, int NB, int R>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
     const dim3 grid((unsigned)((a->n_out + R - 1) / R)), block(MM_WARPS * KRN_WARP);
-    mm_block_kernel<T, NB, R><<<grid, block, 0, st>>>(a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+    krn_launch(mm_block_kernel<T, NB, R>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
 }
 
 template <int T, int NB>
