@@ -1,9 +1,10 @@
 /* Fused dequant GEMV for the block types (q4_0, q4_1, q8_0, q4_k, q6_k): y (B, n_out) = x (B, n_in) @ W^T.
  *
- * One 128-thread block computes R consecutive output rows (R = 4 at B <= 2, 2 at B <= 4, 1 above). Its 4
- * warps split the row into chunks of CB blocks, chunk c going to warp c % 4; each warp stages its chunk of
- * all R rows into its own shared buffers with 16-byte streaming loads (every lane's loads of all R rows in
- * flight at once; the next chunk's loads are issued before the current one is decoded), then each lane
+ * A 128-thread block computes groups of R consecutive output rows (R = 4 at B <= 2, 2 at B <= 4, 1 above),
+ * group g, g + gridDim.x, ... (the grid is at most MM_MINB(NB) blocks per SM). Its 4 warps split the rows into
+ * chunks of CB blocks, chunk c going to warp c % 4; each warp stages its chunk of all R rows into its own
+ * shared buffers with 16-byte streaming loads (every lane's loads of all R rows in flight at once; the next
+ * chunk's loads, of this group or the next, are issued before the current one is decoded), then each lane
  * decodes sub-items (8 or 16 weights) of the R rows and multiplies them with x, whose values it loads ONCE
  * per sub-item for all R rows (at B = 1 the x reads through L1 used to cost 7x the weight bytes).
  * Decoding: the bytes of a packed word go into the mantissa of 2^23 by one byte permute, then one
@@ -16,11 +17,10 @@
 
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
-/* Blocks per SM the compiler must fit (96 registers a thread at 128 threads): 20 warps with loads in
- * flight per SM; 6 spills at R = 4. */
-#ifndef MM_MINB
-#define MM_MINB 5
-#endif
+/* Blocks per SM the compiler must fit, and the grid's blocks per SM: 5 at B = 1 (96 registers a thread,
+ * 20 warps with loads in flight per SM), 4 at B <= 4 (128 registers), 3 above: no spills with more rows of
+ * x. */
+#define MM_MINB(NB) ((NB) == 1 ? 5 : (NB) <= 4 ? 4 : 3)
 
 /* Layout of each block type: BE elements and BB bytes per block, SPB sub-items per block (one lane's unit),
  * CB blocks per chunk (CB*SPB a multiple of 32, fixed per type: it sets the summation order). */
@@ -28,7 +28,7 @@ template <int T> struct mm_layout;
 template <> struct mm_layout<KRN_Q4_0> { enum { BE = 32, BB = 18, SPB = 4, CB = 32 }; };
 template <> struct mm_layout<KRN_Q4_1> { enum { BE = 32, BB = 20, SPB = 4, CB = 32 }; };
 template <> struct mm_layout<KRN_Q8_0> { enum { BE = 32, BB = 34, SPB = 4, CB = 32 }; };
-template <> struct mm_layout<KRN_Q4_K> { enum { BE = 256, BB = 144, SPB = 32, CB = 4 }; };
+template <> struct mm_layout<KRN_Q4_K> { enum { BE = 256, BB = 144, SPB = 16, CB = 4 }; };
 template <> struct mm_layout<KRN_Q6_K> { enum { BE = 256, BB = 210, SPB = 16, CB = 4 }; };
 
 /* 16-byte vectors per lane to stage one chunk of one row at any alignment: ceil((15 + CB*BB + 15) / 16)
@@ -155,14 +155,14 @@ static __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *s, fl
     *mn = __uint_as_float(0x4B000000u | b) - 8388608.0f;
 }
 
-/* q4_K sub s (0..31): pair p = s/8 covers elements 64p..64p+63 with qs[32p..32p+32); lane part k = s%8
- * reads qs[32p+4k..+4): low nibbles = elements 64p+4k.. (sub-block 2p), high = 64p+32+4k.. (2p+1);
- * x = d*sc*q - dmin*m. */
+/* q4_K sub s (0..15): pair p = s/4 covers elements 64p..64p+63 with qs[32p..32p+32); lane part k = s%4
+ * reads qs[32p+8k..+8): low nibbles = elements 64p+8k.. (sub-block 2p), high = 64p+32+8k.. (2p+1);
+ * x = d*sc*q - dmin*m. 16 weights per sub-item, so the scale decode is paid once per 16. */
 template <> struct mm_sub<KRN_Q4_K> {
-    enum { NX = 2 };
-    struct w_t { float w[8], d1, d2, n1, n2; };
+    enum { NX = 4 };
+    struct w_t { float w[16], d1, d2, n1, n2; };
     static __device__ __forceinline__ void dec(const uint8_t *bp, int s, w_t &o) {
-        const int p = s >> 3, k = s & 7;
+        const int p = s >> 2, k = s & 3;
         const float d = krn_h2f(ld_u16(bp)), dmin = krn_h2f(ld_u16(bp + 2));
         float sc1, m1, sc2, m2;
         q4k_scale_min(2 * p, bp + 4, &sc1, &m1);
@@ -171,20 +171,25 @@ template <> struct mm_sub<KRN_Q4_K> {
         o.d2 = d * sc2;
         o.n1 = dmin * m1;
         o.n2 = dmin * m2;
-        const uint32_t q = ld_u32_2(bp + 16 + 32 * p + 4 * k);
-        bytes_f(q & 0x0F0F0F0Fu, 0.0f, o.w);
-        bytes_f((q >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 4);
+        const uint32_t q0 = ld_u32_2(bp + 16 + 32 * p + 8 * k), q1 = ld_u32_2(bp + 20 + 32 * p + 8 * k);
+        bytes_f(q0 & 0x0F0F0F0Fu, 0.0f, o.w);
+        bytes_f(q1 & 0x0F0F0F0Fu, 0.0f, o.w + 4);
+        bytes_f((q0 >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 8);
+        bytes_f((q1 >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 12);
     }
     static __device__ __forceinline__ void ldx(const float *xb, int s, float4 (&xv)[NX], float (&xs)[2]) {
-        const float *xr = xb + 64 * (s >> 3) + 4 * (s & 7);
+        const float *xr = xb + 64 * (s >> 2) + 8 * (s & 3);
         xv[0] = krn_ld_f4(xr);
-        xv[1] = krn_ld_f4(xr + 32);
-        xs[0] = sum4(0.0f, xv[0]);
-        xs[1] = sum4(0.0f, xv[1]);
+        xv[1] = krn_ld_f4(xr + 4);
+        xv[2] = krn_ld_f4(xr + 32);
+        xv[3] = krn_ld_f4(xr + 36);
+        xs[0] = sum4(sum4(0.0f, xv[0]), xv[1]);
+        xs[1] = sum4(sum4(0.0f, xv[2]), xv[3]);
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
                                                 float r) {
-        const float tl = dot4(0.0f, o.w, xv[0]), th = dot4(0.0f, o.w + 4, xv[1]);
+        const float tl = dot4(dot4(0.0f, o.w, xv[0]), o.w + 4, xv[1]);
+        const float th = dot4(dot4(0.0f, o.w + 8, xv[2]), o.w + 12, xv[3]);
         r = fmaf(o.d1, tl, r);
         r = fmaf(-o.n1, xs[0], r);
         r = fmaf(o.d2, th, r);
@@ -269,10 +274,33 @@ static __device__ __forceinline__ void stage_store(uint8_t *sb, const uint4 *v, 
     }
 }
 
-/* Rows blockIdx.x*R .. +R; see the file comment. Rows past n_out repeat row n_out-1 (read, never written),
- * so every warp reaches the block barrier. */
+/* Issue the loads of chunk c (blocks c*CB ..) of the R rows of group g into v (off, nv: each row's
+ * alignment offset and vector count, for the store and the decode). Rows past n_out repeat row n_out-1
+ * (read, never written). Returns the chunk's block count. */
+template <int T, int R, int VPL>
+static __device__ __forceinline__ int stage_issue(uint4 (&v)[R][VPL], int (&off)[R], int (&nv)[R],
+                                                  const uint8_t *W, size_t row_bytes, int n_out, int nblocks,
+                                                  int g, int c, int lane) {
+    enum { BB = mm_layout<T>::BB, CB = mm_layout<T>::CB };
+    const uint8_t *wbeg = W, *wend = W + (size_t)n_out * row_bytes;
+    const int nbc = min((int)CB, nblocks - c * CB);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const uint8_t *g0 = W + (size_t)min(g * R + r, n_out - 1) * row_bytes + (size_t)c * CB * BB;
+        off[r] = (int)((uintptr_t)g0 & 15);
+        nv[r] = (off[r] + nbc * BB + 15) >> 4;
+        stage_load<VPL>(v[r], g0 - off[r], nv[r], wbeg, wend, lane);
+    }
+    return nbc;
+}
+
+/* Row groups g = blockIdx.x, + gridDim.x, ... of R rows each; see the file comment. A warp's work is the
+ * sequence of (group, chunk) items; the loads of the next item (the next chunk, or the first chunk of the
+ * next group) are in flight while the current one is decoded and while the block reduces a finished
+ * group, so every warp keeps memory busy across groups. red is double-buffered by group parity: a group's
+ * writers pass the barrier of the previous group, which its readers reach only after reading. */
 template <int T, int NB, int R>
-__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB)
+__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB(NB))
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
                     int n_in, size_t row_bytes) {
     krn_pdl_enter();
@@ -280,98 +308,83 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB)
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
     typedef mm_sub<T> S;
     __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
-    __shared__ float red[MM_WARPS][R * NB];
+    __shared__ float red[2][MM_WARPS][R * NB];
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
-    const int row0 = blockIdx.x * R;
-    const uint8_t *wbeg = W, *wend = W + (size_t)n_out * row_bytes;
-    const uint8_t *rp[R];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        rp[r] = W + (size_t)min(row0 + r, n_out - 1) * row_bytes;
+    const int ngroups = (n_out + R - 1) / R;
     const int nblocks = n_in / BE, nchunks = (nblocks + CB - 1) / CB;
+    const bool active = warp < nchunks; /* this warp has chunks in every group */
 
-    float acc[R][NB];
+    uint4 v[R][VPL];
+    int off[R], nv[R], nbc = 0;
+    if (active && (int)blockIdx.x < ngroups)
+        nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, blockIdx.x, warp, lane);
+    int buf = 0;
+    for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
+        float acc[R][NB];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int b = 0; b < NB; b++)
-            acc[r][b] = 0.0f;
-
-    int c = warp;
-    if (c < nchunks) {
-        uint4 v[R][VPL];
-        int off[R], nv[R];
-        int nbc = min((int)CB, nblocks - c * CB);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const uint8_t *g0 = rp[r] + (size_t)c * CB * BB;
-            off[r] = (int)((uintptr_t)g0 & 15);
-            nv[r] = (off[r] + nbc * BB + 15) >> 4;
-            stage_load<VPL>(v[r], g0 - off[r], nv[r], wbeg, wend, lane);
-        }
-        for (;;) {
-            int coff[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                stage_store<VPL>(smem[warp][r], v[r], nv[r], lane);
-                coff[r] = off[r];
-            }
-            __syncwarp(); /* the chunk in smem[warp] is complete for every lane */
-            const int cc = c, nsub = nbc * SPB;
-            c += MM_WARPS;
-            if (c < nchunks) { /* next chunk's loads fly while this one is decoded */
-                nbc = min((int)CB, nblocks - c * CB);
+            for (int b = 0; b < NB; b++)
+                acc[r][b] = 0.0f;
+        if (active) {
+            for (int c = warp; c < nchunks; c += MM_WARPS) {
+                int coff[R];
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const uint8_t *g0 = rp[r] + (size_t)c * CB * BB;
-                    off[r] = (int)((uintptr_t)g0 & 15);
-                    nv[r] = (off[r] + nbc * BB + 15) >> 4;
-                    stage_load<VPL>(v[r], g0 - off[r], nv[r], wbeg, wend, lane);
+                    stage_store<VPL>(smem[warp][r], v[r], nv[r], lane);
+                    coff[r] = off[r];
                 }
-            }
-            const float *xc = x + (size_t)cc * CB * BE;
+                __syncwarp(); /* the chunk in smem[warp] is complete for every lane */
+                const int nsub = nbc * SPB;
+                int gn = g, cn = c + MM_WARPS; /* the next item: its loads fly while this one is decoded */
+                if (cn >= nchunks) {
+                    gn = g + gridDim.x;
+                    cn = warp;
+                }
+                if (gn < ngroups)
+                    nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, gn, cn, lane);
+                const float *xc = x + (size_t)c * CB * BE;
 #pragma unroll
-            for (int j = 0; j < SUBS; j++) {
-                const int s = lane + KRN_WARP * j;
-                if (s < nsub) {
-                    const int blk = s / SPB, k = s % SPB;
-                    float4 xv[NB][S::NX]; /* x once for the R rows */
-                    float xs[NB][2];
-#pragma unroll
-                    for (int b = 0; b < NB; b++)
-                        S::ldx(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        typename S::w_t wr;
-                        S::dec(smem[warp][r] + coff[r] + blk * BB, k, wr);
+                for (int j = 0; j < SUBS; j++) {
+                    const int s = lane + KRN_WARP * j;
+                    if (s < nsub) {
+                        const int blk = s / SPB, k = s % SPB;
+                        float4 xv[NB][S::NX]; /* x once for the R rows */
+                        float xs[NB][2];
 #pragma unroll
                         for (int b = 0; b < NB; b++)
-                            acc[r][b] = S::dot(wr, xv[b], xs[b], acc[r][b]);
+                            S::ldx(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            typename S::w_t wr;
+                            S::dec(smem[warp][r] + coff[r] + blk * BB, k, wr);
+#pragma unroll
+                            for (int b = 0; b < NB; b++)
+                                acc[r][b] = S::dot(wr, xv[b], xs[b], acc[r][b]);
+                        }
                     }
                 }
+                __syncwarp(); /* every lane is done reading smem[warp] before it is overwritten */
             }
-            __syncwarp(); /* every lane is done reading smem[warp] before it is overwritten */
-            if (c >= nchunks)
-                break;
         }
-    }
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
-            const float t = krn_warp_sum(acc[r][b]);
-            if (lane == 0)
-                red[warp][r * NB + b] = t;
-        }
-    __syncthreads(); /* every warp's totals are in red */
-    if (threadIdx.x < R * NB) {
-        const int r = threadIdx.x / NB, b = threadIdx.x % NB;
-        if (row0 + r < n_out) {
-            float t = red[0][threadIdx.x];
+            for (int b = 0; b < NB; b++) {
+                const float t = krn_warp_sum(acc[r][b]);
+                if (lane == 0)
+                    red[buf][warp][r * NB + b] = t;
+            }
+        __syncthreads(); /* every warp's totals of group g are in red[buf] */
+        if (threadIdx.x < R * NB) {
+            const int r = threadIdx.x / NB, b = threadIdx.x % NB, row = g * R + r;
+            if (row < n_out) {
+                float t = red[buf][0][threadIdx.x];
 #pragma unroll
-            for (int w = 1; w < MM_WARPS; w++)
-                t += red[w][threadIdx.x];
-            y[(size_t)b * n_out + row0 + r] = t;
+                for (int w = 1; w < MM_WARPS; w++)
+                    t += red[buf][w][threadIdx.x];
+                y[(size_t)b * n_out + row] = t;
+            }
         }
     }
 }
@@ -396,9 +409,27 @@ static int mm_rows(int nb) {
     return nb <= 4 ? 2 : 1;
 }
 
+/* Multiprocessors of the current device (0 when unknown). */
+static int mm_sm_count(void) {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+/* Grid: at most MM_MINB(NB) blocks per SM (all resident at once), the groups spread evenly over the rounds. */
 template <int T, int NB, int R>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
-    const dim3 grid((unsigned)((a->n_out + R - 1) / R)), block(MM_WARPS * KRN_WARP);
+    const int ngroups = (a->n_out + R - 1) / R, sms = mm_sm_count();
+    int blocks = ngroups;
+    if (sms > 0 && ngroups > MM_MINB(NB) * sms) {
+        const int rounds = (ngroups + MM_MINB(NB) * sms - 1) / (MM_MINB(NB) * sms);
+        blocks = (ngroups + rounds - 1) / rounds;
+    }
+    const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
     krn_launch(mm_block_kernel<T, NB, R>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
 }
 
