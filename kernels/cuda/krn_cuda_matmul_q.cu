@@ -393,17 +393,22 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB(NB))
 
 /* Rows per block for nb rows of x: more rows share each x load, fewer keep the accumulators in registers.
  * MEMRA_CUDA_MM_ROWS=1|2|4 overrides it at nb <= 2 (a tuning knob for memra-bench; results have the same
- * bits for any R). Read once; a racing first read reads the same value. */
-static int mm_rows(int nb) {
-    static int forced = -1;
-    int f = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    if (f < 0) {
-        const char *e = getenv("MEMRA_CUDA_MM_ROWS");
+ * bits for any R). Tuning variables are read once; a racing first read reads the same value. */
+static int mm_env(const char *name, int *cache) {
+    int f = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (f == -1000) {
+        const char *e = getenv(name);
         f = e ? atoi(e) : 0;
-        if (f != 1 && f != 2 && f != 4)
-            f = 0;
-        __atomic_store_n(&forced, f, __ATOMIC_RELAXED);
+        __atomic_store_n(cache, f, __ATOMIC_RELAXED);
     }
+    return f;
+}
+
+static int mm_rows(int nb) {
+    static int forced = -1000;
+    int f = mm_env("MEMRA_CUDA_MM_ROWS", &forced);
+    if (f != 1 && f != 2 && f != 4)
+        f = 0;
     if (nb <= 2)
         return f ? f : 4;
     return nb <= 4 ? 2 : 1;
@@ -423,10 +428,13 @@ static int mm_sm_count(void) {
 /* Grid: at most MM_MINB(NB) blocks per SM (all resident at once), the groups spread evenly over the rounds. */
 template <int T, int NB, int R>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
-    const int ngroups = (a->n_out + R - 1) / R, sms = mm_sm_count();
+    static int bps_env = -1000; /* MEMRA_CUDA_MM_BPS=1..MM_MINB(NB): grid blocks per SM; -1: a block per group */
+    const int bps_f = mm_env("MEMRA_CUDA_MM_BPS", &bps_env);
+    const int bps = bps_f >= 1 && bps_f <= MM_MINB(NB) ? bps_f : MM_MINB(NB);
+    const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : mm_sm_count();
     int blocks = ngroups;
-    if (sms > 0 && ngroups > MM_MINB(NB) * sms) {
-        const int rounds = (ngroups + MM_MINB(NB) * sms - 1) / (MM_MINB(NB) * sms);
+    if (sms > 0 && ngroups > bps * sms) {
+        const int rounds = (ngroups + bps * sms - 1) / (bps * sms);
         blocks = (ngroups + rounds - 1) / rounds;
     }
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
