@@ -18,9 +18,9 @@
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
 /* Blocks per SM the compiler must fit, and the grid's blocks per SM: 5 at B = 1 (96 registers a thread,
- * 20 warps with loads in flight per SM), 4 at B <= 4 (128 registers), 3 above: no spills with more rows of
+ * 20 warps with loads in flight per SM), 4 at B = 2 (128 registers), 3 above: no spills with more rows of
  * x. */
-#define MM_MINB(NB) ((NB) == 1 ? 5 : (NB) <= 4 ? 4 : 3)
+#define MM_MINB(NB) ((NB) == 1 ? 5 : (NB) == 2 ? 4 : 3)
 
 /* Layout of each block type: BE elements and BB bytes per block, SPB sub-items per block (one lane's unit),
  * CB blocks per chunk (CB*SPB a multiple of 32, fixed per type: it sets the summation order). */
@@ -92,7 +92,7 @@ template <> struct mm_sub<KRN_Q4_0> {
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
                                                 float acc) {
         (void)xs;
-        return fmaf(o.d, dot4(dot4(0.0f, o.w, xv[0]), o.w + 4, xv[1]), acc);
+        return fmaf(o.d, dot4(0.0f, o.w, xv[0]) + dot4(0.0f, o.w + 4, xv[1]), acc); /* two chains in parallel */
     }
 };
 
@@ -115,7 +115,7 @@ template <> struct mm_sub<KRN_Q4_1> {
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
                                                 float acc) {
-        const float t = dot4(dot4(0.0f, o.w, xv[0]), o.w + 4, xv[1]);
+        const float t = dot4(0.0f, o.w, xv[0]) + dot4(0.0f, o.w + 4, xv[1]); /* two chains in parallel */
         return fmaf(o.d, t, fmaf(o.m, xs[0], acc));
     }
 };
@@ -137,7 +137,7 @@ template <> struct mm_sub<KRN_Q8_0> {
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
                                                 float acc) {
         (void)xs;
-        return fmaf(o.d, dot4(dot4(0.0f, o.w, xv[0]), o.w + 4, xv[1]), acc);
+        return fmaf(o.d, dot4(0.0f, o.w, xv[0]) + dot4(0.0f, o.w + 4, xv[1]), acc); /* two chains in parallel */
     }
 };
 
@@ -188,8 +188,8 @@ template <> struct mm_sub<KRN_Q4_K> {
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
                                                 float r) {
-        const float tl = dot4(dot4(0.0f, o.w, xv[0]), o.w + 4, xv[1]);
-        const float th = dot4(dot4(0.0f, o.w + 8, xv[2]), o.w + 12, xv[3]);
+        const float tl = dot4(0.0f, o.w, xv[0]) + dot4(0.0f, o.w + 4, xv[1]);
+        const float th = dot4(0.0f, o.w + 8, xv[2]) + dot4(0.0f, o.w + 12, xv[3]);
         r = fmaf(o.d1, tl, r);
         r = fmaf(-o.n1, xs[0], r);
         r = fmaf(o.d2, th, r);
@@ -255,6 +255,15 @@ static __device__ __noinline__ uint4 ld_partial16(const uint8_t *p, const uint8_
 template <int VPL>
 static __device__ __forceinline__ void stage_load(uint4 *v, const uint8_t *a0, int nv, const uint8_t *wbeg,
                                                   const uint8_t *wend, int lane) {
+    if (a0 >= wbeg && a0 + 16 * (size_t)nv <= wend) { /* every chunk but the tensor's first and last */
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int k = lane + KRN_WARP * i;
+            if (k < nv)
+                v[i] = krn_ld_stream16(a0 + 16 * (size_t)k);
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < VPL; i++) {
         const int k = lane + KRN_WARP * i;
@@ -294,20 +303,42 @@ static __device__ __forceinline__ int stage_issue(uint4 (&v)[R][VPL], int (&off)
     return nbc;
 }
 
+/* Sub-item s of the chunk in sb (row r at sb[r] + coff[r]) against x at the chunk's first element: x once
+ * for the R rows, then each row's weights decoded and multiplied (acc[r][b] += ...). */
+template <int T, int NB, int R, int SBYTES>
+static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const int (&coff)[R], const float *xc,
+                                                   int n_in, int s, float (&acc)[R][NB]) {
+    typedef mm_sub<T> S;
+    enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB };
+    const int blk = s / SPB, k = s % SPB;
+    float4 xv[NB][S::NX];
+    float xs[NB][2];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        S::ldx(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        typename S::w_t wr;
+        S::dec(sb[r] + coff[r] + blk * BB, k, wr);
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            acc[r][b] = S::dot(wr, xv[b], xs[b], acc[r][b]);
+    }
+}
+
 /* Row groups g = blockIdx.x, + gridDim.x, ... of R rows each; see the file comment. A warp's work is the
  * sequence of (group, chunk) items; the loads of the next item (the next chunk, or the first chunk of the
  * next group) are in flight while the current one is decoded and while the block reduces a finished
  * group, so every warp keeps memory busy across groups. red is double-buffered by group parity: a group's
  * writers pass the barrier of the previous group, which its readers reach only after reading. */
-template <int T, int NB, int R>
-__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB(NB))
+template <int T, int NB, int R, int MB>
+__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
                     int n_in, size_t row_bytes) {
     krn_pdl_enter();
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
-    typedef mm_sub<T> S;
-    __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
+        __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
     __shared__ float red[2][MM_WARPS][R * NB];
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int ngroups = (n_out + R - 1) / R;
@@ -344,25 +375,15 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_MINB(NB))
                 if (gn < ngroups)
                     nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, gn, cn, lane);
                 const float *xc = x + (size_t)c * CB * BE;
+                if (nsub == CB * SPB) { /* a full chunk: no bounds per sub-item, loads free to move up */
 #pragma unroll
-                for (int j = 0; j < SUBS; j++) {
-                    const int s = lane + KRN_WARP * j;
-                    if (s < nsub) {
-                        const int blk = s / SPB, k = s % SPB;
-                        float4 xv[NB][S::NX]; /* x once for the R rows */
-                        float xs[NB][2];
+                    for (int j = 0; j < SUBS; j++)
+                        mm_sub_item<T, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
+                } else {
 #pragma unroll
-                        for (int b = 0; b < NB; b++)
-                            S::ldx(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
-#pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            typename S::w_t wr;
-                            S::dec(smem[warp][r] + coff[r] + blk * BB, k, wr);
-#pragma unroll
-                            for (int b = 0; b < NB; b++)
-                                acc[r][b] = S::dot(wr, xv[b], xs[b], acc[r][b]);
-                        }
-                    }
+                    for (int j = 0; j < SUBS; j++)
+                        if (lane + KRN_WARP * j < nsub)
+                            mm_sub_item<T, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
                 }
                 __syncwarp(); /* every lane is done reading smem[warp] before it is overwritten */
             }
@@ -425,12 +446,12 @@ static int mm_sm_count(void) {
     return n;
 }
 
-/* Grid: at most MM_MINB(NB) blocks per SM (all resident at once), the groups spread evenly over the rounds. */
-template <int T, int NB, int R>
+/* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
+template <int T, int NB, int R, int MB>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
-    static int bps_env = -1000; /* MEMRA_CUDA_MM_BPS=1..MM_MINB(NB): grid blocks per SM; -1: a block per group */
+    static int bps_env = -1000; /* MEMRA_CUDA_MM_BPS=1..MB: grid blocks per SM; -1: a block per group */
     const int bps_f = mm_env("MEMRA_CUDA_MM_BPS", &bps_env);
-    const int bps = bps_f >= 1 && bps_f <= MM_MINB(NB) ? bps_f : MM_MINB(NB);
+    const int bps = bps_f >= 1 && bps_f <= MB ? bps_f : MB;
     const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : mm_sm_count();
     int blocks = ngroups;
     if (sms > 0 && ngroups > bps * sms) {
@@ -438,22 +459,39 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
         blocks = (ngroups + rounds - 1) / rounds;
     }
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
-    krn_launch(mm_block_kernel<T, NB, R>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+    krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+}
+
+/* B = 1: MEMRA_CUDA_MM_MINB=4 trades the 5th resident block for 128 registers (tuning knob). */
+template <int T, int R>
+static void mm_q_go1(const mm_args *a, cudaStream_t st) {
+    static int mb_env = -1000;
+    if (mm_env("MEMRA_CUDA_MM_MINB", &mb_env) == 4)
+        mm_q_go<T, 1, R, 4>(a, st);
+    else
+        mm_q_go<T, 1, R, MM_MINB(1)>(a, st);
 }
 
 template <int T, int NB>
 static void mm_q_nb(const mm_args *a, int R, cudaStream_t st) {
-    if constexpr (NB <= 2) {
+    if constexpr (NB == 1) {
         if (R == 4)
-            mm_q_go<T, NB, 4>(a, st);
+            mm_q_go1<T, 4>(a, st);
         else if (R == 2)
-            mm_q_go<T, NB, 2>(a, st);
+            mm_q_go1<T, 2>(a, st);
         else
-            mm_q_go<T, NB, 1>(a, st);
-    } else if constexpr (NB <= 4) {
-        mm_q_go<T, NB, 2>(a, st);
+            mm_q_go1<T, 1>(a, st);
+    } else if constexpr (NB == 2) {
+        if (R == 4)
+            mm_q_go<T, NB, 4, MM_MINB(NB)>(a, st);
+        else if (R == 2)
+            mm_q_go<T, NB, 2, MM_MINB(NB)>(a, st);
+        else
+            mm_q_go<T, NB, 1, MM_MINB(NB)>(a, st);
+    } else if constexpr (NB <= 4 && T != KRN_Q4_K) { /* q4_K: 16 x values per row of x, R = 2 would spill */
+        mm_q_go<T, NB, 2, MM_MINB(NB)>(a, st);
     } else {
-        mm_q_go<T, NB, 1>(a, st);
+        mm_q_go<T, NB, 1, MM_MINB(NB)>(a, st);
     }
 }
 
