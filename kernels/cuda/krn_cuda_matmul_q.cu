@@ -17,10 +17,9 @@
 
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
-/* Blocks per SM the compiler must fit, and the grid's blocks per SM: 5 at B = 1 (96 registers a thread,
- * 20 warps with loads in flight per SM), 4 at B = 2 (128 registers), 3 above: no spills with more rows of
- * x. */
-#define MM_MINB(NB) ((NB) == 1 ? 5 : (NB) == 2 ? 4 : 3)
+/* Blocks per SM the compiler must fit, and the grid's blocks per SM: 4 at B <= 2 (128 registers a thread,
+ * 16 warps per SM), 3 above (no spills with more rows of x). */
+#define MM_MINB(NB) ((NB) <= 2 ? 4 : 3)
 
 /* Layout of each block type: BE elements and BB bytes per block, SPB sub-items per block (one lane's unit),
  * CB blocks per chunk (CB*SPB a multiple of 32, fixed per type: it sets the summation order). */
@@ -462,12 +461,13 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
     krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
 }
 
-/* B = 1: MEMRA_CUDA_MM_MINB=4 trades the 5th resident block for 128 registers (tuning knob). */
+/* B = 1: 4 blocks per SM at 128 registers (measured faster than 5 at 96 on every type and 8B shape, H200,
+ * docs/bench/gpu-kernels.md); MEMRA_CUDA_MM_MINB=5 selects the 5-block build (tuning knob). */
 template <int T, int R>
 static void mm_q_go1(const mm_args *a, cudaStream_t st) {
     static int mb_env = -1000;
-    if (mm_env("MEMRA_CUDA_MM_MINB", &mb_env) == 4)
-        mm_q_go<T, 1, R, 4>(a, st);
+    if (mm_env("MEMRA_CUDA_MM_MINB", &mb_env) == 5)
+        mm_q_go<T, 1, R, 5>(a, st);
     else
         mm_q_go<T, 1, R, MM_MINB(1)>(a, st);
 }
