@@ -67,6 +67,8 @@ static void stage_fini(act_pp *rt, pp_stage *st)
         act_actor_destroy(st->actor);
     if (st->stream)
         dev_stream_sync(st->stream, NULL);
+    for (int i = 0; i < st->n_graph; i++) /* no replay pending: the stream is synced */
+        dev_graph_destroy(st->graph[i].g);
     for (int i = 0; i < PP_STAGING_RING; i++) {
         if (st->staging[i])
             dev_host_free(rt->plat, st->staging[i]);

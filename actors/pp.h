@@ -119,6 +119,8 @@ typedef struct act_pp_counters {
     uint64_t prime_batch_splits;   /* STEP35_PRIME_BATCH_SPLITS: those that ran the per-stage walk */
     uint64_t spec_split_steps;     /* SPEC verify steps through the per-stage walk */
     uint64_t steps_done;           /* steps whose logits reached the host (readback actor) */
+    uint64_t graph_captures;       /* MEMRA_PP_GRAPH: stage walks captured as a CUDA graph (one per stage, B) */
+    uint64_t graph_replays;        /* MEMRA_PP_GRAPH: stage walks enqueued as one graph launch */
 } act_pp_counters;
 void act_pp_get_counters(const act_pp *rt, act_pp_counters *out);
 
@@ -126,6 +128,8 @@ void act_pp_get_counters(const act_pp *rt, act_pp_counters *out);
 typedef struct act_pp_stage_stats {
     uint64_t busy_ns;   /* time the stage stream spent between walk-begin and walk-end markers */
     uint64_t walks;     /* walks run */
+    uint64_t enqueue_ns;/* host time the stage's actor spent enqueuing the walk's layers (graph launch or ops) */
+    uint64_t enqueues;  /* walks whose layers were enqueued (enqueue_ns / enqueues = host us per step) */
 } act_pp_stage_stats;
 void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *out);
 void act_pp_reset_stats(act_pp *rt);

@@ -25,6 +25,7 @@
 enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK };
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
+#define PP_GRAPH_SLOTS 8  /* MEMRA_PP_GRAPH: captured walks per stage, one per batch size B */
 
 typedef struct pp_rec pp_rec;
 typedef struct pp_stage pp_stage;
@@ -86,8 +87,13 @@ struct pp_stage {
     void *staging[PP_STAGING_RING]; /* stage 0: pinned upload buffers */
     dev_event *staging_ev[PP_STAGING_RING];
     int staging_next;
+    struct { int B, pdl; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per
+                                                                  * (B, MEMRA_PDL) */
+    int n_graph;
+    int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     /* device-side stats (marker callbacks on this stage's stream) */
     _Atomic uint64_t busy_ns, walks, begins;
+    _Atomic uint64_t enqueue_ns, enqueues; /* host side: written by the actor thread, read by stats */
 };
 
 struct act_pp {
@@ -123,7 +129,8 @@ struct act_pp {
     _Atomic uint64_t active_mask;
     struct {
         _Atomic uint64_t split_steps, pipe_overlaps, unsplit_steps, batch_split_steps, prime_split_chunks,
-            prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done;
+            prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done, graph_captures,
+            graph_replays;
     } ctr;
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;

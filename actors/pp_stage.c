@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -111,6 +112,52 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
     return 0;
 }
 
+/* The walk's layers [fence[s], fence[s+1]) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph)
+ * on a backend with graphs: the first step of each batch size B is captured as a graph (nothing runs
+ * during the capture) and every step of that B, the first too, is one graph launch. A graph is valid for
+ * all steps of its B: its kernels read x, pos and seq from this stage's frame, the KV cache and the scratch,
+ * whose addresses never change, and nothing else per step. Markers stay outside (stage_run). Capture
+ * unsupported (CPU) or failed: eager, and this stage stops trying. Actor thread only. */
+static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq,
+                        dev_err *err)
+{
+    act_pp *rt = st->rt;
+    const int l0 = rt->fence[st->s], l1 = rt->fence[st->s + 1];
+    if (rec->seams.graph && !st->graph_off) {
+        for (int i = 0; i < st->n_graph; i++)
+            if (st->graph[i].B == rec->B && st->graph[i].pdl == rec->seams.pdl) {
+                atomic_fetch_add(&rt->ctr.graph_replays, 1);
+                int r = dev_graph_launch_async(st->graph[i].g, st->stream);
+                return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
+            }
+        if (st->n_graph < PP_GRAPH_SLOTS) {
+            dev_err ce = {0};
+            dev_graph *g = NULL;
+            if (dev_stream_capture_begin(st->stream, &ce) == 0) {
+                int r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
+                                                 l0, l1, err);
+                int rc = dev_stream_capture_end(st->stream, &g, &ce); /* ends the capture on every path */
+                if (r) {
+                    dev_graph_destroy(g);
+                    return r;
+                }
+                if (rc == 0) {
+                    st->graph[st->n_graph].B = rec->B;
+                    st->graph[st->n_graph].pdl = rec->seams.pdl;
+                    st->graph[st->n_graph].g = g;
+                    st->n_graph++;
+                    atomic_fetch_add(&rt->ctr.graph_captures, 1);
+                    atomic_fetch_add(&rt->ctr.graph_replays, 1);
+                    r = dev_graph_launch_async(g, st->stream);
+                    return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
+                }
+            }
+            st->graph_off = 1; /* nothing ran during the failed capture: run the walk eagerly below */
+        }
+    }
+    return mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, l0, l1, err);
+}
+
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last.
  * *credit_back is set once the inbound slot's credit went back to stage s-1 (so a failure after that
  * point must not return it twice, and a failure before it must still return it). */
@@ -140,10 +187,17 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     mk->rec = rec;
     if ((r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
-    if ((r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
-                                      rt->fence[st->s], rt->fence[st->s + 1], err)) != 0)
-        return r;
-    if (kout < 0 && (r = last_stage_head(st, rec, x, err)) != 0) /* the head is part of the last stage's walk */
+    uint64_t t_enq = now_ns();
+    const int pdl_prev = krn_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
+    r = stage_layers(st, rec, x, pos, seq, err);
+    if (r == 0) {
+        atomic_fetch_add(&st->enqueue_ns, now_ns() - t_enq);
+        atomic_fetch_add(&st->enqueues, 1);
+        if (kout < 0) /* the head is part of the last stage's walk */
+            r = last_stage_head(st, rec, x, err);
+    }
+    krn_set_pdl(pdl_prev);
+    if (r != 0)
         return r;
     if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);

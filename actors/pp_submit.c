@@ -284,6 +284,8 @@ void act_pp_get_counters(const act_pp *rt, act_pp_counters *o)
     o->prime_batch_splits = atomic_load(&m->ctr.prime_batch_splits);
     o->spec_split_steps = atomic_load(&m->ctr.spec_split_steps);
     o->steps_done = atomic_load(&m->ctr.steps_done);
+    o->graph_captures = atomic_load(&m->ctr.graph_captures);
+    o->graph_replays = atomic_load(&m->ctr.graph_replays);
 }
 
 void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *o)
@@ -291,6 +293,8 @@ void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *o)
     pp_stage *st = &((act_pp *)rt)->stage[s];
     o->busy_ns = atomic_load(&st->busy_ns);
     o->walks = atomic_load(&st->walks);
+    o->enqueue_ns = atomic_load(&st->enqueue_ns);
+    o->enqueues = atomic_load(&st->enqueues);
 }
 
 void act_pp_reset_stats(act_pp *rt)
@@ -298,6 +302,8 @@ void act_pp_reset_stats(act_pp *rt)
     for (int s = 0; s < rt->N; s++) {
         atomic_store(&rt->stage[s].busy_ns, 0);
         atomic_store(&rt->stage[s].walks, 0);
+        atomic_store(&rt->stage[s].enqueue_ns, 0);
+        atomic_store(&rt->stage[s].enqueues, 0);
     }
 }
 

@@ -233,6 +233,45 @@ int dev_host_fn_async(dev_stream *s, void (*fn)(void *arg), void *arg)
     return BE(s->dev)->host_fn(s, fn, arg);
 }
 
+/* ---- graphs ---- */
+
+int dev_stream_capture_begin(dev_stream *s, dev_err *err)
+{
+    if (!s)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_stream_capture_begin: stream is NULL");
+    if (!BE(s->dev)->capture_begin)
+        return dev_err_set(err, MEMRA_E_UNSUPPORTED, "dev_stream_capture_begin on '%s': the %s backend has no "
+                           "graphs (CUDA only)", s->name, BE(s->dev)->name);
+    return BE(s->dev)->capture_begin(s, err);
+}
+
+int dev_stream_capture_end(dev_stream *s, dev_graph **out, dev_err *err)
+{
+    if (out)
+        *out = NULL;
+    if (!s || !out)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_stream_capture_end: stream and out are required");
+    if (!BE(s->dev)->capture_end)
+        return dev_err_set(err, MEMRA_E_UNSUPPORTED, "dev_stream_capture_end on '%s': the %s backend has no "
+                           "graphs (CUDA only)", s->name, BE(s->dev)->name);
+    return BE(s->dev)->capture_end(s, out, err);
+}
+
+int dev_graph_launch_async(dev_graph *g, dev_stream *s)
+{
+    if (!g || !s || g->dev != s->dev)
+        return MEMRA_E_INVAL;
+    if (!BE(s->dev)->graph_launch)
+        return MEMRA_E_UNSUPPORTED;
+    return BE(s->dev)->graph_launch(g, s);
+}
+
+void dev_graph_destroy(dev_graph *g)
+{
+    if (g && BE(g->dev)->graph_destroy)
+        BE(g->dev)->graph_destroy(g);
+}
+
 /* ---- counters, checker, hooks ---- */
 
 void dev_device_counters(const dev_device *d, dev_counters *out)

@@ -27,6 +27,7 @@ typedef struct dev_platform dev_platform; /* all devices of one backend; owns th
 typedef struct dev_device dev_device;     /* one device: memory + streams; owned by its platform */
 typedef struct dev_stream dev_stream;     /* in-order queue of ops on one device */
 typedef struct dev_event dev_event;       /* a recorded point in a stream */
+typedef struct dev_graph dev_graph;       /* a replayable capture of a stream's ops (cudaGraphExec_t) */
 
 #define DEV_CPU_DEVICES_DEFAULT 8
 #define DEV_CPU_DEVICES_MAX 64
@@ -141,6 +142,25 @@ int dev_launch_cpu_async(dev_stream *s, const char *name, dev_cpu_fn fn, const v
 /* Run fn(arg) when s reaches this point (cudaLaunchHostFunc). Runs on a backend thread, not the caller's;
  * fn must not call stream/event functions. Used for liveness markers and completion notices. */
 int dev_host_fn_async(dev_stream *s, void (*fn)(void *arg), void *arg);
+
+/* ---- graphs (CUDA only; the CPU backend answers MEMRA_E_UNSUPPORTED so callers fall back to eager) ---- */
+
+/* Start capturing s: ops enqueued on s from now on (kernels, copies, stream-ordered allocations) are
+ * recorded, not run, until dev_stream_capture_end. Relaxed capture mode: other threads' CUDA calls are not
+ * restricted. Host callbacks (dev_host_fn_async) and event syncs must stay outside the captured region.
+ * Returns 0, MEMRA_E_UNSUPPORTED (CPU backend), or MEMRA_E_DEVICE + err. Cost: one runtime call. */
+int dev_stream_capture_begin(dev_stream *s, dev_err *err);
+/* End the capture begun on s and instantiate it: *out = a new graph owned by the caller (destroy with
+ * dev_graph_destroy). On failure (an op failed to enqueue during the capture, instantiation failed) *out
+ * is NULL, the capture is over and s is back to eager mode; the stream's sticky error is NOT set. Cost:
+ * instantiation, tens of microseconds per hundred ops. */
+int dev_stream_capture_end(dev_stream *s, dev_graph **out, dev_err *err);
+/* Enqueue one replay of g on s (any stream of g's device). Ordered like any op of s. A failure is sticky
+ * on s. */
+int dev_graph_launch_async(dev_graph *g, dev_stream *s);
+/* Free g; the caller guarantees no replay of it is still pending (sync its streams first). NULL is a
+ * no-op. */
+void dev_graph_destroy(dev_graph *g);
 
 /* ---- counters, checker and test hooks ---- */
 

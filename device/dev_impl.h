@@ -42,6 +42,11 @@ typedef struct dev_backend {
     size_t (*alloc_extent)(dev_platform *p, const void *ptr); /* may be NULL: extent unknown */
     void (*race_reset)(dev_platform *p);
     void (*set_op_hook)(dev_platform *p, dev_op_hook hook, void *ctx);
+    /* graphs: all four NULL on backends without them (the dispatcher answers MEMRA_E_UNSUPPORTED) */
+    int (*capture_begin)(dev_stream *s, dev_err *err);
+    int (*capture_end)(dev_stream *s, dev_graph **out, dev_err *err);
+    int (*graph_launch)(dev_graph *g, dev_stream *s);
+    void (*graph_destroy)(dev_graph *g);
 } dev_backend;
 
 struct dev_platform {
@@ -66,6 +71,10 @@ struct dev_stream {
 
 struct dev_event {
     dev_device *dev;
+};
+
+struct dev_graph {
+    dev_device *dev;                          /* the device its ops run on */
 };
 
 /* Fill the base fields of a device (name "<prefix>:<ordinal>", counters zero, no grants). */

@@ -135,3 +135,13 @@ int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
         return MEMRA_E_INVAL;
     DISPATCH(s, argmax, out, x, B, n);
 }
+
+int krn_set_pdl(int on)
+{
+#if KRN_CUDA
+    return krn_cuda_set_pdl(on);
+#else
+    (void)on;
+    return 0;
+#endif
+}

@@ -54,4 +54,8 @@ int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 /* out (B,) = index of the max of each row of x (B, n); ties -> lowest index. */
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
 
+/* MEMRA_PDL for the CALLING thread's later CUDA launches (programmatic dependent launch on sm_90); returns
+ * the previous setting. A no-op returning 0 without the CUDA kernels. */
+int krn_set_pdl(int on);
+
 #endif

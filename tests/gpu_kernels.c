@@ -128,14 +128,15 @@ static void test_matmul_matches_reference_for_every_type_shape_and_batch(void **
             ns = 4;
             memcpy(shapes, s, sizeof s);
         } else if (t->be == 32) {
-            /* 67 blocks: two staged chunks (64 + 3); rows not 16-byte aligned */
-            int s[][2] = {{1, 32}, {7, 96}, {33, 32 * 67}, {5, 4096}};
-            ns = 4;
+            /* 67 blocks: staged chunks of 32 + 32 + 3 (one warp each); rows not 16-byte aligned */
+            /* 3001 rows: more row groups than resident blocks, so blocks walk several groups */
+            int s[][2] = {{1, 32}, {7, 96}, {33, 32 * 67}, {5, 4096}, {3001, 64}};
+            ns = 5;
             memcpy(shapes, s, sizeof s);
         } else {
-            /* 11 super-blocks: two staged chunks (8 + 3) */
-            int s[][2] = {{1, 256}, {7, 768}, {33, 256 * 11}, {5, 4096}};
-            ns = 4;
+            /* 11 super-blocks: staged chunks of 4 + 4 + 3 */
+            int s[][2] = {{1, 256}, {7, 768}, {33, 256 * 11}, {5, 4096}, {3001, 256}};
+            ns = 5;
             memcpy(shapes, s, sizeof s);
         }
         for (int si = 0; si < ns; si++)

@@ -34,6 +34,12 @@ typedef struct cuda_event {
     int latest;                /* -1: never recorded */
 } cuda_event;
 
+/* An instantiated graph (device/dev.h dev_graph); exec is launched on any stream of dev. */
+typedef struct cuda_graph {
+    dev_graph base;
+    cudaGraphExec_t exec;
+} cuda_graph;
+
 #define CU_FAIL(err, rc, fmt, ...)                                                                           \
     dev_err_set(err, MEMRA_E_DEVICE, fmt ": %s (%s)", __VA_ARGS__, cudaGetErrorName(rc), cudaGetErrorString(rc))
 
@@ -373,6 +379,68 @@ static int cu_host_fn(dev_stream *bs, void (*fn)(void *), void *arg)
     return rc == cudaSuccess ? 0 : stream_fail(s, rc, "cudaLaunchHostFunc");
 }
 
+/* ---- graphs ---- */
+
+static int cu_capture_begin(dev_stream *bs, dev_err *err)
+{
+    cuda_stream *s = (cuda_stream *)bs;
+    /* relaxed: the other stages' threads keep syncing events and allocating while this stream captures */
+    cudaError_t rc = cudaStreamBeginCapture(s->st, cudaStreamCaptureModeRelaxed);
+    return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaStreamBeginCapture on stream '%s' (%s)", bs->name,
+                                           bs->dev->name);
+}
+
+static int cu_capture_end(dev_stream *bs, dev_graph **out, dev_err *err)
+{
+    cuda_stream *s = (cuda_stream *)bs;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ex = NULL;
+    cudaError_t rc = cudaStreamEndCapture(s->st, &g);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError(); /* the invalidated capture's launch error is reported here, not later */
+        if (g)
+            cudaGraphDestroy(g);
+        return CU_FAIL(err, rc, "cudaStreamEndCapture on stream '%s' (%s)", bs->name, bs->dev->name);
+    }
+    int prev;
+    if (push_device(bs->dev, &prev, err)) {
+        cudaGraphDestroy(g);
+        return err ? err->code : MEMRA_E_DEVICE;
+    }
+    rc = cudaGraphInstantiate(&ex, g, 0);
+    pop_device(prev);
+    cudaGraphDestroy(g); /* the exec keeps what it needs */
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return CU_FAIL(err, rc, "cudaGraphInstantiate (stream '%s', %s)", bs->name, bs->dev->name);
+    }
+    cuda_graph *cg = calloc(1, sizeof *cg);
+    if (!cg) {
+        cudaGraphExecDestroy(ex);
+        return dev_err_set(err, MEMRA_E_NOMEM, "dev_stream_capture_end on '%s': out of memory", bs->name);
+    }
+    cg->base.dev = bs->dev;
+    cg->exec = ex;
+    *out = &cg->base;
+    return 0;
+}
+
+static int cu_graph_launch(dev_graph *bg, dev_stream *bs)
+{
+    cuda_stream *s = (cuda_stream *)bs;
+    cudaError_t rc = cudaGraphLaunch(((cuda_graph *)bg)->exec, s->st);
+    return rc == cudaSuccess ? 0 : stream_fail(s, rc, "cudaGraphLaunch");
+}
+
+static void cu_graph_destroy(dev_graph *bg)
+{
+    cuda_graph *g = (cuda_graph *)bg;
+    cudaError_t rc = cudaGraphExecDestroy(g->exec);
+    if (rc != cudaSuccess)
+        fprintf(stderr, "memra: cudaGraphExecDestroy failed: %s\n", cudaGetErrorString(rc));
+    free(g);
+}
+
 /* ---- platform ---- */
 
 static void cu_platform_close(dev_platform *p) { free(p); }
@@ -399,6 +467,10 @@ static const dev_backend cuda_backend = {
     .copy_async = cu_copy_async,
     .launch_cpu = NULL, /* dev_launch_cpu_async returns MEMRA_E_INVAL on CUDA streams */
     .host_fn = cu_host_fn,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };
 
 dev_platform *dev_cuda_open(dev_err *err)

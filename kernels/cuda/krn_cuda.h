@@ -73,6 +73,13 @@ int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n
 /* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins (an all-NaN row gives 0). */
 int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err);
 
+/* Programmatic dependent launch (MEMRA_PDL, sm_90) for the kernels the CALLING THREAD enqueues from now on:
+ * on = 1 launches each with cudaLaunchKernelEx + cudaLaunchAttributeProgrammaticStreamSerialization, so a
+ * kernel's blocks may be scheduled while its predecessor on the stream finishes; every kernel of this
+ * table waits (griddepcontrol.wait) for its predecessor's completion before its first memory access, so
+ * results are the same bits either way. Thread-local; default 0. Returns the previous setting. */
+int krn_cuda_set_pdl(int on);
+
 /* ---- dev_stream adapters: krn_cuda_<op>(s, same arguments as krn_<op>_async), the form kernels/krn.c
  * dispatches to. Each calls its _async twin on dev_stream_native(s) with err = NULL (the status code is
  * all that comes back; call the _async form directly for the message). s must be a CUDA stream; its

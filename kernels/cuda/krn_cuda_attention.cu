@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                      const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale) {
+    krn_pdl_enter();
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float red[32];
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(float *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split) {
+    krn_pdl_enter();
     const int h = blockIdx.x, b = blockIdx.y;
     int p = pos[b];
     p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
@@ -167,8 +169,8 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
     const int n_split = (n_ctx + KRN_CUDA_ATT_CHUNK - 1) / KRN_CUDA_ATT_CHUNK;
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
-        att_chunk_kernel<<<grid, ATT_THREADS, 0, st>>>(out, NULL, q, k_cache, v_cache, seq, pos, n_head, n_head_kv,
-                                                       head_dim, n_ctx, 1, scale);
+        krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, NULL, q, k_cache, v_cache, seq, pos, n_head,
+            n_head_kv, head_dim, n_ctx, 1, scale);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -181,12 +183,12 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    att_chunk_kernel<<<grid, ATT_THREADS, 0, st>>>(NULL, ws, q, k_cache, v_cache, seq, pos, n_head, n_head_kv,
-                                                   head_dim, n_ctx, n_split, scale);
+    krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, NULL, ws, q, k_cache, v_cache, seq, pos, n_head,
+        n_head_kv, head_dim, n_ctx, n_split, scale);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
-        att_combine_kernel<<<dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st>>>(out, ws, pos, n_head,
-                                                                                         head_dim, n_ctx, n_split);
+        krn_launch(att_combine_kernel, dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st, out, ws, pos,
+            n_head, head_dim, n_ctx, n_split);
         rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
     }
     /* ordered by st: the free runs after both kernels */

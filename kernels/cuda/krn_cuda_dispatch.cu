@@ -2,9 +2,21 @@
  * dev_stream_native(s). kernels/krn.c calls these for streams of a CUDA device. The device layer never
  * changes a thread's current device, so each adapter makes the stream's device current for the launch and
  * restores the caller's afterwards (cudaGetDevice is a thread-local read; cudaSetDevice runs only when the
- * devices differ). A stream without a native handle (not a CUDA stream) is MEMRA_E_INVAL.
- * Shared mutable state: none (the current device is per host thread). */
+ * devices differ). A stream without a native handle (not a CUDA stream) is MEMRA_E_INVAL. Also the
+ * MEMRA_PDL switch. Shared mutable state: krn_pdl_on (thread-local: each thread reads and writes only its
+ * own); the current device is per host thread too. */
 #include "kernels/cuda/krn_cuda_util.cuh"
+
+/* MEMRA_PDL: per launching thread (each stage actor enqueues its own stream). */
+static thread_local int krn_pdl_on = 0;
+
+extern "C" int krn_cuda_set_pdl(int on) {
+    const int prev = krn_pdl_on;
+    krn_pdl_on = on ? 1 : 0;
+    return prev;
+}
+
+int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
 
 /* Make s's device current; *prev = the caller's. 0, MEMRA_E_INVAL (not a CUDA stream) or MEMRA_E_DEVICE. */
 static int adapt_begin(dev_stream *s, cudaStream_t *st, int *prev) {

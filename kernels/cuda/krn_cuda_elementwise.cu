@@ -34,6 +34,7 @@ static int ew_check(dev_err *err, int *rc, const char *op, int B, int n, const v
 /* ---- rmsnorm: one block per row ---- */
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *__restrict__ y, const float *__restrict__ x,
                                                                const float *__restrict__ w, int n, float eps) {
+    krn_pdl_enter();
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -53,13 +54,14 @@ extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *
         return rc;
     if (!(eps >= 0.0f))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: eps=%g (need >= 0)", (double)eps);
-    rmsnorm_kernel<<<(unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream>>>(y, x, w, n, eps);
+    krn_launch(rmsnorm_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
     return krn_cuda_launch_check(err, "krn_cuda_rmsnorm");
 }
 
 /* ---- rope: one thread per rotated pair ---- */
 __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ pos, int B, int n_heads,
                             int head_dim, int n_rot, float freq_base, float freq_scale, int neox) {
+    krn_pdl_enter();
     const int half = n_rot / 2;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * n_heads * half)
@@ -92,8 +94,8 @@ extern "C" int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *p
     if (!x || !pos)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope: NULL pointer argument");
     const size_t n = (size_t)B * n_heads * (n_rot / 2);
-    rope_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)cuda_stream>>>(x, pos, B, n_heads, head_dim, n_rot,
-                                                                            freq_base, freq_scale, neox ? 1 : 0);
+    krn_launch(rope_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)cuda_stream, x, pos, B, n_heads, head_dim,
+        n_rot, freq_base, freq_scale, neox ? 1 : 0);
     return krn_cuda_launch_check(err, "krn_cuda_rope");
 }
 
@@ -101,6 +103,7 @@ extern "C" int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *p
 __global__ void kv_store_kernel(float *__restrict__ kc, float *__restrict__ vc, const float *__restrict__ k,
                                 const float *__restrict__ v, const int32_t *__restrict__ seq,
                                 const int32_t *__restrict__ pos, int B, int kv_dim, int n_ctx) {
+    krn_pdl_enter();
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * kv_dim)
         return;
@@ -121,14 +124,15 @@ extern "C" int krn_cuda_kv_store_async(void *cuda_stream, float *k_cache, float 
         return rc;
     if (!v || !seq || !pos || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_kv_store: NULL v/seq/pos or n_ctx=%d <= 0", n_ctx);
-    kv_store_kernel<<<ew_blocks((size_t)B * kv_dim), EW_THREADS, 0, (cudaStream_t)cuda_stream>>>(
-        k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
+    krn_launch(kv_store_kernel, ew_blocks((size_t)B * kv_dim), EW_THREADS, 0, (cudaStream_t)cuda_stream, k_cache,
+        v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
     return krn_cuda_launch_check(err, "krn_cuda_kv_store");
 }
 
 /* ---- swiglu, add, add_bias ---- */
 __global__ void swiglu_kernel(float *__restrict__ y, const float *__restrict__ g, const float *__restrict__ u,
                               size_t n) {
+    krn_pdl_enter();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float a = g[i];
@@ -137,12 +141,14 @@ __global__ void swiglu_kernel(float *__restrict__ y, const float *__restrict__ g
 }
 
 __global__ void add_kernel(float *y, const float *a, size_t n) {
+    krn_pdl_enter();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] += a[i];
 }
 
 __global__ void add_bias_kernel(float *y, const float *bias, size_t total, int n) {
+    krn_pdl_enter();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total)
         y[i] += bias[i % n];
@@ -154,7 +160,7 @@ extern "C" int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *g
     if (!ew_check(err, &rc, "krn_cuda_swiglu", B, n, y, gate, up))
         return rc;
     const size_t t = (size_t)B * n;
-    swiglu_kernel<<<ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream>>>(y, gate, up, t);
+    krn_launch(swiglu_kernel, ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream, y, gate, up, t);
     return krn_cuda_launch_check(err, "krn_cuda_swiglu");
 }
 
@@ -163,7 +169,7 @@ extern "C" int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, i
     if (!ew_check(err, &rc, "krn_cuda_add", B, n, y, a, a))
         return rc;
     const size_t t = (size_t)B * n;
-    add_kernel<<<ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream>>>(y, a, t);
+    krn_launch(add_kernel, ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream, y, a, t);
     return krn_cuda_launch_check(err, "krn_cuda_add");
 }
 
@@ -172,7 +178,7 @@ extern "C" int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float 
     if (!ew_check(err, &rc, "krn_cuda_add_bias", B, n, y, bias, bias))
         return rc;
     const size_t t = (size_t)B * n;
-    add_bias_kernel<<<ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream>>>(y, bias, t, n);
+    krn_launch(add_bias_kernel, ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream, y, bias, t, n);
     return krn_cuda_launch_check(err, "krn_cuda_add_bias");
 }
 
@@ -186,6 +192,7 @@ static __device__ __forceinline__ void am_merge(float *v, int *i, float ov, int 
 
 __global__ void __launch_bounds__(ROW_THREADS) argmax_kernel(int32_t *__restrict__ out, const float *__restrict__ x,
                                                               int n) {
+    krn_pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -216,6 +223,6 @@ extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const floa
     int rc;
     if (!ew_check(err, &rc, "krn_cuda_argmax", B, n, out, x, x))
         return rc;
-    argmax_kernel<<<(unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream>>>(out, x, n);
+    krn_launch(argmax_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, out, x, n);
     return krn_cuda_launch_check(err, "krn_cuda_argmax");
 }

@@ -87,4 +87,40 @@ static __device__ __forceinline__ float krn_block_max(float v, float *red) {
     return t;
 }
 
+/* MEMRA_PDL, device side: the first statement of every kernel of the table. Waits until the kernel this one
+ * depends on (its predecessor on the stream, when launched with programmatic stream serialization) has
+ * completed and its writes are visible, then lets the next kernel's blocks be scheduled (they wait the
+ * same way). Without the launch attribute both are no-ops. */
+static __device__ __forceinline__ void krn_pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
+int krn_cuda_pdl_enabled(void);
+
+/* Launch k<<<grid, block, smem, st>>>(args), with the programmatic-stream-serialization attribute when
+ * the calling thread asked for PDL. Errors surface through cudaGetLastError (krn_cuda_launch_check). */
+template <typename... KArgs, typename... Args>
+static inline void krn_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                              Args... args) {
+    if (krn_cuda_pdl_enabled()) {
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        (void)cudaLaunchKernelEx(&cfg, k, (KArgs)args...);
+    } else {
+        k<<<grid, block, smem, st>>>((KArgs)args...);
+    }
+}
+
 #endif

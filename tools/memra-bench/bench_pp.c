@@ -21,6 +21,8 @@ typedef struct run_result {
     double tok_s, wall_s;
     int N;
     double busy[64];
+    double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
+    uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
 } run_result;
 
 static int32_t argmax_row(const float *x, int n)
@@ -105,7 +107,12 @@ static int run_one(dev_platform *plat, const char *model, int stages, int S, int
         act_pp_stage_stats ss;
         act_pp_get_stage_stats(rt, s, &ss);
         out->busy[s] = 100.0 * (double)ss.busy_ns / (wall * 1e9);
+        out->enq_us[s] = ss.enqueues ? (double)ss.enqueue_ns / 1e3 / (double)ss.enqueues : 0.0;
     }
+    act_pp_counters c;
+    act_pp_get_counters(rt, &c);
+    out->graph_replays = c.graph_replays;
+    out->graph_captures = c.graph_captures;
     for (int s = 0; s < S; s++)
         if (pd[s]) {
             act_pending_wait(pd[s], NULL, NULL, NULL);
@@ -153,6 +160,11 @@ int bench_pp_scaling(int argc, char **argv)
                 printf(" s%d %5.1f%%", s, rr[i]->busy[s]);
             printf("\n");
         }
+        printf("host enqueue us/step (PP-%d, the walk's layers):", rn.N);
+        for (int s = 0; s < rn.N; s++)
+            printf(" s%d %.1f", s, rn.enq_us[s]);
+        printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)rn.graph_captures,
+               (unsigned long long)rn.graph_replays);
         printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
     }
     dev_platform_close(plat);
