@@ -5,6 +5,7 @@
  * All state touched here is this actor thread's own (see pp_internal.h), except the marker callbacks, which
  * run on the stage's stream (device side) and touch only atomics. */
 #include "actors/pp_internal.h"
+#include "kernels/krn.h"
 
 #include <stdlib.h>
 #include <string.h>
