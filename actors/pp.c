@@ -1,5 +1,6 @@
 /* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
 #include "actors/pp_internal.h"
+#include "model/gguf_synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,9 +113,9 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     act_pp_params p = params ? *params : act_pp_default_params();
     dev_device **layer_dev = NULL;
     act_pp *rt = calloc(1, sizeof *rt);
-    if (!rt || !plat || !model_path) {
+    if (!rt || !plat || (!model_path && !p.synth)) {
         dev_err_set(err, rt ? MEMRA_E_INVAL : MEMRA_E_NOMEM, "act_pp_create: %s",
-                    rt ? "platform and model path are required" : "out of host memory");
+                    rt ? "a platform and a model path (or a synthetic shape) are required" : "out of host memory");
         free(rt);
         return NULL;
     }
@@ -138,7 +139,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     rt->primary = dev_platform_device(plat, 0);
 
     /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */
-    int n_layer = mdl_model_peek_n_layer(model_path, err);
+    int n_layer = p.synth ? p.synth->n_layer : mdl_model_peek_n_layer(model_path, err);
     if (n_layer < 0)
         goto fail;
     int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), rt->fence, err);
@@ -161,7 +162,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     }
     mdl_load_params lp = {.platform = plat, .layer_dev = layer_dev, .head_dev = layer_dev[n_layer - 1],
                           .progress = p.progress, .progress_ctx = p.progress_ctx};
-    if (!(rt->model = mdl_model_load(model_path, &lp, err)))
+    if (!(rt->model = p.synth ? mdl_model_synthesize(p.synth, &lp, err) : mdl_model_load(model_path, &lp, err)))
         goto fail;
     const mdl_hparams *hp = mdl_model_hparams(rt->model);
     rt->n_embd = hp->n_embd;

@@ -59,6 +59,8 @@ typedef struct act_pp_params {
     int n_ctx;            /* positions per sequence (default min(1024, model's context)) */
     int max_rows;         /* most rows of one step (default 64) */
     act_pp_seams seams;   /* per-step seam defaults (act_pp_seams_default()); each step's env read overrides */
+    const struct mdl_gguf_synth *synth; /* non-NULL: synthesize this shape on the stage devices instead of
+                                         * loading model_path (which may then be NULL); see mdl_model_synthesize */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
     void *progress_ctx;
 } act_pp_params;

@@ -12,6 +12,7 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 int krn_type_supported(int t)
 {
@@ -272,4 +273,13 @@ void krn_quant_row(int t, const float *src, void *dst, int64_t n)
     case KRN_Q6_K: quant_q6_K(src, o, nb); break;
     default: break;
     }
+}
+
+int krn_type_parse(const char *name)
+{
+    static const int all[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (!strcasecmp(name, krn_type_name(all[i])))
+            return all[i];
+    return -1;
 }

@@ -21,6 +21,7 @@ typedef enum krn_type {
 /* 1 when t is one of the types above (the GGUF loader rejects others with a clear error). */
 int krn_type_supported(int t);
 const char *krn_type_name(int t);      /* "q4_1"; "unknown" for unsupported values */
+int krn_type_parse(const char *name);  /* the type named (case-insensitive: "q4_k", "BF16"); -1 if none */
 int krn_type_block_elems(int t);       /* elements per block (1 for f32/f16/bf16); 0 if unsupported */
 size_t krn_type_block_bytes(int t);    /* bytes per block; 0 if unsupported */
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block size or t unsupported. */

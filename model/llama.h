@@ -54,10 +54,22 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
 /* The layer count of the GGUF at path (<arch>.block_count), to size a layer_dev array before loading.
  * Returns n_layer > 0, or a MEMRA_E_* code + err. Cost: opens and maps the file's header. */
 int mdl_model_peek_n_layer(const char *path, dev_err *err);
+struct mdl_gguf_synth;
+/* A model of the given shape and weight type synthesized straight into device memory: each layer's seeded
+ * weights are generated ON layer_dev[il] (kernels/fill.h: the same bytes on every backend), the head on
+ * head_dev, the embedding table on the host; no file, no tokenizer. For real-shaped GPU runs (a 70B bf16
+ * model fits no disk and no carry). Errors as mdl_model_load. Cost: one fill pass per device. */
+mdl_model *mdl_model_synthesize(const struct mdl_gguf_synth *shape, const mdl_load_params *p, dev_err *err);
+/* Fill *shape for a named shape: "llama3-8b", "llama3-70b", "mid" (16 x 2048), "tiny" (8 x 256), with weight
+ * and embedding type `type`. Returns 0 or MEMRA_E_INVAL for an unknown name. */
+int mdl_synth_named(const char *name, int type, struct mdl_gguf_synth *shape);
+
 /* Free the device weights and unmap the file. The caller guarantees no stream still uses them. */
 void mdl_model_free(mdl_model *m);
 
 const mdl_hparams *mdl_model_hparams(const mdl_model *m);
+/* Bytes of every layer matrix plus the lm_head: what one decode step of one row reads from device memory. */
+size_t mdl_model_weight_bytes(const mdl_model *m);
 dev_device *mdl_model_layer_device(const mdl_model *m, int il); /* NULL when il is out of range */
 dev_device *mdl_model_head_device(const mdl_model *m);
 /* Built from the GGUF's tokenizer.* keys; owned by the model. NULL when the file has no tokenizer.ggml.model

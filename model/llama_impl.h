@@ -36,6 +36,7 @@ struct mdl_model {
     float *output_norm;         /* (n_embd,) */
     krn_weight lm_head;         /* (n_vocab, n_embd): output.weight, or a copy of token_embd when tied */
     const void *embd;           /* host (mmap): token_embd (n_vocab, n_embd) of type embd_type */
+    void *embd_owned;           /* a synthetic model's host embedding table (malloc'd), else NULL */
     int embd_type;
     size_t embd_row_bytes;
 };

@@ -382,11 +382,26 @@ void mdl_model_free(mdl_model *m)
     if (m->head_block)
         dev_free(m->head_dev, m->head_block);
     mdl_tokenizer_destroy(m->tok);
-    mdl_gguf_close(m->gguf);
+    if (m->gguf)
+        mdl_gguf_close(m->gguf);
+    free(m->embd_owned);
     free(m);
 }
 
 const mdl_hparams *mdl_model_hparams(const mdl_model *m) { return &m->hp; }
+
+static size_t weight_bytes(const krn_weight *w) { return (size_t)w->n_out * krn_row_bytes(w->type, w->n_in); }
+
+size_t mdl_model_weight_bytes(const mdl_model *m)
+{
+    size_t n = weight_bytes(&m->lm_head);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const mdl_layer *L = &m->layers[il];
+        n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
+             weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down);
+    }
+    return n;
+}
 const char *mdl_model_arch_name(const mdl_model *m) { return m->arch_name; }
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m) { return m->tok; }
 dev_device *mdl_model_head_device(const mdl_model *m) { return m->head_dev; }

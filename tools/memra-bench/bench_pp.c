@@ -8,6 +8,8 @@
 
 #include "actors/pp.h"
 #include "bench.h"
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
 #include "model/llama.h"
 
 static double now_s(void)
@@ -18,7 +20,7 @@ static double now_s(void)
 }
 
 typedef struct run_result {
-    double tok_s, wall_s;
+    double tok_s, wall_s, weight_bytes;
     int N;
     double busy[64];
     double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
@@ -34,10 +36,16 @@ static int32_t argmax_row(const float *x, int n)
     return b;
 }
 
+/* Bytes of weights one token's decode step reads (every layer matrix and the head; the embedding row is
+ * noise), for the effective-bandwidth column. */
+static double model_weight_bytes(const mdl_model *m) { return (double)mdl_model_weight_bytes(m); }
+
 /* Decode T tokens for each of S sequences with all S in flight; greedy. */
-static int run_one(dev_platform *plat, const char *model, int stages, int S, int T, int prompt, run_result *out)
+static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
+                   int prompt, run_result *out)
 {
     act_pp_params p = act_pp_default_params();
+    p.synth = syn;
     p.config.stages = stages;
     p.apply_env = stages > 1; /* PP-1 is the door shut whatever the environment says */
     p.n_seq = S;
@@ -98,6 +106,7 @@ static int run_one(dev_platform *plat, const char *model, int stages, int S, int
         }
     }
     double wall = now_s() - t0;
+    out->weight_bytes = model_weight_bytes(act_pp_model(rt));
     if (rc != 0)
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
     out->N = act_pp_stages(rt);
@@ -125,17 +134,31 @@ static int run_one(dev_platform *plat, const char *model, int stages, int S, int
 
 int bench_pp_scaling(int argc, char **argv)
 {
-    const char *model = NULL;
-    int N = 2, S = 4, T = 32, prompt = 8;
+    const char *model = NULL, *synth = NULL, *type = "bf16";
+    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
-                                {"--prompt", &prompt, NULL, 1, 1 << 16}};
-    if (bench_parse("pp-scaling", argc, argv, flags, 5,
-                    "-m MODEL [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8]\n(placement and slots "
-                    "from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here)"))
+                                {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
+                                {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1}};
+    if (bench_parse("pp-scaling", argc, argv, flags, 8,
+                    "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
+                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1]\n(placement and "
+                    "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
+                    "model is generated on the stage devices)"))
         return 2;
+    mdl_gguf_synth shape, *syn = NULL;
+    if (synth) {
+        int t = krn_type_parse(type);
+        if (t < 0 || mdl_synth_named(synth, t, &shape) != 0) {
+            fprintf(stderr, "memra-bench pp-scaling: --synthetic %s --type %s: shapes are llama3-8b, llama3-70b, "
+                            "mid, tiny; types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k\n", synth, type);
+            return 2;
+        }
+        syn = &shape;
+        model = synth;
+    }
     if (!model) {
-        fprintf(stderr, "memra-bench pp-scaling: -m MODEL is required\n");
+        fprintf(stderr, "memra-bench pp-scaling: -m MODEL or --synthetic NAME is required\n");
         return 2;
     }
     setenv("MEMRA_PP_OVERLAP", getenv("MEMRA_PP_OVERLAP") ? getenv("MEMRA_PP_OVERLAP") : "1", 1);
@@ -146,16 +169,18 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     }
     run_result r1 = {0}, rn = {0};
-    int rc = run_one(plat, model, 1, S, T, prompt, &r1);
+    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, &r1);
     if (rc == 0)
-        rc = run_one(plat, model, N, S, T, prompt, &rn);
+        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, &rn);
     if (rc == 0) {
         printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
                dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");
-        printf("%-6s %10s %8s  %s\n", "run", "tokens/s", "wall s", "busy % per stage (bubble % = 100 - busy)");
+        printf("%-6s %10s %8s %9s  %s\n", "run", "tokens/s", "wall s", "GB/s eff", "busy % per stage (bubble % = 100 - busy)");
         const run_result *rr[2] = {&r1, &rn};
-        for (int i = 0; i < 2; i++) {
-            printf("PP-%-3d %10.2f %8.2f ", rr[i]->N, rr[i]->tok_s, rr[i]->wall_s);
+        for (int i = no_pp1; i < 2; i++) {
+            /* effective weight bandwidth: every step of one row reads all the weights once */
+            printf("PP-%-3d %10.2f %8.2f %9.1f ", rr[i]->N, rr[i]->tok_s, rr[i]->wall_s,
+                   rr[i]->weight_bytes * rr[i]->tok_s / 1e9);
             for (int s = 0; s < rr[i]->N; s++)
                 printf(" s%d %5.1f%%", s, rr[i]->busy[s]);
             printf("\n");
@@ -165,7 +190,9 @@ int bench_pp_scaling(int argc, char **argv)
             printf(" s%d %.1f", s, rn.enq_us[s]);
         printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)rn.graph_captures,
                (unsigned long long)rn.graph_replays);
-        printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
+        printf("weights %.2f GB per token step\n", rn.weight_bytes / 1e9);
+        if (!no_pp1)
+            printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
     }
     dev_platform_close(plat);
     return rc;

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "actors/pp_gate.h"
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
 #include "model/llama.h"
 
 static void usage(FILE *f)
@@ -13,7 +15,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: memra-gate <arm> -m MODEL [options]\n"
             "arms: eager, replay, batch, prime, prime-batch, spec, soak\n"
-            "  -m, --model PATH     GGUF model (required)\n"
+            "  -m, --model PATH     GGUF model (or --synthetic)\n"
+            "  --synthetic NAME     a model of a real shape generated on the stage devices: llama3-8b,\n"
+            "                       llama3-70b, mid, tiny; --type T picks its weights (default bf16)\n"
             "  --stages N           pipeline stages (MEMRA_PP_STAGES overrides)\n"
             "  --steps T            decode steps compared (default 8)\n"
             "  --seqs S             sequences for batch / prime-batch (default 3)\n"
@@ -55,7 +59,7 @@ int main(int argc, char **argv)
     }
     act_gate_params gp = act_gate_default_params((act_gate_arm)arm);
     act_pp_params pp = act_pp_default_params();
-    const char *model = NULL;
+    const char *model = NULL, *synth = NULL, *type = "bf16";
     int verbose = 0, seed = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -80,6 +84,10 @@ int main(int argc, char **argv)
             bad = int_arg(a, v, 0, 1000000, &gp.jitter_us), i++;
         else if (!strcmp(a, "--seed"))
             bad = int_arg(a, v, 0, 1 << 30, &seed), i++, gp.seed = (uint64_t)seed;
+        else if (!strcmp(a, "--synthetic"))
+            synth = v, i++, bad = !v;
+        else if (!strcmp(a, "--type"))
+            type = v, i++, bad = !v;
         else if (!strcmp(a, "--no-rendezvous"))
             gp.rendezvous_ms = 0;
         else if (!strcmp(a, "-v"))
@@ -92,8 +100,19 @@ int main(int argc, char **argv)
         if (bad)
             return 2;
     }
+    mdl_gguf_synth shape;
+    if (synth) {
+        int t = krn_type_parse(type);
+        if (t < 0 || mdl_synth_named(synth, t, &shape) != 0) {
+            fprintf(stderr, "memra-gate: --synthetic %s --type %s: shapes are llama3-8b, llama3-70b, mid, tiny; "
+                            "types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k\n", synth, type);
+            return 2;
+        }
+        pp.synth = &shape;
+        model = synth;
+    }
     if (!model) {
-        fprintf(stderr, "memra-gate: -m MODEL is required\n");
+        fprintf(stderr, "memra-gate: -m MODEL (or --synthetic NAME) is required\n");
         return 2;
     }
     int rows = gp.arm == ACT_GATE_PRIME_BATCH ? gp.seqs * gp.chunk : gp.arm == ACT_GATE_PRIME ? gp.chunk : 0;
@@ -113,7 +132,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "memra-gate: %s\n", err.msg);
         return 2;
     }
-    act_pp *rt = act_pp_create(plat, model, &pp, &err);
+    act_pp *rt = act_pp_create(plat, synth ? NULL : model, &pp, &err);
     if (!rt) {
         fprintf(stderr, "memra-gate: %s\n", err.msg);
         dev_platform_close(plat);

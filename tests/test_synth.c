@@ -1,0 +1,116 @@
+/* Synthetic weights and models (kernels/fill.h, mdl_model_synthesize) on the CPU backend. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "actors/pp_gate.h"
+#include "kernels/fill.h"
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
+#include "model/llama.h"
+
+static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+
+static void test_fill_is_deterministic_and_any_split_gives_the_same_bytes(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        krn_fill_plan p;
+        assert_int_equal(krn_fill_plan_make(&p, types[i], 7, 512, 42, 0.05f, 0.0f), 0);
+        size_t bytes = 7 * p.row_bytes;
+        unsigned char *a = malloc(bytes), *b = malloc(bytes);
+        int64_t n = krn_fill_units(&p);
+        krn_fill_host_range(&p, a, 0, n);
+        krn_fill_host_range(&p, b, n / 3, n); /* two pieces, other order */
+        krn_fill_host_range(&p, b, 0, n / 3);
+        assert_memory_equal(a, b, bytes);
+        p.seed = 43;
+        krn_fill_host_range(&p, b, 0, n);
+        assert_true(memcmp(a, b, bytes) != 0);
+        /* every value finite and of the asked size */
+        float *row = malloc(512 * sizeof(float));
+        double sum2 = 0;
+        for (int r = 0; r < 7; r++) {
+            krn_dequant_row(types[i], a + (size_t)r * p.row_bytes, row, 512);
+            for (int k = 0; k < 512; k++) {
+                assert_true(isfinite(row[k]));
+                sum2 += (double)row[k] * row[k];
+            }
+        }
+        double rms = sqrt(sum2 / (7 * 512));
+        if (!(rms > 0.005 && rms < 0.5))
+            fail_msg("%s: rms %g is not of the order of 0.05", krn_type_name(types[i]), rms);
+        free(a), free(b), free(row);
+    }
+}
+
+static void test_fill_on_a_cpu_stream_writes_the_host_bytes(void **state)
+{
+    (void)state;
+    dev_err e = {0};
+    dev_platform *plat = dev_platform_open(DEV_KIND_CPU, 2, &e);
+    assert_non_null(plat);
+    dev_device *d = dev_platform_device(plat, 1);
+    dev_stream *s = dev_stream_create(d, "fill", &e);
+    krn_fill_plan p;
+    assert_int_equal(krn_fill_plan_make(&p, KRN_Q4_K, 3, 256, 7, 0.1f, 0.0f), 0);
+    void *dev = dev_malloc(d, 3 * p.row_bytes, &e), *host = malloc(3 * p.row_bytes), *back = malloc(3 * p.row_bytes);
+    assert_int_equal(krn_fill_async(s, dev, &p), 0);
+    assert_int_equal(dev_copy_d2h_async(s, back, dev, 3 * p.row_bytes), 0);
+    assert_int_equal(dev_stream_sync(s, &e), 0);
+    krn_fill_host_range(&p, host, 0, krn_fill_units(&p));
+    assert_memory_equal(back, host, 3 * p.row_bytes);
+    assert_int_equal(krn_fill_plan_make(&p, KRN_Q4_K, 3, 100, 7, 0.1f, 0.0f), MEMRA_E_INVAL); /* 100 % 256 */
+    free(host), free(back);
+    dev_free(d, dev);
+    dev_stream_destroy(s);
+    dev_platform_close(plat);
+}
+
+static void test_a_synthetic_model_runs_and_splits_bit_identically(void **state)
+{
+    (void)state;
+    dev_err e = {0};
+    dev_platform *plat = dev_platform_open(DEV_KIND_CPU, 4, &e);
+    mdl_gguf_synth shape;
+    assert_int_equal(mdl_synth_named("tiny", KRN_Q8_0, &shape), 0);
+    assert_int_equal(mdl_synth_named("gpt-9", KRN_Q8_0, &shape), MEMRA_E_INVAL);
+    assert_int_equal(mdl_synth_named("tiny", KRN_Q8_0, &shape), 0);
+    act_pp_params pp = act_pp_default_params();
+    pp.apply_env = 0;
+    pp.config.stages = 3;
+    pp.config.n_devices = 3;
+    pp.config.devices[1] = 1, pp.config.devices[2] = 2;
+    pp.synth = &shape;
+    act_pp *rt = act_pp_create(plat, NULL, &pp, &e);
+    if (!rt)
+        fail_msg("runtime: %s", e.msg);
+    assert_int_equal(mdl_model_hparams(act_pp_model(rt))->n_layer, 8);
+    assert_null(mdl_model_tokenizer(act_pp_model(rt)));
+    assert_true(mdl_model_weight_bytes(act_pp_model(rt)) > 0);
+    for (int arm = ACT_GATE_EAGER; arm <= ACT_GATE_REPLAY; arm++) {
+        act_gate_params gp = act_gate_default_params((act_gate_arm)arm);
+        gp.steps = 4;
+        act_gate_report rep;
+        assert_int_equal(act_gate_run(rt, &gp, &rep, &e), 0);
+        if (!rep.pass)
+            fail_msg("%s: %s", act_gate_arm_name((act_gate_arm)arm), rep.msg);
+        assert_true(rep.max_abs_diff == 0.0f);
+    }
+    act_pp_destroy(rt);
+    dev_platform_close(plat);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fill_is_deterministic_and_any_split_gives_the_same_bytes),
+        cmocka_unit_test(test_fill_on_a_cpu_stream_writes_the_host_bytes),
+        cmocka_unit_test(test_a_synthetic_model_runs_and_splits_bit_identically),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
