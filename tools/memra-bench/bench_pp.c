@@ -8,7 +8,6 @@
 
 #include "actors/pp.h"
 #include "bench.h"
-#include "kernels/quant.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 
@@ -148,10 +147,9 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
-        int t = krn_type_parse(type);
-        if (t < 0 || mdl_synth_named(synth, t, &shape) != 0) {
-            fprintf(stderr, "memra-bench pp-scaling: --synthetic %s --type %s: shapes are llama3-8b, llama3-70b, "
-                            "mid, tiny; types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k\n", synth, type);
+        dev_err se = {0};
+        if (mdl_synth_parse(synth, type, &shape, &se) != 0) {
+            fprintf(stderr, "memra-bench pp-scaling: %s\n", se.msg);
             return 2;
         }
         syn = &shape;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "actors/pp_gate.h"
-#include "kernels/quant.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 
@@ -102,10 +101,9 @@ int main(int argc, char **argv)
     }
     mdl_gguf_synth shape;
     if (synth) {
-        int t = krn_type_parse(type);
-        if (t < 0 || mdl_synth_named(synth, t, &shape) != 0) {
-            fprintf(stderr, "memra-gate: --synthetic %s --type %s: shapes are llama3-8b, llama3-70b, mid, tiny; "
-                            "types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k\n", synth, type);
+        dev_err se = {0};
+        if (mdl_synth_parse(synth, type, &shape, &se) != 0) {
+            fprintf(stderr, "memra-gate: %s\n", se.msg);
             return 2;
         }
         pp.synth = &shape;
