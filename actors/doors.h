@@ -37,6 +37,7 @@ typedef struct act_pp_seams {
     int prime_pipe;          /* MEMRA_PRIME_PIPE: chunk c+1 in stage 0 while chunk c in stage 1 (1) */
     int pdl;                 /* MEMRA_PDL: programmatic dependent launch on sm_90 (1) */
     int graph;               /* MEMRA_PP_GRAPH: one CUDA graph per stage step (0) */
+    int markers;             /* MEMRA_PP_MARKERS: device-side walk markers (liveness counters, busy %) (1) */
     int same_device_pipe;    /* MEMRA_PP_SAME_DEVICE_PIPE: allow steps in flight with 2+ stage streams on one
                               * CUDA device (0; the seed's refusal stays until the x100 soak passes) */
 } act_pp_seams;

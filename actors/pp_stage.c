@@ -186,7 +186,10 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     pp_mark *mk = &rec->mark[st->s];
     mk->stage = st;
     mk->rec = rec;
-    if ((r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
+    /* the markers are host functions on the stream: on CUDA each holds the stream until the driver's callback
+     * thread has run it; MEMRA_PP_MARKERS=0 drops them (measurement only: counters and busy % then stop) */
+    const int marks = rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0;
+    if (marks && (r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     uint64_t t_enq = now_ns();
     const int pdl_prev = krn_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
@@ -200,7 +203,7 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     krn_set_pdl(pdl_prev);
     if (r != 0)
         return r;
-    if ((r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
+    if (marks && (r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
         return dev_event_record_async(rec->pending->ev_done, st->stream);

@@ -12,7 +12,7 @@ static const char *all_doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_P
                                   "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                                   "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
                                   "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_PDL", "MEMRA_PP_GRAPH",
-                                  "MEMRA_PP_SAME_DEVICE_PIPE"};
+                                  "MEMRA_PP_SAME_DEVICE_PIPE", "MEMRA_PP_MARKERS"};
 
 static int clear_env(void **state)
 {
