@@ -16,6 +16,7 @@ act_pp_params act_pp_default_params(void)
     p.n_ctx = 0; /* min(1024, model context) */
     p.max_rows = 64;
     p.seams = act_pp_seams_default();
+    p.stamps = -1;
     return p;
 }
 
@@ -136,6 +137,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
     rt->seam_defaults = params ? p.seams : act_pp_seams_default();
+    rt->stamp_mode = p.stamps >= 0 ? p.stamps : dev_platform_kind(plat) == DEV_KIND_CUDA;
     rt->primary = dev_platform_device(plat, 0);
 
     /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */

@@ -59,6 +59,9 @@ typedef struct act_pp_params {
     int n_ctx;            /* positions per sequence (default min(1024, model's context)) */
     int max_rows;         /* most rows of one step (default 64) */
     act_pp_seams seams;   /* per-step seam defaults (act_pp_seams_default()); each step's env read overrides */
+    int stamps;           /* walk liveness from device timestamps read at readback (1) or host-function markers
+                           * on the stage streams (0); -1 (default) = timestamps on CUDA (a host callback holds a
+                           * CUDA stream), markers on the CPU backend. The rendezvous hook always uses markers. */
     const struct mdl_gguf_synth *synth; /* non-NULL: synthesize this shape on the stage devices instead of
                                          * loading model_path (which may then be NULL); see mdl_model_synthesize */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */

@@ -43,6 +43,7 @@ struct pp_rec {
     act_logits_mode logits;
     int B;
     int out_rows;            /* rows of logits: B, 1 or 0 */
+    int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */
     act_pp_seams seams;      /* snapshot read by the submitter for this step */
     int32_t *tokens, *seq, *pos; /* (B,) each, owned */
     act_pending *pending;    /* the step's pending (one reference held by the pipeline) */
@@ -62,6 +63,7 @@ struct act_pending {
     dev_err err;             /* detail when status != 0 [lock] */
     dev_event *ev_done;      /* recorded on the last stage's stream after the head */
     float *host;             /* pinned, cap_rows * n_vocab floats */
+    uint64_t *stamps;        /* pinned, 2 per stage: walk begin/end device timestamps (stamped steps) */
     int cap_rows, rows;
     act_pending *next_free;  /* pool link [rt->pool_lock] */
 };
@@ -135,6 +137,12 @@ struct act_pp {
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;
     _Atomic int inject_fail_stage; /* test hook: -1 = none */
+    int stamp_mode;          /* 1 on CUDA: walk markers are GPU timestamps read at readback (no host callback) */
+    struct pp_interval {     /* readback actor only: recent stamped walks per stage, for the overlap count */
+        uint64_t b, e;
+        int prime;
+    } recent[ACT_PP_MAX_STAGES][8];
+    int n_recent[ACT_PP_MAX_STAGES];
     _Atomic int jitter_us;
     uint64_t jitter_seed;
 };
@@ -152,6 +160,11 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);
 int pp_stage_handle(act_actor *a, act_msg *m, void *ctx);
 void pp_walk_begin(void *arg);
 void pp_walk_end(void *arg);
+/* The split counters of one completed per-stage walk of a step of `kind` (N >= 2). */
+void pp_count_split(act_pp *rt, act_step_kind kind);
+/* Liveness from a stamped step's device timestamps: busy time, walks, overlaps, split counters. Readback
+ * actor only, after the step's completion event. */
+void pp_account_stamps(act_pp *rt, const pp_rec *rec);
 
 /* pp_readback.c */
 int pp_readback_handle(act_actor *a, act_msg *m, void *ctx);

@@ -76,7 +76,10 @@ act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
         p->cap_rows = rows > 0 ? rows : 1;
         p->host = dev_host_alloc(rt->plat, (size_t)p->cap_rows * (size_t)rt->n_vocab * sizeof(float), err);
         p->ev_done = dev_event_create(rt->stage[rt->N - 1].dev, err);
-        if (!p->host || !p->ev_done) {
+        p->stamps = dev_host_alloc(rt->plat, 2 * (size_t)rt->N * sizeof(uint64_t), err);
+        if (!p->host || !p->ev_done || !p->stamps) {
+            if (p->stamps)
+                dev_host_free(rt->plat, p->stamps);
             if (p->host)
                 dev_host_free(rt->plat, p->host);
             if (p->ev_done)
@@ -108,6 +111,7 @@ void pp_pending_pool_free(act_pp *rt)
     while (p) {
         act_pending *n = p->next_free;
         dev_host_free(rt->plat, p->host);
+        dev_host_free(rt->plat, p->stamps);
         dev_event_destroy(p->ev_done);
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->cv);
@@ -220,6 +224,9 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         r = dev_stream_sync(rt->rb_stream, &e);
     if (r == 0)
         r = dev_event_sync(p->ev_done, &e); /* the last stage's stream error, if any */
+    /* ordered by ev_done: every stage's stamps of this step were written before it (the ev_tx chain) */
+    if (r == 0 && rec->stamped)
+        pp_account_stamps(rt, rec);
     finish_step(rt, rec, r, &e);
     return 0;
 }

@@ -64,19 +64,53 @@ void pp_walk_end(void *arg)
     atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
     atomic_fetch_add(&st->walks, 1);
     atomic_fetch_and(&rt->active_mask, ~bit);
-    if (st->s == rt->N - 1 && rt->N >= 2) {
-        atomic_fetch_add(&rt->ctr.split_steps, 1);
-        switch (mk->rec->kind) {
-        case ACT_STEP_BATCH: atomic_fetch_add(&rt->ctr.batch_split_steps, 1); break;
-        case ACT_STEP_PRIME: atomic_fetch_add(&rt->ctr.prime_split_chunks, 1); break;
-        case ACT_STEP_PRIME_BATCH:
-            atomic_fetch_add(&rt->ctr.prime_split_chunks, 1);
-            atomic_fetch_add(&rt->ctr.prime_batch_splits, 1);
-            break;
-        case ACT_STEP_SPEC: atomic_fetch_add(&rt->ctr.spec_split_steps, 1); break;
-        default: break;
-        }
+    if (st->s == rt->N - 1 && rt->N >= 2)
+        pp_count_split(rt, mk->rec->kind);
+}
+
+void pp_count_split(act_pp *rt, act_step_kind kind)
+{
+    atomic_fetch_add(&rt->ctr.split_steps, 1);
+    switch (kind) {
+    case ACT_STEP_BATCH: atomic_fetch_add(&rt->ctr.batch_split_steps, 1); break;
+    case ACT_STEP_PRIME: atomic_fetch_add(&rt->ctr.prime_split_chunks, 1); break;
+    case ACT_STEP_PRIME_BATCH:
+        atomic_fetch_add(&rt->ctr.prime_split_chunks, 1);
+        atomic_fetch_add(&rt->ctr.prime_batch_splits, 1);
+        break;
+    case ACT_STEP_SPEC: atomic_fetch_add(&rt->ctr.spec_split_steps, 1); break;
+    default: break;
     }
+}
+
+void pp_account_stamps(act_pp *rt, const pp_rec *rec)
+{
+    const uint64_t *t = rec->pending->stamps;
+    int prime = rec->kind == ACT_STEP_PRIME || rec->kind == ACT_STEP_PRIME_BATCH;
+    for (int s = 0; s < rt->N; s++) {
+        uint64_t b = t[2 * s], e = t[2 * s + 1] > b ? t[2 * s + 1] : b;
+        /* "a stage began a walk while another was mid-walk", in either order against the recent walks */
+        for (int o = 0; o < rt->N; o++)
+            for (int i = 0; o != s && i < rt->n_recent[o]; i++) {
+                const struct pp_interval *j = &rt->recent[o][i];
+                int hit = (b > j->b && b < j->e) ? prime : (j->b > b && j->b < e) ? j->prime : -1;
+                if (hit >= 0) {
+                    atomic_fetch_add(&rt->ctr.pipe_overlaps, 1);
+                    if (hit)
+                        atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
+                }
+            }
+        pp_stage *st = &rt->stage[s];
+        atomic_fetch_add(&st->busy_ns, e - b);
+        atomic_fetch_add(&st->walks, 1);
+        atomic_fetch_add(&st->begins, 1);
+    }
+    for (int s = 0; s < rt->N; s++) { /* remember this step's walks (a ring of the last 8 per stage) */
+        int k = rt->n_recent[s] < 8 ? rt->n_recent[s]++ : (int)(rec->id % 8);
+        rt->recent[s][k] = (struct pp_interval){t[2 * s], t[2 * s + 1], prime};
+    }
+    if (rt->N >= 2)
+        pp_count_split(rt, rec->kind);
 }
 
 /* Stage 0: gather the step's embedding rows on the host into a pinned staging buffer and upload
@@ -188,9 +222,12 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     mk->rec = rec;
     /* the markers are host functions on the stream: on CUDA each holds the stream until the driver's callback
      * thread has run it; MEMRA_PP_MARKERS=0 drops them (measurement only: counters and busy % then stop) */
-    const int marks = rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0;
+    const int marks = !rec->stamped && (rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0);
     if (marks && (r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
+    /* stamped (CUDA): the GPU writes its clock into the step's pinned record, no host callback on the stream */
+    if (rec->stamped && (r = dev_stamp_async(st->stream, &rec->pending->stamps[2 * st->s])) != 0)
+        return dev_err_set(err, r, "stage %d: walk stamp", st->s);
     uint64_t t_enq = now_ns();
     const int pdl_prev = krn_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
     r = stage_layers(st, rec, x, pos, seq, err);
@@ -205,6 +242,8 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
         return r;
     if (marks && (r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
+    if (rec->stamped && (r = dev_stamp_async(st->stream, &rec->pending->stamps[2 * st->s + 1])) != 0)
+        return dev_err_set(err, r, "stage %d: walk stamp", st->s);
     if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
         return dev_event_record_async(rec->pending->ev_done, st->stream);
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)

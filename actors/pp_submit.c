@@ -239,6 +239,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (rt->N > 1 && !rt->cfg.streams)
         return submit_sync(rt, rec, rt->N, out, err);
 
+    rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
     if (!(rec->pending = pp_pending_get(rt, rec->out_rows, err))) {
         pp_rec_free(rec);
         return err->code;

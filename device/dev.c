@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BE(x) ((x)->plat->be)
 
@@ -231,6 +232,23 @@ int dev_host_fn_async(dev_stream *s, void (*fn)(void *arg), void *arg)
     if (!fn)
         return MEMRA_E_INVAL;
     return BE(s->dev)->host_fn(s, fn, arg);
+}
+
+static void stamp_now(void *arg)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *(uint64_t *)arg = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int dev_stamp_async(dev_stream *s, uint64_t *host_dst)
+{
+    if (!s || !host_dst)
+        return MEMRA_E_INVAL;
+    if (BE(s->dev)->stamp)
+        return BE(s->dev)->stamp(s, host_dst);
+    /* ordered by the stream: the worker runs this when it reaches the point */
+    return BE(s->dev)->host_fn(s, stamp_now, host_dst);
 }
 
 /* ---- graphs ---- */

@@ -162,6 +162,13 @@ int dev_graph_launch_async(dev_graph *g, dev_stream *s);
  * no-op. */
 void dev_graph_destroy(dev_graph *g);
 
+/* Write the device's nanosecond clock into *host_dst (page-locked host memory from dev_host_alloc) when s
+ * reaches this point, without holding the stream (CUDA: a one-thread kernel reading %globaltimer; CPU: the
+ * stream's worker reads CLOCK_MONOTONIC). Stamps of one platform share a clock domain (CUDA: the driver keeps
+ * the GPUs' global timers together to within microseconds). The value is readable on the host once an event
+ * recorded after it completes. Cost: one kernel launch on CUDA, no host round trip. */
+int dev_stamp_async(dev_stream *s, uint64_t *host_dst);
+
 /* ---- counters, checker and test hooks ---- */
 
 typedef struct dev_counters {

@@ -36,6 +36,7 @@ typedef struct dev_backend {
     int (*launch_cpu)(dev_stream *s, const char *name, dev_cpu_fn fn, const void *args, size_t args_bytes,
                       const dev_access *acc, int n_acc);
     int (*host_fn)(dev_stream *s, void (*fn)(void *), void *arg);
+    int (*stamp)(dev_stream *s, uint64_t *host_dst); /* may be NULL: a host function stands in */
     void (*race_enable)(dev_platform *p, int on);
     uint64_t (*race_count)(const dev_platform *p);
     uint64_t (*race_first)(const dev_platform *p, char *buf, size_t len);

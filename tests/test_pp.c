@@ -350,6 +350,39 @@ static void test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving(vo
     act_pp_destroy(rt);
 }
 
+static void test_timestamp_liveness_counts_every_walk_without_host_markers(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "3", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
+    dev_err e = {0};
+    act_pp_params pp = act_pp_default_params();
+    pp.stamps = 1; /* the CUDA default, forced on the CPU backend */
+    act_pp *rt = act_pp_create(plat, model_path, &pp, &e);
+    assert_non_null(rt);
+    act_gate_params gp = act_gate_default_params(ACT_GATE_EAGER);
+    gp.steps = 5;
+    act_gate_report rep;
+    assert_int_equal(act_gate_run(rt, &gp, &rep, &e), 0);
+    if (!rep.pass)
+        fail_msg("eager gate with stamps: %s", rep.msg);
+    assert_int_equal(rep.counter_after - rep.counter_before, 5);
+    for (int s = 0; s < 3; s++) {
+        act_pp_stage_stats ss;
+        act_pp_get_stage_stats(rt, s, &ss);
+        assert_int_equal(ss.walks, 5);
+        assert_true(ss.busy_ns > 0);
+    }
+    setenv("MEMRA_PP_MARKERS", "0", 1); /* measurement mode: nothing counted, still bit-identical */
+    assert_int_equal(act_gate_run(rt, &gp, &rep, &e), 0);
+    assert_false(rep.pass);
+    assert_int_equal(rep.mismatches, 0);
+    assert_non_null(strstr(rep.msg, "did not advance"));
+    unsetenv("MEMRA_PP_MARKERS");
+    act_pp_destroy(rt);
+}
+
 static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
 {
     (void)state;
@@ -385,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_soak_twenty_runs_with_random_delays_are_bit_identical),
         cmocka_unit_test(test_pending_logits_dropped_without_wait_are_safe),
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
+        cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
         cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -379,6 +379,22 @@ static int cu_host_fn(dev_stream *bs, void (*fn)(void *), void *arg)
     return rc == cudaSuccess ? 0 : stream_fail(s, rc, "cudaLaunchHostFunc");
 }
 
+int dev_cuda_stamp_launch(void *cuda_stream, uint64_t *host_dst); /* device/cuda/stamp.cu */
+
+static int cu_stamp(dev_stream *bs, uint64_t *host_dst)
+{
+    cuda_stream *s = (cuda_stream *)bs;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess)
+        return stream_fail(s, cudaGetLastError(), "cudaGetDevice");
+    if (prev != bs->dev->ordinal && cudaSetDevice(bs->dev->ordinal) != cudaSuccess)
+        return stream_fail(s, cudaGetLastError(), "cudaSetDevice");
+    int r = dev_cuda_stamp_launch(s->st, host_dst);
+    if (prev != bs->dev->ordinal)
+        cudaSetDevice(prev);
+    return r ? stream_fail(s, cudaGetLastError(), "stamp kernel launch") : 0;
+}
+
 /* ---- graphs ---- */
 
 static int cu_capture_begin(dev_stream *bs, dev_err *err)
@@ -467,6 +483,7 @@ static const dev_backend cuda_backend = {
     .copy_async = cu_copy_async,
     .launch_cpu = NULL, /* dev_launch_cpu_async returns MEMRA_E_INVAL on CUDA streams */
     .host_fn = cu_host_fn,
+    .stamp = cu_stamp,
     .capture_begin = cu_capture_begin,
     .capture_end = cu_capture_end,
     .graph_launch = cu_graph_launch,
