@@ -143,6 +143,11 @@ void act_pp_reset_stats(act_pp *rt);
  * be mid-walk, so the overlap counter does not depend on timing. */
 void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms);
 
+/* Test hook: while on, stage 0 holds its next walk (bounded by the rendezvous timeout, 1 s when that is
+ * off) — a gate posts every step of a pipelined arm before any walk starts, so a slow submitting thread
+ * cannot serialize the pipeline it is testing. */
+void act_pp_hold_start(act_pp *rt, int on);
+
 /* Test hook for soaks: random delays of up to max_us injected before every stage actor message and every
  * CPU stream op (seeded). 0 turns it off. Set while no step is in flight. */
 void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed);

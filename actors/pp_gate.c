@@ -11,7 +11,7 @@
 act_gate_params act_gate_default_params(act_gate_arm arm)
 {
     act_gate_params p = {.arm = arm, .steps = 8, .seqs = 3, .prompt = 24, .chunk = 8, .draft = 4, .runs = 20,
-                         .jitter_us = 200, .rendezvous_ms = 50, .seed = 0x5eed, .log = NULL};
+                         .jitter_us = 200, .rendezvous_ms = 1000, .seed = 0x5eed, .log = NULL};
     return p;
 }
 
@@ -167,12 +167,14 @@ static int replay_once(gate *g, const int32_t *tokens, const float *ref, int *ba
     }
     uint64_t r0 = remote_bytes(g->rt);
     int submitted = 0;
+    act_pp_hold_start(g->rt, g->p->rendezvous_ms > 0); /* every step is posted before the first walk */
     for (int t = 0; t < T && r == 0; t++) {
         pos[t] = t;
         act_pp_step st = one_row(ACT_STEP_EAGER, &tokens[t], &seq, &pos[t]);
         if ((r = act_pp_submit(g->rt, &st, &pd[t], err)) == 0)
             submitted++;
     }
+    act_pp_hold_start(g->rt, 0);
     int before = g->rep->mismatches;
     for (int t = 0; t < submitted; t++) {
         const float *l;
@@ -262,6 +264,8 @@ static int arm_prime(gate *g, int S, dev_err *err)
     act_pp_set_rendezvous(g->rt, g->p->rendezvous_ms > 0, g->p->rendezvous_ms);
     uint64_t r0 = remote_bytes(g->rt);
     for (int arm = 0; arm < 2 && r == 0; arm++) { /* arm 0: split, arm 1: unsplit reference */
+        if (arm == 0 && seams.prime_pipe) /* every chunk is posted before the first walk */
+            act_pp_hold_start(g->rt, g->p->rendezvous_ms > 0);
         for (int c = 0; c < n_chunks && r == 0; c++) {
             int c0 = c * C, n = P - c0 < C ? P - c0 : C, B = 0;
             for (int s = 0; s < S; s++)
@@ -274,9 +278,12 @@ static int arm_prime(gate *g, int S, dev_err *err)
                 r = act_pp_run_unsplit(g->rt, &st, g->ref, err);
                 continue;
             }
-            if ((r = act_pp_submit(g->rt, &st, &pd[c], err)) != 0)
+            if ((r = act_pp_submit(g->rt, &st, &pd[c], err)) != 0) {
+                act_pp_hold_start(g->rt, 0);
                 break;
+            }
             if (!seams.prime_pipe || last) { /* serial chunk walk, or the end of the pipelined prime */
+                act_pp_hold_start(g->rt, 0);
                 for (int w = 0; w <= c && r == 0; w++) {
                     if (!pd[w])
                         continue;

@@ -29,7 +29,8 @@ typedef struct act_gate_params {
     int draft;        /* spec draft tokens (default 4) */
     int runs;         /* soak runs (default 20) */
     int jitter_us;    /* soak: max random delay per actor message / stream op (default 200) */
-    int rendezvous_ms;/* pipelined arms: force the overlap via the rendezvous hook (default 50; 0 = off) */
+    int rendezvous_ms;/* pipelined arms: force the overlap via the rendezvous hook (default 1000: only a safety
+                       * bound, every hold ends as soon as the neighbour begins its walk; 0 = off) */
     uint64_t seed;    /* token ids are drawn from it */
     FILE *log;        /* what was compared, step by step (NULL = quiet) */
 } act_gate_params;

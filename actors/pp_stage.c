@@ -26,6 +26,13 @@ void pp_walk_begin(void *arg)
     pp_stage *st = mk->stage;
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
+    if (st->s == 0 && atomic_load(&rt->hold_start)) { /* test hook: the gate is still posting its steps */
+        int ms = atomic_load(&rt->rendezvous_ms);
+        uint64_t deadline = now_ns() + (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
+        struct timespec nap = {0, 20000};
+        while (atomic_load(&rt->hold_start) && now_ns() < deadline)
+            nanosleep(&nap, NULL);
+    }
     uint64_t before = atomic_fetch_or(&rt->active_mask, bit);
     if (before & ~bit) { /* another stage's stream is mid-walk right now */
         atomic_fetch_add(&rt->ctr.pipe_overlaps, 1);
