@@ -156,21 +156,44 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
     if (r == 1)
         c.streams = (int)v;
 
-    if (c.stages >= 2 && c.n_cuts && c.n_cuts != c.stages - 1)
-        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d cuts for %d stages (need %d)", c.n_cuts,
-                           c.stages, c.stages - 1);
-    if (c.stages >= 2 && c.n_devices && c.n_devices != c.stages)
-        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d devices for %d stages", c.n_devices, c.stages);
-    if (c.slots < 1 || c.slots > ACT_PP_MAX_SLOTS)
-        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: slots=%d, allowed 1..%d", c.slots, ACT_PP_MAX_SLOTS);
-    if (c.stages >= 2 && !c.streams) {
-        for (int s = 1; s < c.n_devices; s++)
-            if (c.devices[s] != c.devices[0])
+    int r2 = act_pp_config_check(&c, err);
+    if (r2 != 0)
+        return r2;
+    *cfg_io = c;
+    return 0;
+}
+
+int act_pp_config_check(const act_pp_config *c, dev_err *err)
+{
+    if (c->stages < 0 || c->stages > ACT_PP_MAX_STAGES)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: stages=%d, allowed 0..%d", c->stages,
+                           ACT_PP_MAX_STAGES);
+    if (c->slots < 1 || c->slots > ACT_PP_MAX_SLOTS)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: slots=%d, allowed 1..%d", c->slots, ACT_PP_MAX_SLOTS);
+    if ((c->shard != 0 && c->shard != 1) || (c->streams != 0 && c->streams != 1))
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: shard=%d streams=%d, each allowed 0 or 1", c->shard,
+                           c->streams);
+    if (c->stages < 2)
+        return 0;
+    if (c->n_cuts && c->n_cuts != c->stages - 1)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d cuts for %d stages (need %d)", c->n_cuts,
+                           c->stages, c->stages - 1);
+    for (int i = 1; i < c->n_cuts; i++)
+        if (c->cuts[i] <= c->cuts[i - 1])
+            return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: cuts must be strictly increasing (%d after %d)",
+                               c->cuts[i], c->cuts[i - 1]);
+    if (c->n_devices && c->n_devices != c->stages)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d devices for %d stages", c->n_devices, c->stages);
+    for (int s = 0; s < c->n_devices; s++)
+        if (c->devices[s] < 0)
+            return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: stage %d on device %d (ordinals are >= 0)", s,
+                               c->devices[s]);
+    if (!c->streams)
+        for (int s = 1; s < c->n_devices; s++)
+            if (c->devices[s] != c->devices[0])
                 return dev_err_set(err, MEMRA_E_INVAL,
                                    "MEMRA_PP_STREAMS=0 is the one-stream, one-device seam but MEMRA_PP_DEVICES places "
                                    "stages on several devices: unset one of them");
-    }
-    *cfg_io = c;
     return 0;
 }
 
@@ -209,6 +232,8 @@ int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, int *
     int n = c->stages;
     if (n < 2)
         return 0;
+    if (n > ACT_PP_MAX_STAGES)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: stages=%d, allowed up to %d", n, ACT_PP_MAX_STAGES);
     if (n > n_layers)
         return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_STAGES=%d: more stages than the model's %d layers", n,
                            n_layers);

@@ -52,6 +52,11 @@ act_pp_seams act_pp_seams_default(void);
  * MEMRA_E_INVAL with the message; *cfg is unchanged on failure. */
 int act_doors_read_structural(act_pp_config *cfg, dev_err *err);
 
+/* Check a config whatever its source (API fields or doors): stages 0..64, slots 1..16, shard and streams 0/1,
+ * cuts (N-1 of them, strictly increasing) and devices (N of them) when given, STREAMS=0 on one device.
+ * Returns 0 or MEMRA_E_INVAL naming the field and what is allowed. */
+int act_pp_config_check(const act_pp_config *cfg, dev_err *err);
+
 /* Read every seam from the environment on top of *seams. Submitting thread only, once per step. */
 int act_doors_read_seams(act_pp_seams *seams, dev_err *err);
 

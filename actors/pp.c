@@ -136,13 +136,19 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     }
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
-    rt->seam_defaults = params ? p.seams : act_pp_seams_default();
+    rt->seam_defaults = p.seams;
     rt->stamp_mode = p.stamps >= 0 ? p.stamps : dev_platform_kind(plat) == DEV_KIND_CUDA;
     rt->primary = dev_platform_device(plat, 0);
 
     /* The fence needs the layer count before the weights are placed: read it from the GGUF header. */
     int n_layer = p.synth ? p.synth->n_layer : mdl_model_peek_n_layer(model_path, err);
     if (n_layer < 0)
+        goto fail;
+    if (n_layer == 0) {
+        dev_err_set(err, MEMRA_E_FORMAT, "act_pp_create: the model has no layers");
+        goto fail;
+    }
+    if (act_pp_config_check(&rt->cfg, err) != 0) /* also when the environment was not read */
         goto fail;
     int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), rt->fence, err);
     if (N < 0)
@@ -225,7 +231,7 @@ void act_pp_destroy(act_pp *rt)
         return;
     if (rt->stage)
         act_pp_drain(rt, NULL);
-    if (rt->plat)
+    if (rt->plat && rt->jitter_hook_set) /* only this runtime's hook: the platform may serve others */
         dev_set_op_hook(rt->plat, NULL, NULL);
     if (rt->rb_actor)
         act_actor_destroy(rt->rb_actor);

@@ -76,7 +76,8 @@ act_pp_params act_pp_default_params(void);
  * door shut the runtime has ONE stage running the whole model (N=1 is the door shut, not a split).
  * Returns NULL + err (bad config names the door/field and what is allowed). */
 act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *p, dev_err *err);
-/* Stops the actors after every submitted step has drained; frees everything. */
+/* Stops the actors after every submitted step has drained; frees everything. Release every pending first
+ * (act_pending_release): a pending outliving its runtime is undefined behaviour. */
 void act_pp_destroy(act_pp *rt);
 
 int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
@@ -96,7 +97,9 @@ dev_device *act_pp_stage_device(const act_pp *rt, int s);
  * seam), which is refused under a sharded cross-device placement for BATCH and SPEC (MEMRA_E_REFUSED naming
  * the path and the alternative) unless MEMRA_PP_ALLOW_UNSPLIT_BATCH=1. On CUDA with two stage streams on one
  * device, a second step in flight is refused (the seed's same-device race) unless MEMRA_PP_SAME_DEVICE_PIPE=1.
- * Returns 0, MEMRA_E_INVAL (bad rows), MEMRA_E_REFUSED, or the first error a stage hit. */
+ * Returns 0, MEMRA_E_INVAL (bad rows or seam values), MEMRA_E_FULL (a position outside the context),
+ * MEMRA_E_REFUSED, MEMRA_E_NOMEM; a synchronous seam also returns the error its walk hit. Errors of the
+ * pipelined stages arrive through act_pending_wait. */
 int act_pp_submit(act_pp *rt, const act_pp_step *step, act_pending **out, dev_err *err);
 
 /* The unsplit reference arm: walk the whole trunk + head on the PRIMARY device's stream, over the SAME loaded
@@ -157,7 +160,8 @@ void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed);
  * s = -1 disarms. */
 void act_pp_inject_stage_failure(act_pp *rt, int s);
 
-/* Wait until every submitted step has completed (all stage streams and the readback stream idle). */
+/* Wait until every submitted step has completed (all stage streams and the readback stream idle). Returns 0
+ * (step errors are reported by their pendings). */
 int act_pp_drain(act_pp *rt, dev_err *err);
 
 #endif

@@ -365,7 +365,13 @@ int act_gate_run(act_pp *rt, const act_gate_params *p, act_gate_report *rep, dev
     memset(rep, 0, sizeof *rep);
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt));
     gate g = {.rt = rt, .p = p, .rep = rep, .n_vocab = hp->n_vocab, .rng = p->seed | 1};
-    int rows = 64;
+    int rows = 64; /* the most logit rows any arm compares at once */
+    if (p->seqs * p->chunk > rows)
+        rows = p->seqs * p->chunk;
+    if (p->seqs > rows)
+        rows = p->seqs;
+    if (p->draft > rows)
+        rows = p->draft;
     g.ref = malloc((size_t)rows * (size_t)g.n_vocab * sizeof(float));
     g.got = malloc((size_t)rows * (size_t)g.n_vocab * sizeof(float));
     if (!g.ref || !g.got) {

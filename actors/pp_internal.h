@@ -8,7 +8,12 @@
  *   pp_rec                             written by the submitter before posting STEP, then read-only;
  *                                      freed by the readback actor (the last reader; see pp_readback.c)
  *   act_pending.done/status            readback actor sets, waiters read              [pending lock]
- *   pending pool                       submitter takes, last releaser gives           [pool_lock] */
+ *   pending pool                       submitter takes, last releaser gives           [pool_lock]
+ *   recent / n_recent                  readback actor only (stamped liveness accounting)
+ *   posted, rendezvous_ms, hold_start, inject_fail_stage, jitter_us/gen   atomics: submitter/tests write,
+ *                                      stage actors and stream workers read
+ *   mark[].t0_ns                       the stage's stream worker only (begin writes, end reads)
+ *   next_id, ref_* (reference arm)     the submitting thread only */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 
@@ -40,7 +45,6 @@ typedef struct pp_mark {
 struct pp_rec {
     uint64_t id;
     act_step_kind kind;
-    act_logits_mode logits;
     int B;
     int out_rows;            /* rows of logits: B, 1 or 0 */
     int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */
@@ -145,7 +149,9 @@ struct act_pp {
     } recent[ACT_PP_MAX_STAGES][8];
     int n_recent[ACT_PP_MAX_STAGES];
     _Atomic int jitter_us;
-    uint64_t jitter_seed;
+    _Atomic uint64_t jitter_gen;  /* bumped with every new seed: each thread reseeds when it changes */
+    _Atomic uint64_t jitter_seed; /* written before jitter_us/jitter_gen are published */
+    int jitter_hook_set;          /* this runtime installed the platform's op hook (submitter/destroy only) */
 };
 
 /* Bytes of a frame of B rows. */

@@ -12,7 +12,18 @@
 int pp_post(act_actor *to, int kind, const void *payload, size_t bytes)
 {
     dev_err e = {0};
-    act_msg *m = act_msg_new(to, (uint32_t)kind, &e);
+    act_msg *m = NULL;
+    /* a message lost here would strand a credit or a step (drain would hang): ride out a transient NOMEM of
+     * the free list's growth for up to a second before giving up */
+    for (int tries = 0; !m && tries < 1000; tries++) {
+        dev_err_clear(&e);
+        if (!(m = act_msg_new(to, (uint32_t)kind, &e)) && e.code == MEMRA_E_NOMEM) {
+            struct timespec nap = {0, 1000000};
+            nanosleep(&nap, NULL);
+        } else if (!m) {
+            return e.code;
+        }
+    }
     if (!m)
         return e.code;
     memcpy(m->payload, payload, bytes);
@@ -24,9 +35,10 @@ void pp_jitter(act_pp *rt)
     int max_us = atomic_load(&rt->jitter_us);
     if (max_us <= 0)
         return;
-    static _Thread_local uint64_t x;
-    if (!x)
-        x = rt->jitter_seed ^ (uint64_t)(uintptr_t)&x; /* per thread, seeded */
+    static _Thread_local uint64_t x, gen;
+    uint64_t g = atomic_load(&rt->jitter_gen);
+    if (!x || gen != g) /* per thread, reseeded with every act_pp_set_jitter (runs are reproducible) */
+        x = (rt->jitter_seed ^ (uint64_t)(uintptr_t)&x) | 1, gen = g;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -215,11 +227,11 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
     /* ordered by ev_done: the last stage recorded it after the head (and, through the ev_tx chain, after
      * every earlier stage's work for this step) */
     r = dev_stream_wait_event_async(rt->rb_stream, p->ev_done);
-    if (r == 0 && rec->out_rows > 0) {
+    if (r == 0 && rec->out_rows > 0)
         r = dev_copy_d2h_async(rt->rb_stream, p->host, rec->logits_d,
                                (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float));
+    if (rec->logits_d) /* freed on this stream whatever happened: the pool reuses it behind this point */
         mem_pool_free_async(rt->head_pool, rt->rb_stream, rec->logits_d);
-    }
     if (r == 0)
         r = dev_stream_sync(rt->rb_stream, &e);
     if (r == 0)

@@ -57,7 +57,7 @@ void pp_walk_end(void *arg)
      *    this step, which frees the slot its next send needs);
      *  - downstream: stage s+1 beginning the previous step (we already sent it).
      * Holds only wait on work that needs nothing from the holder, so they cannot form a cycle. */
-    uint64_t w = atomic_load(&st->walks); /* index of the step we are walking */
+    uint64_t w = atomic_load(&st->begins) - 1; /* index of the step we are walking (never reset) */
     if (rv_ms > 0) {
         uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
@@ -73,6 +73,13 @@ void pp_walk_end(void *arg)
     atomic_fetch_and(&rt->active_mask, ~bit);
     if (st->s == rt->N - 1 && rt->N >= 2)
         pp_count_split(rt, mk->rec->kind);
+}
+
+/* A walk whose enqueue failed after its begin marker: the stage is no longer mid-walk. */
+static void pp_walk_abort(void *arg)
+{
+    pp_mark *mk = arg;
+    atomic_fetch_and(&mk->stage->rt->active_mask, ~(1ull << mk->stage->s));
 }
 
 void pp_count_split(act_pp *rt, act_step_kind kind)
@@ -135,7 +142,9 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
         return r;
     if ((r = dev_copy_h2d_async(st->stream, st->frame, st->staging[i], pp_frame_bytes(rt, rec->B))) != 0)
         return dev_err_set(err, r, "stage 0: upload of the step's frame failed");
-    return dev_event_record_async(st->staging_ev[i], st->stream);
+    if ((r = dev_event_record_async(st->staging_ev[i], st->stream)) != 0)
+        return dev_err_set(err, r, "stage 0: staging event record failed");
+    return 0;
 }
 
 /* The last stage: output_norm + lm_head into pool memory, completion event, hand-off to the readback actor. */
@@ -245,14 +254,19 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
             r = last_stage_head(st, rec, x, err);
     }
     krn_set_pdl(pdl_prev);
-    if (r != 0)
+    if (r != 0) {
+        if (marks) /* the begin marker is enqueued: clear this stage's mid-walk bit when the stream gets there */
+            dev_host_fn_async(st->stream, pp_walk_abort, mk);
         return r;
+    }
     if (marks && (r = dev_host_fn_async(st->stream, pp_walk_end, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     if (rec->stamped && (r = dev_stamp_async(st->stream, &rec->pending->stamps[2 * st->s + 1])) != 0)
         return dev_err_set(err, r, "stage %d: walk stamp", st->s);
+    if (kout < 0 && (r = dev_event_record_async(rec->pending->ev_done, st->stream)) != 0)
+        return dev_err_set(err, r, "stage %d: completion event record failed", st->s);
     if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
-        return dev_event_record_async(rec->pending->ev_done, st->stream);
+        return 0;
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
         return dev_err_set(err, r, "stage %d: send on boundary %d slot %d failed", st->s, st->s, kout);
     return 0;
@@ -263,9 +277,12 @@ static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
 {
     act_pp *rt = st->rt;
     if (st->s == rt->N - 1) {
+        /* rec changes hands: the readback actor is its last user (the mailbox orders our writes before its
+         * take; the device work behind it is ordered by ev_done, which it waits) */
         pp_post(rt->rb_actor, PP_MSG_READBACK, &rec, sizeof rec);
         return;
     }
+    /* ordered on the host by stage s+1's mailbox, on the device by ev_tx[kout] recorded by bnd_send_async */
     struct { pp_rec *rec; int k; } tok = {rec, kout};
     pp_post(rt->stage[st->s + 1].actor, PP_MSG_TOKEN, &tok, sizeof tok);
 }

@@ -44,7 +44,6 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
     }
     rec->id = rt->next_id++;
     rec->kind = st->kind;
-    rec->logits = st->logits;
     rec->B = st->B;
     rec->out_rows = out_rows_of(st);
     rec->seams = *seams;
@@ -61,13 +60,15 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
 
 static int ref_init(act_pp *rt, dev_err *err)
 {
-    if (rt->ref_stream)
+    if (rt->ref_host) /* the last thing acquired below: a partial earlier attempt starts over from here */
         return 0;
     size_t fb = pp_frame_bytes(rt, rt->max_rows);
-    if (!(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err)) ||
-        !(rt->ref_scratch = mdl_scratch_create(rt->model, rt->primary, rt->max_rows, err)) ||
-        !(rt->ref_frame = dev_malloc(rt->primary, fb, err)) || !(rt->ref_slot = dev_malloc(rt->primary, fb, err)) ||
-        !(rt->ref_logits_d = dev_malloc(rt->primary, (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float), err)) ||
+    if ((!rt->ref_stream && !(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err))) ||
+        (!rt->ref_scratch && !(rt->ref_scratch = mdl_scratch_create(rt->model, rt->primary, rt->max_rows, err))) ||
+        (!rt->ref_frame && !(rt->ref_frame = dev_malloc(rt->primary, fb, err))) ||
+        (!rt->ref_slot && !(rt->ref_slot = dev_malloc(rt->primary, fb, err))) ||
+        (!rt->ref_logits_d &&
+         !(rt->ref_logits_d = dev_malloc(rt->primary, (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float), err))) ||
         !(rt->ref_host = dev_host_alloc(rt->plat, fb > (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float)
                                                        ? fb
                                                        : (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float),
@@ -132,6 +133,14 @@ static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float
     return dev_stream_sync(s, err);
 }
 
+/* Counters of a step run host-synchronously on the primary stream (split = the one-stream seam's ranges). */
+static void count_sync_step(act_pp *rt, act_step_kind kind, int split)
+{
+    atomic_fetch_add(split ? &rt->ctr.split_steps : &rt->ctr.unsplit_steps, 1);
+    if (kind == ACT_STEP_PRIME_BATCH)
+        atomic_fetch_add(&rt->ctr.prime_batches, 1);
+}
+
 int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev_err *err)
 {
     int r = check_rows(rt, st, err);
@@ -144,11 +153,8 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev
     if (!rec)
         return err->code;
     r = run_on_primary(rt, rec, 1, 1, logits_out, err);
-    if (r == 0) {
-        atomic_fetch_add(&rt->ctr.unsplit_steps, 1);
-        if (st->kind == ACT_STEP_PRIME_BATCH)
-            atomic_fetch_add(&rt->ctr.prime_batches, 1);
-    }
+    if (r == 0)
+        count_sync_step(rt, st->kind, 0);
     pp_rec_free(rec);
     return r;
 }
@@ -163,12 +169,7 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
     act_pp_drain(rt, NULL);
     int r = run_on_primary(rt, rec, ranges, 0, p->host, err);
     if (r == 0) {
-        if (ranges > 1)
-            atomic_fetch_add(&rt->ctr.split_steps, 1);
-        else
-            atomic_fetch_add(&rt->ctr.unsplit_steps, 1);
-        if (rec->kind == ACT_STEP_PRIME_BATCH)
-            atomic_fetch_add(&rt->ctr.prime_batches, 1);
+        count_sync_step(rt, rec->kind, ranges > 1);
         atomic_fetch_add(&rt->ctr.steps_done, 1);
     }
     pp_pending_finish(p, r, err);
@@ -323,7 +324,10 @@ static void jitter_op_hook(void *ctx, dev_stream *s, const char *op)
 
 void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed)
 {
+    /* ordered by jitter_us's store (seq_cst): a thread that sees the new bound sees the new seed */
     rt->jitter_seed = seed | 1;
+    atomic_fetch_add(&rt->jitter_gen, 1);
     atomic_store(&rt->jitter_us, max_us);
+    rt->jitter_hook_set = max_us > 0;
     dev_set_op_hook(rt->plat, max_us > 0 ? jitter_op_hook : NULL, max_us > 0 ? rt : NULL);
 }

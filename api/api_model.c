@@ -1,6 +1,7 @@
 /* The host-side model: GGUF header, hyper-parameters, tokenizer and chat template (no weights), and the
  * text calls over it. A memra_model is immutable after load except its errbox (own mutex). */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +159,9 @@ int memra_tokenize(const memra_model *m, const char *text, int len, int add_spec
         *n_out = n;
         return MEMRA_OK;
     }
+    if (len > INT32_MAX - 8)
+        return api_fail(box, MEMRA_E_INVAL, "memra_tokenize: len %d is too large (at most %d bytes)", len,
+                        INT32_MAX - 8);
     int need = len + 8; /* a token is at least one byte; + BOS/EOS */
     int32_t *tmp = malloc((size_t)need * sizeof *tmp);
     if (!tmp)

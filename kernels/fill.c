@@ -31,6 +31,10 @@ int krn_fill_plan_make(krn_fill_plan *p, int type, int64_t n_out, int64_t n_in, 
     int e;
     frexpf(scale, &e); /* scale = f * 2^e, f in [0.5, 1): the largest |v| is below 2^e */
     p->exp = e - 1;
+    /* the bit-assembled exponents exp - 0..3 must stay normal numbers of the type */
+    int lo = type == KRN_F16 ? -11 : -123, hi = type == KRN_F16 ? 15 : 127;
+    if ((type == KRN_F32 || type == KRN_F16 || type == KRN_BF16) && (p->exp - 3 < lo || p->exp > hi))
+        return MEMRA_E_INVAL;
     switch (type) {
     case KRN_Q8_0: p->d = krn_f32_to_f16(scale / 127.0f); break;
     case KRN_Q4_0: p->d = krn_f32_to_f16(scale / 8.0f); break;

@@ -22,7 +22,8 @@ typedef struct krn_fill_plan {
     size_t row_bytes;  /* krn_row_bytes(type, n_in) */
 } krn_fill_plan;
 
-/* Fill in the plan. Returns 0, or MEMRA_E_INVAL (unsupported type, n_in not a multiple of the block). */
+/* Fill in the plan. Returns 0, or MEMRA_E_INVAL (unsupported type, n_in not a multiple of the block, a scale
+ * whose values would not be normal numbers of the type). */
 int krn_fill_plan_make(krn_fill_plan *p, int type, int64_t n_out, int64_t n_in, uint64_t seed, float scale,
                        float center);
 

@@ -2,6 +2,7 @@
 #include "mem/host.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef MEMRA_JEMALLOC
@@ -55,6 +56,11 @@ static void *alloc_flags(mem_arena *a, size_t bytes, int zero, dev_err *err)
     if (bytes == 0) {
         dev_err_set(err, MEMRA_E_INVAL, "mem_host_alloc(%s): 0 bytes requested (allowed: >= 1)",
                     a ? a->name : "default");
+        return NULL;
+    }
+    if (bytes > SIZE_MAX - MEM_HOST_ALIGN) {
+        dev_err_set(err, MEMRA_E_NOMEM, "mem_host_alloc(%s): %zu bytes is more than any host can give",
+                    a ? a->name : "default", bytes);
         return NULL;
     }
     size_t sz = (bytes + MEM_HOST_ALIGN - 1) / MEM_HOST_ALIGN * MEM_HOST_ALIGN;

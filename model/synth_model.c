@@ -96,9 +96,9 @@ static krn_weight weight(void *block, const syn_tensor *t)
 mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params *p, dev_err *err)
 {
     if (!sp || !p || !p->platform || sp->n_layer < 1 || sp->n_embd < 1 || sp->n_head < 1 || sp->n_head_kv < 1 ||
-        sp->n_head % sp->n_head_kv || sp->n_embd % sp->n_head || sp->n_vocab < 1 || sp->n_ff < 1) {
+        sp->n_head % sp->n_head_kv || sp->n_embd % sp->n_head || sp->n_vocab < 1 || sp->n_ff < 1 || sp->n_ctx < 1) {
         dev_err_set(err, MEMRA_E_INVAL, "mdl_model_synthesize: need a platform and a consistent shape (n_layer, "
-                                        "n_embd divisible by n_head, n_head by n_head_kv, n_vocab, n_ff >= 1)");
+                                        "n_embd divisible by n_head, n_head by n_head_kv, n_vocab, n_ff, n_ctx >= 1)");
         return NULL;
     }
     mdl_model *m = calloc(1, sizeof *m);
@@ -150,10 +150,12 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
         };
         mdl_layer *L = &m->layers[il];
         L->dev = d;
-        if (!d || !(L->block = synth_block(d, ts, 9, sp->seed + (uint64_t)il * 64u, err))) {
+        if (!d) {
             dev_err_set(err, MEMRA_E_INVAL, "mdl_model_synthesize: layer %d has no device", il);
             goto fail;
         }
+        if (!(L->block = synth_block(d, ts, 9, sp->seed + (uint64_t)il * 64u, err)))
+            goto fail;
         unsigned char *b = L->block;
         L->attn_norm = (float *)(b + ts[0].off);
         L->ffn_norm = (float *)(b + ts[5].off);

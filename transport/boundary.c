@@ -1,6 +1,6 @@
 /* Boundary slots and their events. Shared state: slot memory and events are touched by the producer
  * stream (send) and the consumer stream (recv), ordered by ev_tx/ev_rx; the host fields below are
- * producer-actor-only (next, stats) — see boundary.h. */
+ * producer-actor-only (next) — see boundary.h. */
 #include "transport/boundary.h"
 
 #include <stdlib.h>
@@ -14,7 +14,6 @@ struct bnd_boundary {
     dev_event **ev_tx;    /* producer wrote slot k */
     dev_event **ev_rx;    /* consumer copied slot k out */
     uint64_t next;        /* overlap step counter (producer actor only) */
-    bnd_stats stats;      /* producer actor only */
 };
 
 bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err)
@@ -99,8 +98,6 @@ int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src
         r = dev_copy_peer_async(producer, b->slot[k], b->dst, src, b->src, bytes);
     if (r != 0)
         return r;
-    b->stats.hops++;
-    b->stats.bytes += bytes;
     return dev_event_record_async(b->ev_tx[k], producer);
 }
 
@@ -116,5 +113,3 @@ int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size
         return r;
     return dev_event_record_async(b->ev_rx[k], consumer);
 }
-
-void bnd_get_stats(const bnd_boundary *b, bnd_stats *out) { *out = b->stats; }

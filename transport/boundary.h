@@ -20,11 +20,6 @@ typedef enum bnd_transport { BND_DTOD = 0, BND_PEER = 1 } bnd_transport;
 
 typedef struct bnd_boundary bnd_boundary;
 
-typedef struct bnd_stats {
-    uint64_t hops;  /* sends enqueued */
-    uint64_t bytes; /* bytes sent */
-} bnd_stats;
-
 /* K slots of slot_bytes each on dst's device. Returns NULL + err on failure. */
 bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err);
 /* Frees slots and events; every stream that used them must have been synced. */
@@ -46,7 +41,5 @@ int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src
 /* On the consumer stream: wait ev_tx[k], copy bytes of slot k into dst (consumer's device), record ev_rx[k].
  * After this returns the consumer may hand slot k's credit back to the producer. */
 int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size_t bytes);
-
-void bnd_get_stats(const bnd_boundary *b, bnd_stats *out);
 
 #endif

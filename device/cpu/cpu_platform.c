@@ -3,6 +3,7 @@
 #include "device/cpu/cpu.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef MEMRA_JEMALLOC
@@ -43,6 +44,8 @@ static void arena_destroy(unsigned ind, int has)
 
 static void *arena_alloc(unsigned ind, int has, size_t bytes, int zero)
 {
+    if (bytes > SIZE_MAX - CPU_ALIGN) /* the round-up below would wrap */
+        return NULL;
     size_t sz = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
 #ifdef MEMRA_JEMALLOC
     if (has)

@@ -137,7 +137,8 @@ static void *cu_malloc(dev_device *d, size_t bytes, dev_err *err)
         dev_err_set(err, rc == cudaErrorMemoryAllocation ? MEMRA_E_NOMEM : MEMRA_E_DEVICE,
                     "cudaMalloc(%zu B) on %s: %s (%s)", bytes, d->name, cudaGetErrorName(rc), cudaGetErrorString(rc));
         p = NULL;
-    } else if ((rc = cudaMemset(p, 0, bytes)) != cudaSuccess) {
+    } else if ((rc = cudaMemset(p, 0, bytes)) != cudaSuccess ||
+               (rc = cudaStreamSynchronize(0)) != cudaSuccess) { /* the memset may be asynchronous to the host */
         CU_FAIL(err, rc, "cudaMemset(%zu B) on %s", bytes, d->name);
         cudaFree(p);
         p = NULL;
@@ -184,6 +185,8 @@ static int cu_copy_h2d_sync(dev_device *d, void *dst, const void *src, size_t by
     if (push_device(d, &prev, err))
         return MEMRA_E_DEVICE;
     cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess) /* from pageable memory it may return before the DMA lands: host-synchronous means done */
+        rc = cudaStreamSynchronize(0);
     pop_device(prev);
     return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaMemcpy(H2D, %zu B) on %s", bytes, d->name);
 }
