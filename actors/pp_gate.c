@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/llama.h"
+#include "model/sampler.h"
 
 act_gate_params act_gate_default_params(act_gate_arm arm)
 {
@@ -46,14 +47,6 @@ static int32_t draw_token(gate *g)
     return (int32_t)(g->rng % (uint64_t)g->n_vocab);
 }
 
-static int32_t argmax_row(const float *x, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
 
 static uint64_t remote_bytes(act_pp *rt)
 {
@@ -90,7 +83,7 @@ static void compare_rows(gate *g, const float *ref, const float *got, int rows, 
         }
         if (g->p->log)
             fprintf(g->p->log, "  %-7s step %3d row %2d: %s (top-1 %d)\n", what, step, r,
-                    same ? "bit-identical" : "DIFFERENT", argmax_row(b, g->n_vocab));
+                    same ? "bit-identical" : "DIFFERENT", mdl_argmax(b, g->n_vocab));
     }
 }
 
@@ -130,7 +123,7 @@ static int arm_eager(gate *g, dev_err *err)
         if ((r = split_sync(g, &st, g->got, err)) != 0 || (r = act_pp_run_unsplit(g->rt, &st, g->ref, err)) != 0)
             return r;
         compare_rows(g, g->ref, g->got, 1, "eager", t);
-        tok = argmax_row(g->got, g->n_vocab); /* greedy: a real continuation */
+        tok = mdl_argmax(g->got, g->n_vocab); /* greedy: a real continuation */
     }
     return 0;
 }
@@ -148,7 +141,7 @@ static int serial_reference(gate *g, int32_t *tokens, float *logits, dev_err *er
         if (r != 0)
             return r;
         if (t + 1 < g->p->steps)
-            tokens[t + 1] = argmax_row(row, g->n_vocab);
+            tokens[t + 1] = mdl_argmax(row, g->n_vocab);
     }
     return 0;
 }
@@ -236,7 +229,7 @@ static int arm_batch(gate *g, dev_err *err)
             return r;
         compare_rows(g, g->ref, g->got, S, "batch", t);
         for (int b = 0; b < S; b++)
-            tok[b] = argmax_row(g->got + (size_t)b * (size_t)g->n_vocab, g->n_vocab);
+            tok[b] = mdl_argmax(g->got + (size_t)b * (size_t)g->n_vocab, g->n_vocab);
     }
     return 0;
 }
@@ -307,7 +300,7 @@ static int arm_prime(gate *g, int S, dev_err *err)
     }
     /* decode on top of the primed caches: the KV written by the chunks must match too */
     for (int t = 0; t < g->p->steps && r == 0; t++) {
-        int32_t tk = argmax_row(g->got, g->n_vocab), sq = 0, ps = P + t;
+        int32_t tk = mdl_argmax(g->got, g->n_vocab), sq = 0, ps = P + t;
         act_pp_step st = one_row(ACT_STEP_EAGER, &tk, &sq, &ps);
         if ((r = split_sync(g, &st, g->got, err)) == 0 && (r = act_pp_run_unsplit(g->rt, &st, g->ref, err)) == 0)
             compare_rows(g, g->ref, g->got, 1, "decode", t);

@@ -56,28 +56,17 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
     return 0;
 }
 
-/* The backend doors, MEMRA_BACKEND and MEMRA_CPU_DEVICES, on top of the params. */
+/* The backend doors, MEMRA_BACKEND and MEMRA_CPU_DEVICES, on top of the params (device/'s parser). */
 static int backend_doors(memra_runtime_params *p, dev_err *err)
 {
-    const char *be = getenv("MEMRA_BACKEND"), *nd = getenv("MEMRA_CPU_DEVICES");
-    if (be && *be) {
-        if (!strcmp(be, "cpu"))
-            p->backend = MEMRA_BACKEND_CPU;
-        else if (!strcmp(be, "cuda"))
-            p->backend = MEMRA_BACKEND_CUDA;
-        else
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda", be);
+    int kind = p->backend == MEMRA_BACKEND_CPU ? DEV_KIND_CPU : p->backend == MEMRA_BACKEND_CUDA ? DEV_KIND_CUDA : -1;
+    int n = p->cpu_devices, r = dev_backend_doors(&kind, &n, err);
+    if (r == 0) {
+        p->backend = kind == DEV_KIND_CPU ? MEMRA_BACKEND_CPU : kind == DEV_KIND_CUDA ? MEMRA_BACKEND_CUDA
+                                                                                       : MEMRA_BACKEND_AUTO;
+        p->cpu_devices = n;
     }
-    if (nd && *nd) {
-        char *end;
-        errno = 0;
-        long v = strtol(nd, &end, 10);
-        if (*end || errno || v < 1 || v > DEV_CPU_DEVICES_MAX)
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d", nd,
-                               DEV_CPU_DEVICES_MAX);
-        p->cpu_devices = (int)v;
-    }
-    return 0;
+    return r;
 }
 
 static dev_platform *open_backend(const memra_runtime_params *p, dev_err *err)

@@ -50,41 +50,48 @@ dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err)
     return NULL;
 }
 
-dev_platform *dev_platform_open_env(dev_err *err)
+int dev_backend_doors(int *kind, int *n_cpu, dev_err *err)
 {
     const char *be = getenv("MEMRA_BACKEND");
     const char *nd = getenv("MEMRA_CPU_DEVICES");
-    int n = DEV_CPU_DEVICES_DEFAULT;
     if (nd && nd[0]) {
         char *end = NULL;
         errno = 0;
         long v = strtol(nd, &end, 10);
-        if (errno || end == nd || *end != '\0' || v < 1 || v > DEV_CPU_DEVICES_MAX) {
-            dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d (default %d)", nd,
-                        DEV_CPU_DEVICES_MAX, DEV_CPU_DEVICES_DEFAULT);
-            return NULL;
-        }
-        n = (int)v;
+        if (errno || end == nd || *end != '\0' || v < 1 || v > DEV_CPU_DEVICES_MAX)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d (default %d)",
+                               nd, DEV_CPU_DEVICES_MAX, DEV_CPU_DEVICES_DEFAULT);
+        *n_cpu = (int)v;
     }
-    dev_kind kind;
-    if (!be || !be[0]) {
+    if (be && be[0]) {
+        if (strcmp(be, "cpu") == 0)
+            *kind = DEV_KIND_CPU;
+        else if (strcmp(be, "cuda") == 0)
+            *kind = DEV_KIND_CUDA;
+        else
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda (default: cuda "
+                                                   "when built with CUDA and a GPU is visible, else cpu)", be);
+    }
+    return 0;
+}
+
+dev_platform *dev_platform_open_env(dev_err *err)
+{
+    int kind = -1, n = DEV_CPU_DEVICES_DEFAULT;
+    if (dev_backend_doors(&kind, &n, err) != 0)
+        return NULL;
+    if (kind < 0) {
         kind = DEV_KIND_CPU;
 #ifdef MEMRA_HAVE_CUDA
         if (dev_cuda_visible_count() > 0)
             kind = DEV_KIND_CUDA;
 #endif
-    } else if (strcmp(be, "cpu") == 0) {
-        kind = DEV_KIND_CPU;
-    } else if (strcmp(be, "cuda") == 0) {
-        kind = DEV_KIND_CUDA;
-    } else {
-        dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda (default: cuda when "
-                    "built with CUDA and a GPU is visible, else cpu)", be);
-        return NULL;
     }
-    dev_platform *p = dev_platform_open(kind, n, err);
-    if (!p)
+    dev_platform *p = dev_platform_open((dev_kind)kind, n, err);
+    if (!p) {
+        const char *be = getenv("MEMRA_BACKEND");
         dev_err_wrap(err, "MEMRA_BACKEND=%s", be && be[0] ? be : "(unset)");
+    }
     return p;
 }
 

@@ -46,6 +46,11 @@ dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err);
  * the runtime (reads the environment once). */
 dev_platform *dev_platform_open_env(dev_err *err);
 
+/* Apply MEMRA_BACKEND (cpu|cuda) and MEMRA_CPU_DEVICES (1..64) when set on top of *kind (a dev_kind, or -1 =
+ * automatic) and *n_cpu; unset variables leave them. Returns 0, or MEMRA_E_INVAL naming the variable, the
+ * value and what is allowed (nothing changed then). The one parser of these doors. */
+int dev_backend_doors(int *kind, int *n_cpu, dev_err *err);
+
 void dev_platform_close(dev_platform *p);
 dev_kind dev_platform_kind(const dev_platform *p);
 int dev_platform_count(const dev_platform *p);              /* number of devices */

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
+#include "model/sampler.h"
 
 static double now_s(void)
 {
@@ -26,14 +27,6 @@ typedef struct run_result {
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
 } run_result;
 
-static int32_t argmax_row(const float *x, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
 
 /* Bytes of weights one token's decode step reads (every layer matrix and the head; the embedding row is
  * noise), for the effective-bandwidth column. */
@@ -69,7 +62,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                           .logits = ACT_LOGITS_LAST};
         const float *l;
         if ((rc = act_pp_submit(rt, &st, &pd[s], &err)) == 0 && (rc = act_pending_wait(pd[s], &l, NULL, &err)) == 0)
-            tok[s] = argmax_row(l, n_vocab);
+            tok[s] = mdl_argmax(l, n_vocab);
         act_pending_release(pd[s]);
         pd[s] = NULL;
         pos[s] = prompt;
@@ -93,7 +86,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         const float *l;
         if ((rc = act_pending_wait(pd[k], &l, NULL, &err)) != 0)
             break;
-        tok[k] = argmax_row(l, n_vocab);
+        tok[k] = mdl_argmax(l, n_vocab);
         act_pending_release(pd[k]);
         pd[k] = NULL;
         pos[k]++;
