@@ -34,7 +34,6 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 
 /* ---- create / destroy ---- */
 
-
 static int stage_init(act_pp *rt, int s, dev_err *err)
 {
     pp_stage *st = &rt->stage[s];

@@ -148,6 +148,7 @@ struct act_pp {
         int prime;
     } recent[ACT_PP_MAX_STAGES][8];
     int n_recent[ACT_PP_MAX_STAGES];
+    unsigned recent_next;    /* ring cursor of recent[][] (readback actor only) */
     _Atomic int jitter_us;
     _Atomic uint64_t jitter_gen;  /* bumped with every new seed: each thread reseeds when it changes */
     _Atomic uint64_t jitter_seed; /* written before jitter_us/jitter_gen are published */
@@ -159,6 +160,10 @@ static inline size_t pp_frame_bytes(const act_pp *rt, int B)
 {
     return (size_t)B * ((size_t)rt->n_embd * sizeof(float) + 2 * sizeof(int32_t));
 }
+
+/* Steps in flight through the stage actors: add delta (the submitter +1, the readback actor -1 when a step is
+ * done; waiters in act_pp_drain are woken) and return the new count. [inflight_lock] */
+int pp_inflight_add(act_pp *rt, int delta);
 
 /* Fill a host frame [x | pos | seq] for rec's rows (embedding rows gathered on the host). */
 int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);

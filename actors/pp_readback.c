@@ -66,6 +66,20 @@ void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Free one pending and what it owns (any of it may be missing: a half-built one). */
+static void pending_free(act_pp *rt, act_pending *p)
+{
+    if (p->host)
+        dev_host_free(rt->plat, p->host);
+    if (p->stamps)
+        dev_host_free(rt->plat, p->stamps);
+    if (p->ev_done)
+        dev_event_destroy(p->ev_done);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
 act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
 {
     act_pending *p = NULL, **link;
@@ -90,13 +104,7 @@ act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
         p->ev_done = dev_event_create(rt->stage[rt->N - 1].dev, err);
         p->stamps = dev_host_alloc(rt->plat, 2 * (size_t)rt->N * sizeof(uint64_t), err);
         if (!p->host || !p->ev_done || !p->stamps) {
-            if (p->stamps)
-                dev_host_free(rt->plat, p->stamps);
-            if (p->host)
-                dev_host_free(rt->plat, p->host);
-            if (p->ev_done)
-                dev_event_destroy(p->ev_done);
-            free(p);
+            pending_free(rt, p);
             return NULL;
         }
     }
@@ -122,12 +130,7 @@ void pp_pending_pool_free(act_pp *rt)
     act_pending *p = rt->pool;
     while (p) {
         act_pending *n = p->next_free;
-        dev_host_free(rt->plat, p->host);
-        dev_host_free(rt->plat, p->stamps);
-        dev_event_destroy(p->ev_done);
-        pthread_mutex_destroy(&p->lock);
-        pthread_cond_destroy(&p->cv);
-        free(p);
+        pending_free(rt, p);
         p = n;
     }
     rt->pool = NULL;
@@ -196,10 +199,7 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
         atomic_fetch_add(&rt->ctr.steps_done, 1);
     pp_pending_finish(rec->pending, status, err);
     pp_rec_free(rec);
-    pthread_mutex_lock(&rt->inflight_lock);
-    rt->inflight--;
-    pthread_cond_broadcast(&rt->inflight_cv);
-    pthread_mutex_unlock(&rt->inflight_lock);
+    pp_inflight_add(rt, -1);
 }
 
 int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)

@@ -119,9 +119,11 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec)
         atomic_fetch_add(&st->walks, 1);
         atomic_fetch_add(&st->begins, 1);
     }
-    for (int s = 0; s < rt->N; s++) { /* remember this step's walks (a ring of the last 8 per stage) */
-        int k = rt->n_recent[s] < 8 ? rt->n_recent[s]++ : (int)(rec->id % 8);
+    int k = rt->recent_next++ % 8; /* remember this step's walks: a ring of the last 8 stamped steps */
+    for (int s = 0; s < rt->N; s++) {
         rt->recent[s][k] = (struct pp_interval){t[2 * s], t[2 * s + 1], prime};
+        if (rt->n_recent[s] < 8)
+            rt->n_recent[s]++;
     }
     if (rt->N >= 2)
         pp_count_split(rt, rec->kind);
@@ -147,7 +149,7 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
     return 0;
 }
 
-/* The last stage: output_norm + lm_head into pool memory, completion event, hand-off to the readback actor. */
+/* The last stage's head: output_norm + lm_head into pool memory (freed by the readback actor's stream). */
 static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
 {
     act_pp *rt = st->rt;
@@ -263,10 +265,11 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     if (rec->stamped && (r = dev_stamp_async(st->stream, &rec->pending->stamps[2 * st->s + 1])) != 0)
         return dev_err_set(err, r, "stage %d: walk stamp", st->s);
-    if (kout < 0 && (r = dev_event_record_async(rec->pending->ev_done, st->stream)) != 0)
-        return dev_err_set(err, r, "stage %d: completion event record failed", st->s);
-    if (kout < 0) /* completion: recorded after the walk-end marker, so the counters are in before readback */
+    if (kout < 0) { /* completion: recorded after the walk end, so the counters are in before the readback */
+        if ((r = dev_event_record_async(rec->pending->ev_done, st->stream)) != 0)
+            return dev_err_set(err, r, "stage %d: completion event record failed", st->s);
         return 0;
+    }
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
         return dev_err_set(err, r, "stage %d: send on boundary %d slot %d failed", st->s, st->s, kout);
     return 0;

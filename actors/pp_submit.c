@@ -191,8 +191,7 @@ static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
 int act_pp_pipelining_refused(const act_pp *rt)
 {
     act_pp_seams seams = rt->seam_defaults;
-    if (act_doors_read_seams(&seams, NULL) != 0)
-        seams = rt->seam_defaults;
+    act_doors_read_seams(&seams, NULL); /* an invalid value leaves the defaults (the submit will refuse it) */
     return same_device_refusal(rt, &seams);
 }
 
@@ -222,10 +221,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         (r = act_refuse_unsplit_if_remote(&rt->cfg, path, alt, err)) != 0)
         return r;
     if (same_device_refusal(rt, &seams)) {
-        pthread_mutex_lock(&rt->inflight_lock);
-        int busy = rt->inflight;
-        pthread_mutex_unlock(&rt->inflight_lock);
-        if (busy)
+        if (pp_inflight_add(rt, 0))
             return dev_err_set(err, MEMRA_E_REFUSED,
                                "pipelined arm refused: %d stage streams share one CUDA device (the seed's unresolved "
                                "same-device race); wait each step before the next, or place stages on distinct "
@@ -245,16 +241,13 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         pp_rec_free(rec);
         return err->code;
     }
-    pthread_mutex_lock(&rt->inflight_lock);
-    rt->inflight++;
-    pthread_mutex_unlock(&rt->inflight_lock);
+    pp_inflight_add(rt, 1);
     act_pending *p = rec->pending;
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
-        pthread_mutex_lock(&rt->inflight_lock);
-        rt->inflight--;
-        pthread_mutex_unlock(&rt->inflight_lock);
+        atomic_fetch_sub(&rt->posted, 1);
+        pp_inflight_add(rt, -1);
         act_pending_release(p);
         act_pending_release(p);
         pp_rec_free(rec);
@@ -262,6 +255,16 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     }
     *out = p;
     return 0;
+}
+
+int pp_inflight_add(act_pp *rt, int delta)
+{
+    pthread_mutex_lock(&rt->inflight_lock);
+    int n = rt->inflight += delta;
+    if (delta < 0)
+        pthread_cond_broadcast(&rt->inflight_cv);
+    pthread_mutex_unlock(&rt->inflight_lock);
+    return n;
 }
 
 int act_pp_drain(act_pp *rt, dev_err *err)
