@@ -1,6 +1,5 @@
 /* The runtime handle: backend + act_pp from a model and a config (env doors override), its getters,
  * counters and stats, and the sequence slot table. Shared state: see api/api_internal.h (rt->mu). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
