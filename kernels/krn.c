@@ -81,6 +81,27 @@ int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *
     DISPATCH(s, matmul, y, W, x, B);
 }
 
+int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B)
+{
+    if (!s || !parts || n < 1 || n > KRN_MM_PARTS || !x || B <= 0)
+        return MEMRA_E_INVAL;
+    for (int i = 0; i < n; i++) {
+        const krn_weight *W = parts[i].W;
+        if (!parts[i].y || !W || !W->data || W->n_out <= 0 || W->n_in != parts[0].W->n_in ||
+            !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
+            return MEMRA_E_INVAL;
+    }
+    DISPATCH(s, matmul_parts, parts, n, x, B);
+}
+
+int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+{
+    if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
+        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
+        return MEMRA_E_INVAL;
+    DISPATCH(s, matmul_acc, y, W, x, B);
+}
+
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
 {
     if (!s || !y || !bias || B <= 0 || n <= 0)

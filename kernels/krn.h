@@ -26,6 +26,21 @@ int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, i
 /* y (B, n_out) = x (B, n_in) @ W^T (n_in, n_out)      (W of any krn_type) */
 int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
+/* The fused forms of krn_matmul_async the forward uses: the same bits as the plain ops they replace, in
+ * fewer CUDA launches (one GEMV walks every part's rows; the residual add happens in the GEMV's store). */
+#define KRN_MM_PARTS 3 /* most matrices one krn_matmul_parts_async call takes (q, k, v) */
+typedef struct krn_mm_part {
+    float *y;            /* (B, W->n_out) */
+    const krn_weight *W; /* (n_out, n_in) */
+} krn_mm_part;
+/* y_i (B, W_i n_out) = x (B, n_in) @ W_i^T for i < n, 1 <= n <= KRN_MM_PARTS, every W_i of one n_in; the
+ * same bits as n krn_matmul_async calls. One CUDA launch when the parts share a float type (f32/f16/bf16)
+ * and 16-byte alignment; otherwise one per part (an error then may leave earlier parts enqueued). */
+int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
+
+/* y (B, n_out) += x (B, n_in) @ W^T: the same bits as krn_matmul_async into t, then krn_add_async(y, t). */
+int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+
 /* y (B, n) += bias (n,) */
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 

@@ -73,9 +73,8 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
 
     /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
-    ENQ(krn_matmul_async(s, sc->q, &L->wq, sc->xb, B), "attn_q");   /* (B, q_dim) */
-    ENQ(krn_matmul_async(s, sc->k, &L->wk, sc->xb, B), "attn_k");   /* (B, kv_dim) */
-    ENQ(krn_matmul_async(s, sc->v, &L->wv, sc->xb, B), "attn_v");   /* (B, kv_dim) */
+    const krn_mm_part qkv[3] = { { sc->q, &L->wq }, { sc->k, &L->wk }, { sc->v, &L->wv } };
+    ENQ(krn_matmul_parts_async(s, qkv, 3, sc->xb, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
     if (L->bq) {
         ENQ(krn_add_bias_async(s, sc->q, L->bq, B, q_dim), "attn_q.bias");
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
@@ -88,17 +87,15 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     ENQ(krn_kv_store_async(s, kc, vc, sc->k, sc->v, seq, pos, B, kv_dim, kv->n_ctx), "kv_store");
     ENQ(krn_attention_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
                             kv->n_ctx), "attention");
-    /* x += Wo att */
-    ENQ(krn_matmul_async(s, sc->xb, &L->wo, sc->att, B), "attn_output"); /* (B, n_embd) */
-    ENQ(krn_add_async(s, x, sc->xb, B, hp->n_embd), "attn residual");
+    /* x += Wo att   (the residual add fused into the GEMV's store) */
+    ENQ(krn_matmul_acc_async(s, x, &L->wo, sc->att, B), "attn_output + residual"); /* x (B, n_embd) */
 
     /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
-    ENQ(krn_matmul_async(s, sc->hb, &L->w_gate, sc->xb, B), "ffn_gate"); /* (B, n_ff) */
-    ENQ(krn_matmul_async(s, sc->hb2, &L->w_up, sc->xb, B), "ffn_up");    /* (B, n_ff) */
+    const krn_mm_part gate_up[2] = { { sc->hb, &L->w_gate }, { sc->hb2, &L->w_up } };
+    ENQ(krn_matmul_parts_async(s, gate_up, 2, sc->xb, B), "ffn_gate/up"); /* (B, n_ff) each */
     ENQ(krn_swiglu_async(s, sc->hb, sc->hb, sc->hb2, B, hp->n_ff), "swiglu");
-    ENQ(krn_matmul_async(s, sc->xb, &L->w_down, sc->hb, B), "ffn_down"); /* (B, n_embd) */
-    ENQ(krn_add_async(s, x, sc->xb, B, hp->n_embd), "ffn residual");
+    ENQ(krn_matmul_acc_async(s, x, &L->w_down, sc->hb, B), "ffn_down + residual"); /* x (B, n_embd) */
     return 0;
 }
 

@@ -123,9 +123,10 @@ static void test_matmul_matches_reference_for_every_type_shape_and_batch(void **
         int shapes[5][2];
         int ns = 0;
         if (t->be == 1) {
-            /* 97: scalar path; 2144 = 8*268: vector path with a tail; 4096: vector path */
-            int s[][2] = {{1, 8}, {7, 97}, {33, 2144}, {5, 4096}};
-            ns = 4;
+            /* 97: scalar path; 2144 = 8*268: vector path with a tail; 4096: vector path; 9001 x 1032: more
+             * row groups than resident blocks (blocks walk several rows) and a second batch with one step */
+            int s[][2] = {{1, 8}, {7, 97}, {33, 2144}, {5, 4096}, {9001, 1032}};
+            ns = 5;
             memcpy(shapes, s, sizeof s);
         } else if (t->be == 32) {
             /* 67 blocks: staged chunks of 32 + 32 + 3 (one warp each); rows not 16-byte aligned */
@@ -142,6 +143,87 @@ static void test_matmul_matches_reference_for_every_type_shape_and_batch(void **
         for (int si = 0; si < ns; si++)
             for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++)
                 check_matmul(t, shapes[si][0], shapes[si][1], Bs[bi], 0);
+    }
+}
+
+/* The fused forms: 3 parts in one call give the bits of 3 plain calls (one launch when they share a float
+ * type, one per part otherwise: both tried), and acc gives the bits of matmul then add. Per type, B = 1, 5,
+ * 9 (two x chunks); part shapes 6144/1024/1024-like, scaled down, with odd row counts. */
+static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **state) {
+    (void)state;
+    static const int Bs[] = {1, 5, 9};
+    for (size_t ti = 0; ti < CUDA_REF_N_TYPES; ti++) {
+        const cuda_ref_type *t = &CUDA_REF_TYPES[ti];
+        const int n_in = t->be == 256 ? 512 : 1024, n_out[3] = {613, 130, 77};
+        const size_t rb = (size_t)(n_in / t->be) * t->bb;
+        krn_weight W[3];
+        for (int i = 0; i < 3; i++) {
+            uint8_t *hw = malloc(rb * (size_t)n_out[i]);
+            for (int r = 0; r < n_out[i]; r++)
+                cuda_ref_rand_row(t, hw + (size_t)r * rb, n_in);
+            W[i] = (krn_weight){t->type, n_out[i], n_in, dupload(hw, rb * (size_t)n_out[i])};
+            free(hw);
+        }
+        /* the mixed-type list: part 1 as f32 (its own launch next to the others' one) */
+        const cuda_ref_type *f32 = &CUDA_REF_TYPES[0];
+        uint8_t *hm = malloc(sizeof(float) * (size_t)n_in * n_out[1]);
+        for (int r = 0; r < n_out[1]; r++)
+            cuda_ref_rand_row(f32, hm + (size_t)r * n_in * sizeof(float), n_in);
+        krn_weight Wm = {KRN_F32, n_out[1], n_in, dupload(hm, sizeof(float) * (size_t)n_in * n_out[1])};
+        free(hm);
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+            const int B = Bs[bi];
+            float *hx = malloc(sizeof(float) * (size_t)B * n_in);
+            cuda_ref_rand_floats(hx, (size_t)B * n_in);
+            float *dx = dupload(hx, sizeof(float) * (size_t)B * n_in);
+            dev_err err = {0};
+            for (int mixed = 0; mixed < 2; mixed++) {
+                const krn_weight *w1 = mixed ? &Wm : &W[1];
+                float *y[3], *yr[3];
+                const size_t yb[3] = {sizeof(float) * B * n_out[0], sizeof(float) * B * n_out[1],
+                                      sizeof(float) * B * n_out[2]};
+                for (int i = 0; i < 3; i++)
+                    y[i] = dalloc(yb[i]), yr[i] = dalloc(yb[i]);
+                const krn_mm_part parts[3] = {{y[0], &W[0]}, {y[1], w1}, {y[2], &W[2]}};
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, parts, 3, dx, B, 0, &err), 0);
+                assert_int_equal(krn_cuda_matmul_async(g_s2, yr[0], &W[0], dx, B, &err), 0);
+                assert_int_equal(krn_cuda_matmul_async(g_s2, yr[1], w1, dx, B, &err), 0);
+                assert_int_equal(krn_cuda_matmul_async(g_s2, yr[2], &W[2], dx, B, &err), 0);
+                sync_both();
+                for (int i = 0; i < 3; i++) {
+                    float *a = malloc(yb[i]), *b = malloc(yb[i]);
+                    download(a, y[i], yb[i]);
+                    download(b, yr[i], yb[i]);
+                    if (memcmp(a, b, yb[i]) != 0)
+                        fail_msg("matmul parts %s (mixed=%d) B=%d: part %d differs from its plain matmul", t->name,
+                                 mixed, B, i);
+                    free(a);
+                    free(b);
+                }
+                /* acc on part 0: y[0] (holding x @ W0^T) += x @ W0^T, vs add(yr[0], y-copy) */
+                float *t0 = dalloc(yb[0]);
+                CK(cudaMemcpy(t0, y[0], yb[0], cudaMemcpyDeviceToDevice));
+                const krn_mm_part acc = {y[0], &W[0]};
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, dx, B, 1, &err), 0);
+                assert_int_equal(krn_cuda_add_async(g_s2, yr[0], t0, B, n_out[0], &err), 0);
+                sync_both();
+                float *a = malloc(yb[0]), *b = malloc(yb[0]);
+                download(a, y[0], yb[0]);
+                download(b, yr[0], yb[0]);
+                if (memcmp(a, b, yb[0]) != 0)
+                    fail_msg("matmul acc %s B=%d: differs from matmul then add", t->name, B);
+                free(a);
+                free(b);
+                CK(cudaFree(t0));
+                for (int i = 0; i < 3; i++)
+                    CK(cudaFree(y[i])), CK(cudaFree(yr[i]));
+            }
+            CK(cudaFree(dx));
+            free(hx);
+        }
+        for (int i = 0; i < 3; i++)
+            CK(cudaFree((void *)W[i].data));
+        CK(cudaFree((void *)Wm.data));
     }
 }
 
@@ -567,6 +649,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_reference_for_every_type_shape_and_batch),
+        cmocka_unit_test(test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops),
         cmocka_unit_test(test_matmul_reads_a_misaligned_tensor_without_its_neighbours),
         cmocka_unit_test(test_matmul_rejects_bad_types_and_shapes_with_a_message),
         cmocka_unit_test(test_rmsnorm_matches_reference_and_is_deterministic),

@@ -77,7 +77,7 @@ static void test_matmul_matches_the_double_reference_for_every_type(void **state
                 src[i] = frand();
             krn_quant_row(t, src, W + o * rb, NIN);
         }
-        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb });
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb, 0 });
         for (int o = 0; o < NOUT; o++) {
             krn_dequant_row(t, W + o * rb, deq, NIN);
             for (int b = 0; b < B; b++) {
@@ -229,7 +229,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     assert_true(rb * NOUT <= sizeof wq);
     for (int o = 0; o < NOUT; o++)
         krn_quant_row(KRN_Q8_0, w_host + o * NIN, wq + o * rb, NIN);
-    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb });
+    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb, 0 });
 
     void *w0 = dev_malloc(d0, rb * NOUT, &err);               /* weight on device 0 */
     float *x1 = dev_malloc(d1, sizeof(float) * B * NIN, &err);  /* activations on device 1 */
@@ -270,6 +270,76 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     free(x_host);
 }
 
+/* The fused forms the forward uses: parts = one matmul per part, acc = matmul then add, bit for bit. */
+static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **state)
+{
+    (void)state;
+    enum { B = 3, NIN = 64, N0 = 5, N1 = 3, N2 = 2 };
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(p);
+    dev_device *d = dev_platform_device(p, 0);
+    dev_stream *s = dev_stream_create(d, "parts", &err);
+    assert_non_null(s);
+    rng_state = 33;
+    const int n_out[3] = { N0, N1, N2 }, types[3] = { KRN_Q8_0, KRN_F16, KRN_Q4_0 };
+    krn_weight W[3];
+    float *y[3], *yref[3];
+    float *x = dev_malloc(d, sizeof(float) * B * NIN, &err), *xh = rand_vec(B * NIN, 1.0f);
+    assert_int_equal(dev_copy_h2d_sync(d, x, xh, sizeof(float) * B * NIN, &err), 0);
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = krn_row_bytes(types[i], NIN);
+        unsigned char *wh = malloc(rb * n_out[i]);
+        float *src = rand_vec(NIN, 1.0f);
+        for (int o = 0; o < n_out[i]; o++) {
+            for (int k = 0; k < NIN; k++)
+                src[k] = frand();
+            krn_quant_row(types[i], src, wh + o * rb, NIN);
+        }
+        void *wd = dev_malloc(d, rb * n_out[i], &err);
+        assert_int_equal(dev_copy_h2d_sync(d, wd, wh, rb * n_out[i], &err), 0);
+        W[i] = (krn_weight){ types[i], n_out[i], NIN, wd };
+        y[i] = dev_malloc(d, sizeof(float) * B * n_out[i], &err);
+        yref[i] = dev_malloc(d, sizeof(float) * B * n_out[i], &err);
+        assert_int_equal(krn_matmul_async(s, yref[i], &W[i], x, B), 0);
+        free(wh);
+        free(src);
+    }
+    const krn_mm_part parts[3] = { { y[0], &W[0] }, { y[1], &W[1] }, { y[2], &W[2] } };
+    assert_int_equal(krn_matmul_parts_async(s, parts, 3, x, B), 0);
+    /* acc: y[0] += x @ W0^T must equal yref[0] + (x @ W0^T) computed by matmul + add */
+    float *t = dev_malloc(d, sizeof(float) * B * N0, &err), *z = dev_malloc(d, sizeof(float) * B * N0, &err);
+    assert_int_equal(dev_copy_h2d_sync(d, z, xh, sizeof(float) * B * N0, &err), 0); /* any start values */
+    assert_int_equal(krn_matmul_async(s, t, &W[0], x, B), 0);
+    float *zref = dev_malloc(d, sizeof(float) * B * N0, &err);
+    assert_int_equal(dev_copy_h2d_sync(d, zref, xh, sizeof(float) * B * N0, &err), 0);
+    assert_int_equal(krn_add_async(s, zref, t, B, N0), 0);
+    assert_int_equal(krn_matmul_acc_async(s, z, &W[0], x, B), 0);
+    assert_int_equal(dev_stream_sync(s, &err), 0);
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(y[i], yref[i], sizeof(float) * B * n_out[i]);
+    assert_memory_equal(z, zref, sizeof(float) * B * N0);
+    /* refused: no parts, too many, n_in that differ */
+    assert_int_equal(krn_matmul_parts_async(s, parts, 0, x, B), MEMRA_E_INVAL);
+    assert_int_equal(krn_matmul_parts_async(s, parts, KRN_MM_PARTS + 1, x, B), MEMRA_E_INVAL);
+    krn_weight bad = W[1];
+    bad.n_in = 32;
+    const krn_mm_part mixed[2] = { { y[0], &W[0] }, { y[1], &bad } };
+    assert_int_equal(krn_matmul_parts_async(s, mixed, 2, x, B), MEMRA_E_INVAL);
+    dev_stream_destroy(s);
+    for (int i = 0; i < 3; i++) {
+        dev_free(d, (void *)W[i].data);
+        dev_free(d, y[i]);
+        dev_free(d, yref[i]);
+    }
+    dev_free(d, x);
+    dev_free(d, t);
+    dev_free(d, z);
+    dev_free(d, zref);
+    dev_platform_close(p);
+    free(xh);
+}
+
 static void test_bad_shapes_are_refused_before_enqueue(void **state)
 {
     (void)state;
@@ -307,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_kv_store_writes_each_row_at_its_sequence_and_position_only),
         cmocka_unit_test(test_swiglu_add_bias_add_and_argmax_match_their_definitions),
         cmocka_unit_test(test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads),
+        cmocka_unit_test(test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops),
         cmocka_unit_test(test_bad_shapes_are_refused_before_enqueue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

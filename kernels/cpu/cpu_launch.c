@@ -54,15 +54,36 @@ int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *
     return dev_launch_cpu_async(s, "rmsnorm", run_rmsnorm, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc)
 {
     const size_t rb = krn_row_bytes(W->type, W->n_in);
-    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb };
+    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc };
     acc_list l = { .n = 0 };
     acc_add(&l, W->data, rb * (size_t)W->n_out, DEV_READ);
     acc_add(&l, x, F32B((size_t)B * W->n_in), DEV_READ);
-    acc_add(&l, y, F32B((size_t)B * W->n_out), DEV_WRITE);
-    return dev_launch_cpu_async(s, "matmul", run_matmul, &a, sizeof a, l.a, l.n);
+    acc_add(&l, y, F32B((size_t)B * W->n_out), acc ? DEV_RW : DEV_WRITE);
+    return dev_launch_cpu_async(s, acc ? "matmul_acc" : "matmul", run_matmul, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+{
+    return cpu_matmul(s, y, W, x, B, 0);
+}
+
+/* One op per part: the CPU has no launch cost to save. */
+int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = cpu_matmul(s, parts[i].y, parts[i].W, x, B, 0);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+{
+    return cpu_matmul(s, y, W, x, B, 1);
 }
 
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)

@@ -7,7 +7,7 @@
 
 #define MATMUL_GROUP 64 /* rows of x per krn_dot_row_batch call (stack buffer) */
 
-/* y (B, n_out) = x (B, n_in) @ W^T, W (n_out, n_in).
+/* y (B, n_out) = x (B, n_in) @ W^T (acc: y +=), W (n_out, n_in).
  * Loop o outer, b inner: weight row o is read from memory once for all B rows. */
 void krn_cpu_matmul(const krn_cpu_matmul_args *a)
 {
@@ -18,8 +18,10 @@ void krn_cpu_matmul(const krn_cpu_matmul_args *a)
         for (int b0 = 0; b0 < a->B; b0 += MATMUL_GROUP) {
             const int nb = a->B - b0 < MATMUL_GROUP ? a->B - b0 : MATMUL_GROUP;
             krn_dot_row_batch(a->type, row, a->x + (size_t)b0 * a->n_in, a->n_in, nb, dots, a->n_in);
-            for (int b = 0; b < nb; b++)
-                a->y[(size_t)(b0 + b) * a->n_out + o] = dots[b];
+            for (int b = 0; b < nb; b++) {
+                float *yo = &a->y[(size_t)(b0 + b) * a->n_out + o];
+                *yo = a->acc ? *yo + dots[b] : dots[b]; /* acc: the bits of krn_cpu_add after a plain matmul */
+            }
         }
     }
 }

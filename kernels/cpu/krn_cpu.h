@@ -15,9 +15,9 @@
 
 /* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,) */
 typedef struct krn_cpu_rmsnorm_args { float *y; const float *x, *w; int B, n; float eps; } krn_cpu_rmsnorm_args;
-/* y (B, n_out) = x (B, n_in) @ W^T; W rows of type `type` (row_bytes each) */
+/* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W rows of type `type` (row_bytes each) */
 typedef struct krn_cpu_matmul_args {
-    float *y; const void *w; const float *x; int type, n_out, n_in, B; size_t row_bytes;
+    float *y; const void *w; const float *x; int type, n_out, n_in, B; size_t row_bytes; int acc;
 } krn_cpu_matmul_args;
 /* y (B, n) += bias (n,) */
 typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;
@@ -59,6 +59,8 @@ void krn_cpu_argmax(const krn_cpu_argmax_args *a);
 /* ---- launch wrappers (same signatures as kernels/krn.h; shapes already validated) ---- */
 int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
 int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
+int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                        float freq_base, float freq_scale, int neox);

@@ -57,6 +57,15 @@ extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, con
     ADAPT(krn_cuda_matmul_async(st, y, W, x, B, NULL));
 }
 
+extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B) {
+    ADAPT(krn_cuda_matmul_parts_async(st, parts, n, x, B, 0, NULL));
+}
+
+extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    const krn_mm_part p = {y, W};
+    ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
+}
+
 extern "C" int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n) {
     ADAPT(krn_cuda_add_bias_async(st, y, bias, B, n, NULL));
 }

@@ -1,11 +1,14 @@
 /* Fused dequant GEMV: y (B, n_out) = x (B, n_in) @ W^T for every krn_type, B <= 8 rows per launch.
  *
- * This file: the float types (f32, f16, bf16) and the host entry. One warp per output row, MM_WARPS rows
- * per block: each lane reads 8 consecutive weights per 16-byte load (4 loads in flight), or one at a time
+ * This file: the float types (f32, f16, bf16) and the host entry. One warp per output row at a time, MM_WARPS
+ * rows per block, a grid of resident blocks walking the rows: each lane reads 8 consecutive weights per 16-byte
+ * load (the next 4 loads in flight while 4 are used), or one at a time
  * when the row is not 16-byte aligned. The block types are in krn_cuda_matmul_q.cu.
  * Determinism: each lane accumulates in a fixed order, then a butterfly shuffle sum in a fixed order; no
  * atomics. The order does not depend on B, so a row's result has the same bits in any batch.
  * Shared mutable state: none. */
+#include <stdlib.h>
+
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
 /* Sum of 4 products in a fixed order, starting from t. */
@@ -62,84 +65,216 @@ static __device__ __forceinline__ void fma8(const float (&w)[8], const float *x,
     }
 }
 
-/* VEC: n_in % 8 == 0 and W, x 16-byte aligned: lane reads weights [8*(lane + 32*j), +8) per step, 4 steps
- * of loads in flight. Otherwise lane reads weights lane + 32*j one by one. */
-template <int T, int NB, bool VEC>
+/* Unaligned or n_in % 8 != 0: one warp per row, lane reads weights lane + 32*j one by one. */
+template <int T, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
     mm_float_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes) {
+                    int n_in, size_t row_bytes, int acc_y) {
     krn_pdl_enter();
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int row = blockIdx.x * MM_WARPS + warp;
     if (row >= n_out)
         return;
     const uint8_t *rp = W + (size_t)row * row_bytes;
-    const int esz = T == KRN_F32 ? 4 : 2;
     float acc[NB];
 #pragma unroll
     for (int b = 0; b < NB; b++)
         acc[b] = 0.0f;
-    if (VEC) {
-        const int step = 8 * KRN_WARP;
-        int e = 8 * lane;
-        for (; e + 3 * step < n_in; e += 4 * step) {
-            mm_f8<T> r[4];
+    for (int e = lane; e < n_in; e += KRN_WARP) {
+        const float w = ld_f1<T>(rp, e);
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-                r[u] = ld_f8<T>(rp + (size_t)(e + u * step) * esz);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float w[8];
-                cvt_f8<T>(r[u], w);
-                fma8<NB>(w, x, n_in, e + u * step, acc);
-            }
-        }
-        for (; e < n_in; e += step) {
-            float w[8];
-            cvt_f8<T>(ld_f8<T>(rp + (size_t)e * esz), w);
-            fma8<NB>(w, x, n_in, e, acc);
-        }
-    } else {
-        for (int e = lane; e < n_in; e += KRN_WARP) {
-            const float w = ld_f1<T>(rp, e);
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                acc[b] = fmaf(w, __ldg(x + (size_t)b * n_in + e), acc[b]);
-        }
+        for (int b = 0; b < NB; b++)
+            acc[b] = fmaf(w, __ldg(x + (size_t)b * n_in + e), acc[b]);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {
         const float r = krn_warp_sum(acc[b]);
         if (lane == 0)
-            y[(size_t)b * n_out + row] = r;
+            y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + r : r;
+    }
+}
+
+/* Chunks of 8 weights per lane per load step, MM_U steps per batch (the loads of one batch issued together). */
+#define MM_U 4
+#define MM_CHUNK (8 * KRN_WARP) /* weights a warp covers per step */
+/* Blocks per SM the vec kernel's registers must allow: 4 (up to 128 registers) lets ptxas keep the next
+ * batch's loads above the current batch's math; at the 255-register default it sinks them below it. */
+#define MM_VEC_MINB 4
+
+/* The parts of one vec launch: row r of the list is row r - end[p-1] of part p, the p with
+ * end[p-1] <= r < end[p] (end[-1] = 0; unused parts have end = the row count, so no row maps to them). */
+typedef struct mm_list {
+    const uint8_t *W[KRN_MM_PARTS];
+    float *y[KRN_MM_PARTS];
+    int end[KRN_MM_PARTS];
+} mm_list;
+
+static __device__ __forceinline__ int mm_part(const mm_list &l, int row, int *local) {
+    int p = 0;
+#pragma unroll
+    for (int i = 0; i < KRN_MM_PARTS - 1; i++)
+        p += row >= l.end[i];
+    *local = row - (p ? l.end[p - 1] : 0);
+    return p;
+}
+
+/* Issue the loads of batch t of a warp's walk: list row `row`, steps [t*MM_U, t*MM_U + MM_U) of it. A step
+ * past n_in (or a row past the list) reads the row's last chunk instead (in bounds, never multiplied):
+ * unconditional loads keep the compiler from sinking them below the PDL wait or the previous batch's math. */
+template <int T>
+static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const mm_list &l, size_t row_bytes, int row,
+                                                int n_in, int t, int lane) {
+    const int esz = T == KRN_F32 ? 4 : 2;
+    int local;
+    const int p = mm_part(l, min(row, l.end[KRN_MM_PARTS - 1] - 1), &local);
+    const uint8_t *rp = l.W[p] + (size_t)local * row_bytes;
+#pragma unroll
+    for (int u = 0; u < MM_U; u++) {
+        const int e = min((t * MM_U + u) * MM_CHUNK + 8 * lane, n_in - 8);
+        r[u] = ld_f8<T>(rp + (size_t)e * esz);
+    }
+}
+
+/* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks list rows (k + i*gridDim.x)*MM_WARPS
+ * + w, i = 0, 1, ... (the rows of every part, one after the other); lane l reads weights [8*(l + 32*j), +8)
+ * of a row, MM_U loads per batch. The walk is software pipelined: the next batch's loads (the rest of this
+ * row or the start of the next) are issued before the current batch is multiplied and before a finished row
+ * is reduced, so memory stays busy across rows; the first two batches are issued BEFORE the PDL wait (W is
+ * immutable during a forward: written at load, then the loading stream synced; only x and y are touched by
+ * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
+ * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
+ * the grid nor the other parts, so a row has the same bits in any batch and any list. */
+template <int T, int NB>
+__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB)
+    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
+    const int nrows = l.end[KRN_MM_PARTS - 1];
+    const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
+    const int rstride = gridDim.x * MM_WARPS;
+    int row = blockIdx.x * MM_WARPS + warp, t = 0;
+    mm_f8<T> cur[MM_U], nxt[MM_U];
+    mm_issue<T>(cur, l, row_bytes, row, n_in, 0, lane);
+    if (row >= nrows) { /* no rows for this warp (the grid's last block) */
+        krn_pdl_enter();
+        return;
+    }
+    bool waited = false;
+    float acc[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        acc[b] = 0.0f;
+    while (row < nrows) {
+        const int nrow = t + 1 < nbatch ? row : row + rstride, nt = t + 1 < nbatch ? t + 1 : 0;
+        mm_issue<T>(nxt, l, row_bytes, nrow, n_in, nt, lane); /* in flight while cur is used */
+        if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
+            krn_pdl_enter_after_loads();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < MM_U; u++) {
+            const int e = (t * MM_U + u) * MM_CHUNK + 8 * lane;
+            if (e < n_in) {
+                float w[8];
+                cvt_f8<T>(cur[u], w);
+                fma8<NB>(w, x, n_in, e, acc);
+            }
+        }
+        if (nt == 0) { /* row done */
+            int local;
+            const int p = mm_part(l, row, &local);
+            const int n_out = (p ? l.end[p] - l.end[p - 1] : l.end[0]);
+            float *yp = l.y[p] + local;
+#pragma unroll
+            for (int b = 0; b < NB; b++) {
+                const float r = krn_warp_sum(acc[b]);
+                if (lane == 0)
+                    yp[(size_t)b * n_out] = acc_y ? yp[(size_t)b * n_out] + r : r;
+                acc[b] = 0.0f;
+            }
+        }
+        row = nrow;
+        t = nt;
+#pragma unroll
+        for (int u = 0; u < MM_U; u++)
+            cur[u] = nxt[u];
     }
 }
 
 /* ---- host side ---- */
 
+/* Blocks per SM of a kernel (at least 1), asked once per kernel. */
+template <typename K>
+static int mm_occupancy(K k, int *cache) {
+    int n = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (n <= 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, MM_WARPS * KRN_WARP, 0) != cudaSuccess || n < 1) {
+            (void)cudaGetLastError();
+            n = 1;
+        }
+        __atomic_store_n(cache, n, __ATOMIC_RELAXED); /* a racing first call stores the same value */
+    }
+    return n;
+}
+
+/* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows; 1 a block per row group (the
+ * hardware balances blocks over SMs as they finish). A tuning knob for memra-bench; same bits either way. */
+static int mm_grid_mode(void) {
+    static int cache = -1;
+    int f = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+    if (f < 0) {
+        const char *e = getenv("MEMRA_CUDA_MM_GRID");
+        f = e && e[0] == '1' && !e[1] ? 1 : 0;
+        __atomic_store_n(&cache, f, __ATOMIC_RELAXED); /* a racing first read reads the same value */
+    }
+    return f;
+}
+
 template <int T, int NB>
-static void mm_launch_nb(const mm_args *a, int vec, cudaStream_t st) {
-    const dim3 grid((unsigned)((a->n_out + MM_WARPS - 1) / MM_WARPS)), block(MM_WARPS * KRN_WARP);
-    if (vec)
-        krn_launch(mm_float_kernel<T, NB, true>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in,
-            a->row_bytes);
-    else
-        krn_launch(mm_float_kernel<T, NB, false>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in,
-            a->row_bytes);
+static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
+    const int groups = (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS;
+    static int occ = 0;
+    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, NB>, &occ) * krn_cuda_sm_count();
+    int blocks = groups;
+    if (cap > 0 && groups > cap) { /* every block resident at once; the row groups spread evenly over rounds */
+        const int rounds = (groups + cap - 1) / cap;
+        blocks = (groups + rounds - 1) / rounds;
+    }
+    krn_launch(mm_float_vec_kernel<T, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
+               row_bytes, acc);
 }
 
 template <int T>
-static void mm_launch(const mm_args *a, int nb, int vec, cudaStream_t st) {
+static void mm_vec_nb(const mm_list *l, const float *x, int nb, int n_in, size_t row_bytes, int acc,
+                      cudaStream_t st) {
     switch (nb) {
-    case 1: mm_launch_nb<T, 1>(a, vec, st); break;
-    case 2: mm_launch_nb<T, 2>(a, vec, st); break;
-    case 3: mm_launch_nb<T, 3>(a, vec, st); break;
-    case 4: mm_launch_nb<T, 4>(a, vec, st); break;
-    case 5: mm_launch_nb<T, 5>(a, vec, st); break;
-    case 6: mm_launch_nb<T, 6>(a, vec, st); break;
-    case 7: mm_launch_nb<T, 7>(a, vec, st); break;
-    default: mm_launch_nb<T, 8>(a, vec, st); break;
+    case 1: mm_vec_launch<T, 1>(l, x, n_in, row_bytes, acc, st); break;
+    case 2: mm_vec_launch<T, 2>(l, x, n_in, row_bytes, acc, st); break;
+    case 3: mm_vec_launch<T, 3>(l, x, n_in, row_bytes, acc, st); break;
+    case 4: mm_vec_launch<T, 4>(l, x, n_in, row_bytes, acc, st); break;
+    case 5: mm_vec_launch<T, 5>(l, x, n_in, row_bytes, acc, st); break;
+    case 6: mm_vec_launch<T, 6>(l, x, n_in, row_bytes, acc, st); break;
+    case 7: mm_vec_launch<T, 7>(l, x, n_in, row_bytes, acc, st); break;
+    default: mm_vec_launch<T, 8>(l, x, n_in, row_bytes, acc, st); break;
     }
+}
+
+template <int T>
+static void mm_scalar_nb(const mm_args *a, int nb, cudaStream_t st) {
+    const dim3 grid((unsigned)((a->n_out + MM_WARPS - 1) / MM_WARPS)), block(MM_WARPS * KRN_WARP);
+#define MM_SCALAR(NB_)                                                                                         \
+    krn_launch(mm_float_kernel<T, NB_>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes, \
+               a->acc)
+    switch (nb) {
+    case 1: MM_SCALAR(1); break;
+    case 2: MM_SCALAR(2); break;
+    case 3: MM_SCALAR(3); break;
+    case 4: MM_SCALAR(4); break;
+    case 5: MM_SCALAR(5); break;
+    case 6: MM_SCALAR(6); break;
+    case 7: MM_SCALAR(7); break;
+    default: MM_SCALAR(8); break;
+    }
+#undef MM_SCALAR
 }
 
 /* Elements and bytes per block of the types this file handles; 0 when unsupported. */
@@ -157,8 +292,8 @@ static int mm_type_layout(int t, int *be, int *bb) {
     }
 }
 
-extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
-                                     dev_err *err) {
+/* Host checks of one part; sets *vec when the part can go through the vec kernel. */
+static int mm_check(const float *y, const krn_weight *W, const float *x, int B, int *vec, dev_err *err) {
     if (!W)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W is NULL");
     int be = 0, bb = 0;
@@ -169,9 +304,7 @@ extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weig
     if (B < 0 || W->n_out <= 0 || W->n_in <= 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: B=%d n_out=%d n_in=%d (need B >= 0, n > 0)", B,
                            W->n_out, W->n_in);
-    if (B == 0)
-        return 0;
-    if (!y || !x || !W->data)
+    if (B > 0 && (!y || !x || !W->data))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: NULL pointer (y=%p x=%p W->data=%p)", (void *)y,
                            (const void *)x, W->data);
     if (W->n_in % be != 0)
@@ -185,26 +318,95 @@ extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weig
     if (!is_float && !krn_cuda_aligned(x, 16))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x %p must be 16-byte aligned for block types",
                            (const void *)x);
-    const int vec = is_float && W->n_in % 8 == 0 && krn_cuda_aligned(W->data, 16) && krn_cuda_aligned(x, 16);
+    *vec = is_float && W->n_in % 8 == 0 && krn_cuda_aligned(W->data, 16) && krn_cuda_aligned(x, 16);
+    return 0;
+}
+
+/* One part, rows [b0, b0 + nb) of x, by type. */
+static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int vec, int acc, cudaStream_t st) {
+    const krn_weight *W = p->W;
+    int be = 0, bb = 0;
+    mm_type_layout(W->type, &be, &bb);
+    mm_args a;
+    a.y = p->y + (size_t)b0 * W->n_out;
+    a.W = (const uint8_t *)W->data;
+    a.x = x + (size_t)b0 * W->n_in;
+    a.n_out = W->n_out;
+    a.n_in = W->n_in;
+    a.row_bytes = (size_t)(W->n_in / be) * bb;
+    a.acc = acc;
+    if (vec) {
+        mm_list l = {};
+        l.W[0] = a.W;
+        l.y[0] = a.y;
+        for (int i = 0; i < KRN_MM_PARTS; i++)
+            l.end[i] = a.n_out;
+        switch (W->type) {
+        case KRN_F32: mm_vec_nb<KRN_F32>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
+        case KRN_F16: mm_vec_nb<KRN_F16>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
+        default: mm_vec_nb<KRN_BF16>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
+        }
+        return;
+    }
+    switch (W->type) {
+    case KRN_F32: mm_scalar_nb<KRN_F32>(&a, nb, st); break;
+    case KRN_F16: mm_scalar_nb<KRN_F16>(&a, nb, st); break;
+    case KRN_BF16: mm_scalar_nb<KRN_BF16>(&a, nb, st); break;
+    default: mm_q_launch(W->type, &a, nb, st); break;
+    }
+}
+
+extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, int B,
+                                           int acc, dev_err *err) {
+    if (!parts || n < 1 || n > KRN_MM_PARTS)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: %d parts (allowed 1..%d)", n, KRN_MM_PARTS);
+    int vec[KRN_MM_PARTS], all_vec = 1;
+    for (int i = 0; i < n; i++) {
+        int rc = mm_check(parts[i].y, parts[i].W, x, B, &vec[i], err);
+        if (rc)
+            return n > 1 ? dev_err_wrap(err, "part %d of %d", i, n) : rc;
+        if (parts[i].W->n_in != parts[0].W->n_in)
+            return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: part %d has n_in=%d, part 0 %d (must match)", i,
+                               parts[i].W->n_in, parts[0].W->n_in);
+        all_vec = all_vec && vec[i] && parts[i].W->type == parts[0].W->type;
+    }
+    if (B == 0)
+        return 0;
     cudaStream_t st = (cudaStream_t)cuda_stream;
+    const krn_weight *W0 = parts[0].W;
     for (int b0 = 0; b0 < B; b0 += MM_MAX_B) {
         const int nb = B - b0 < MM_MAX_B ? B - b0 : MM_MAX_B;
-        mm_args a;
-        a.y = y + (size_t)b0 * W->n_out;
-        a.W = (const uint8_t *)W->data;
-        a.x = x + (size_t)b0 * W->n_in;
-        a.n_out = W->n_out;
-        a.n_in = W->n_in;
-        a.row_bytes = (size_t)(W->n_in / be) * bb;
-        switch (W->type) {
-        case KRN_F32: mm_launch<KRN_F32>(&a, nb, vec, st); break;
-        case KRN_F16: mm_launch<KRN_F16>(&a, nb, vec, st); break;
-        case KRN_BF16: mm_launch<KRN_BF16>(&a, nb, vec, st); break;
-        default: mm_q_launch(W->type, &a, nb, st); break;
+        if (all_vec && n > 1) { /* one launch walks every part's rows */
+            mm_list l = {};
+            int end = 0;
+            for (int i = 0; i < KRN_MM_PARTS; i++) {
+                if (i < n) {
+                    l.W[i] = (const uint8_t *)parts[i].W->data;
+                    l.y[i] = parts[i].y + (size_t)b0 * parts[i].W->n_out;
+                    end += parts[i].W->n_out;
+                }
+                l.end[i] = end;
+            }
+            const size_t rb = (size_t)W0->n_in * (W0->type == KRN_F32 ? 4 : 2);
+            const float *xb = x + (size_t)b0 * W0->n_in;
+            switch (W0->type) {
+            case KRN_F32: mm_vec_nb<KRN_F32>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+            case KRN_F16: mm_vec_nb<KRN_F16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+            default: mm_vec_nb<KRN_BF16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+            }
+        } else {
+            for (int i = 0; i < n; i++)
+                mm_one(&parts[i], x, b0, nb, vec[i], acc, st);
         }
         int rc = krn_cuda_launch_check(err, "krn_cuda_matmul");
         if (rc)
-            return dev_err_wrap(err, "type %d, %dx%d, B=%d", W->type, W->n_out, W->n_in, B), rc;
+            return dev_err_wrap(err, "type %d, %dx%d, %d part(s), B=%d", W0->type, W0->n_out, W0->n_in, n, B), rc;
     }
     return 0;
+}
+
+extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
+                                     dev_err *err) {
+    const krn_mm_part p = {y, W};
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, B, 0, err);
 }

@@ -14,6 +14,7 @@ typedef struct mm_args {
     const float *x;   /* (nb, n_in), 16-byte aligned for block types */
     int n_out, n_in;
     size_t row_bytes;
+    int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */
 } mm_args;
 
 /* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a block-type W (q4_0, q4_1, q8_0, q4_k, q6_k) on st.

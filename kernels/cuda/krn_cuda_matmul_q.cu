@@ -333,8 +333,7 @@ static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const 
 template <int T, int NB, int R, int MB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes) {
-    krn_pdl_enter();
+                    int n_in, size_t row_bytes, int acc) {
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
         __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
@@ -348,6 +347,9 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     int off[R], nv[R], nbc = 0;
     if (active && (int)blockIdx.x < ngroups)
         nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, blockIdx.x, warp, lane);
+    /* The first chunk's weight loads fly before the PDL wait: W is immutable during a forward (written at load,
+     * then the loading stream synced), only x comes from the predecessor kernel. */
+    krn_pdl_enter_after_loads();
     int buf = 0;
     for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
         float acc[R][NB];
@@ -403,7 +405,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
 #pragma unroll
                 for (int w = 1; w < MM_WARPS; w++)
                     t += red[buf][w][threadIdx.x];
-                y[(size_t)b * n_out + row] = t;
+                y[(size_t)b * n_out + row] = acc ? y[(size_t)b * n_out + row] + t : t;
             }
         }
     }
@@ -434,31 +436,21 @@ static int mm_rows(int nb) {
     return nb <= 4 ? 2 : 1;
 }
 
-/* Multiprocessors of the current device (0 when unknown). */
-static int mm_sm_count(void) {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 /* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
 template <int T, int NB, int R, int MB>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
     static int bps_env = -1000; /* MEMRA_CUDA_MM_BPS=1..MB: grid blocks per SM; -1: a block per group */
     const int bps_f = mm_env("MEMRA_CUDA_MM_BPS", &bps_env);
     const int bps = bps_f >= 1 && bps_f <= MB ? bps_f : MB;
-    const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : mm_sm_count();
+    const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : krn_cuda_sm_count();
     int blocks = ngroups;
     if (sms > 0 && ngroups > bps * sms) {
         const int rounds = (ngroups + bps * sms - 1) / (bps * sms);
         blocks = (ngroups + rounds - 1) / rounds;
     }
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
-    krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes);
+    krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes,
+               a->acc);
 }
 
 /* B = 1: 4 blocks per SM at 128 registers (measured faster than 5 at 96 on every type and 8B shape, H200,

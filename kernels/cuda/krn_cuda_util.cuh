@@ -27,6 +27,17 @@ static inline int krn_cuda_call_check(dev_err *err, cudaError_t e, const char *w
     return dev_err_set(err, MEMRA_E_DEVICE, "%s: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* Multiprocessors of the current device (0 when unknown). */
+static inline int krn_cuda_sm_count(void) {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+                                                  cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 static inline int krn_cuda_aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
 
 static __device__ __forceinline__ float krn_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -96,6 +107,14 @@ static __device__ __forceinline__ void krn_pdl_enter(void) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* krn_pdl_enter for a kernel that has issued loads of immutable data (weights) first, to overlap them with
+ * its predecessor's tail: the CTA fence keeps ptxas from hoisting the wait above those loads (it does so in
+ * a single basic block, SASS checked with cuobjdump on sm_90). Costs one MEMBAR.CTA per thread. */
+static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) {
+    __threadfence_block();
+    krn_pdl_enter();
 }
 
 /* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
