@@ -27,14 +27,16 @@ static const gk_type GK_TYPES[] = {
     {KRN_F32, "f32", 1, 4},       {KRN_F16, "f16", 1, 2},     {KRN_BF16, "bf16", 1, 2},   {KRN_Q8_0, "q8_0", 32, 34},
     {KRN_Q6_K, "q6_k", 256, 210}, {KRN_Q4_1, "q4_1", 32, 20}, {KRN_Q4_0, "q4_0", 32, 18}, {KRN_Q4_K, "q4_k", 256, 144},
 };
-static const int GK_SHAPES[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* n_out, n_in */
+static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}; /* n_out, n_in */
 
 static void gk_usage(FILE *f) {
-    fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D]\n"
+    fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl]\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
-               "  --device D  CUDA device ordinal (default 0)\n");
+               "  --device D  CUDA device ordinal (default 0)\n"
+               "  --pdl       launch with programmatic dependent launch (MEMRA_PDL's path: each GEMV's first\n"
+               "              weight loads overlap the previous launch's tail, as in a decode step)\n");
 }
 
 static uint64_t gk_rng = 0x243F6A8885A308D3ull;
@@ -128,7 +130,7 @@ fail:
 }
 
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -143,6 +145,9 @@ int bench_gpu_kernels(int argc, char **argv) {
             hbm = atof(v);
         } else if (!strcmp(a, "--device") && v) {
             dev = atoi(v);
+        } else if (!strcmp(a, "--pdl")) {
+            pdl = 1;
+            continue; /* takes no value */
         } else {
             fprintf(stderr, "gpu-kernels: unknown or incomplete option '%s'\n", a);
             gk_usage(stderr);
@@ -169,8 +174,10 @@ int bench_gpu_kernels(int argc, char **argv) {
         fprintf(stderr, "gpu-kernels: cannot open device %d: %s\n", dev, cudaGetErrorString(cudaGetLastError()));
         return 2;
     }
-    printf("gpu-kernels: %s (sm_%d%d, %d SMs, L2 %d MB), B=%d, %d launches per row, HBM ref %.0f GB/s\n",
-           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, B, iters, hbm);
+    krn_cuda_set_pdl(pdl);
+    printf("gpu-kernels: %s (sm_%d%d, %d SMs, L2 %d MB), B=%d, %d launches per row, PDL %s, HBM ref %.0f GB/s\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, B, iters,
+           pdl ? "on" : "off", hbm);
     printf("%-13s %-5s %10s %10s %10s %7s\n", "shape", "type", "MB/launch", "us", "GB/s", "% HBM");
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
