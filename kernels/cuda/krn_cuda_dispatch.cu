@@ -6,6 +6,7 @@
  * MEMRA_PDL switch. Shared mutable state: krn_pdl_on (thread-local: each thread reads and writes only its
  * own); the current device is per host thread too. */
 #include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_gemm.cuh"
 
 /* MEMRA_PDL: per launching thread (each stage actor enqueues its own stream). */
 static thread_local int krn_pdl_on = 0;
@@ -54,6 +55,9 @@ extern "C" int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const f
 }
 
 extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    int done = 0, rc = krn_cuda_gemm_try(s, y, W, x, B, &done, NULL); /* cuBLAS at large B (krn_cuda_gemm.cuh) */
+    if (done)
+        return rc;
     ADAPT(krn_cuda_matmul_async(st, y, W, x, B, NULL));
 }
 
