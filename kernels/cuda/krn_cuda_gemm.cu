@@ -14,10 +14,11 @@
  * captured a GEMM does reference the capturing stream's workspace: replay it on that stream (or ordered
  * with it) and destroy it before the stream.
  *
- * Shared mutable state: gemm_min_b_env / gemm_min_b_forced / gemm_calls (process-wide, relaxed atomics);
- * each gemm_state is touched only by the thread that enqueues on its stream, and by dev_stream_destroy
- * after the stream is synced. */
+ * Shared mutable state: gemm_min_b_env / gemm_min_b_forced / gemm_calls / gemm_warned (process-wide, relaxed
+ * atomics); each gemm_state is touched only by the thread that enqueues on its stream, and by
+ * dev_stream_destroy after the stream is synced. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 static int gemm_min_b_env = -1000;  /* parsed MEMRA_CUDA_GEMM_MIN_B, -1000 = not read yet */
 static int gemm_min_b_forced = -1;  /* krn_cuda_gemm_set_min_b; < 0 = none */
 static uint64_t gemm_calls = 0;     /* krn_cuda_gemm_count */
+static int gemm_warned = 0;         /* the invalid-value warning was printed */
 
 static int gemm_clamp(long v) {
     if (v == 0)
@@ -51,6 +53,10 @@ static int gemm_env(void) {
             const long l = strtol(e, &end, 10);
             if (!errno && end != e && *end == '\0' && l >= 0)
                 v = gemm_clamp(l);
+            else if (!__atomic_exchange_n(&gemm_warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "memra: MEMRA_CUDA_GEMM_MIN_B=%s: must be an integer >= 0 (0 = never use cuBLAS, "
+                                "1..%d are raised to %d); using the default %d\n", e, KRN_CUDA_GEMM_MIN_B_FLOOR - 1,
+                        KRN_CUDA_GEMM_MIN_B_FLOOR, KRN_CUDA_GEMM_MIN_B_DEFAULT);
         }
         __atomic_store_n(&gemm_min_b_env, v, __ATOMIC_RELAXED);
     }

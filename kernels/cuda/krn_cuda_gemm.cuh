@@ -36,8 +36,8 @@ extern "C" {
 #define KRN_CUDA_GEMM_WORKSPACE (32u << 20)  /* cuBLAS workspace per stream, bytes (Hopper's recommendation) */
 
 /* The threshold in force: 0 = cuBLAS never used, else B >= this takes cuBLAS. From MEMRA_CUDA_GEMM_MIN_B
- * (read once per process): unset, empty or not an integer >= 0 -> KRN_CUDA_GEMM_MIN_B_DEFAULT; 0 -> 0;
- * 1..15 -> 16; larger -> itself. krn_cuda_gemm_set_min_b overrides it. Thread-safe, a relaxed load. */
+ * (read once per process): unset or empty -> KRN_CUDA_GEMM_MIN_B_DEFAULT; 0 -> 0; 1..15 -> 16; larger ->
+ * itself; not an integer >= 0 -> the default, with one warning on stderr naming the value. krn_cuda_gemm_set_min_b overrides it. Thread-safe, a relaxed load. */
 int krn_cuda_gemm_min_b(void);
 
 /* Test/bench hook: force the threshold to min_b (same clamping as the variable; < 0 = back to the
