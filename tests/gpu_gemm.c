@@ -3,7 +3,7 @@
  * threshold routes B >= min_b of krn_matmul_async through it (the liveness counter moves) and 0 turns it
  * off (krn_matmul_async then has the fused GEMV's bits); a CUDA graph that captured it replays with the
  * eager bits, on a prepared stream and on one whose cuBLAS state is created inside the capture, and still
- * does after the eager conversion buffer grew.
+ * does after the eager conversion buffer grew; a second GPU's stream gets its own state and the same bits.
  *
  * Tolerance: the reference is sum_i w_i * r(x_i) in double, r = x rounded to W's type (bf16, f16: round to
  * nearest even, as the conversion kernel does; f32: x itself). cuBLAS accumulates in fp32 (products of
@@ -22,6 +22,7 @@
 
 #ifdef MEMRA_HAVE_CUDA
 
+#include <cuda_runtime_api.h>
 #include "device/dev.h"
 #include "kernels/krn.h"
 #include "kernels/quant.h"
@@ -329,6 +330,42 @@ static void test_graph_capture_creating_the_cublas_state_replays_the_eager_bits(
     capture_case(0);
 }
 
+/* A stream of GPU 1 enqueued while GPU 0 is current: the state is created on GPU 1, the caller's device
+ * is restored, and the bits equal GPU 0's (same model, same shape). */
+static void test_second_gpu_gets_its_own_state_and_the_same_bits(void **state)
+{
+    (void)state;
+    if (dev_platform_count(g_p) < 2) {
+        printf("skipped: needs >= 2 GPUs, %d visible\n", dev_platform_count(g_p));
+        skip();
+    }
+    dev_err err = {0};
+    static float y0[BIG * N_OUT], y1[BIG * N_OUT];
+    float *hx = rand_x(BIG);
+    const uint64_t seed = rng;
+    for (int o = 0; o < 2; o++) {
+        dev_device *d = dev_platform_device(g_p, o);
+        dev_stream *s = dev_stream_create(d, "gpu-n", &err);
+        assert_non_null(s);
+        rng = seed; /* the same weights on both GPUs */
+        wt w = make_weight(d, KRN_BF16);
+        float *dx = up(d, hx, sizeof(float) * BIG * N_IN);
+        float *dy = dev_malloc(d, sizeof(float) * BIG * N_OUT, &err);
+        assert_int_equal(cudaSetDevice(0), cudaSuccess);
+        assert_int_equal(krn_cuda_gemm_async(s, dy, &w.W, dx, BIG, &err), 0);
+        int cur = -1;
+        assert_int_equal(cudaGetDevice(&cur), cudaSuccess);
+        assert_int_equal(cur, 0);
+        read_y(s, o ? y1 : y0, dy, BIG);
+        dev_free(d, dx);
+        dev_free(d, dy);
+        free_weight(d, &w);
+        dev_stream_destroy(s);
+    }
+    assert_memory_equal(y0, y1, sizeof y0);
+    free(hx);
+}
+
 int main(void)
 {
     dev_err err = {0};
@@ -343,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_threshold_routes_large_batches_through_cublas_and_zero_turns_it_off),
         cmocka_unit_test(test_graph_capture_on_a_prepared_stream_replays_the_eager_bits),
         cmocka_unit_test(test_graph_capture_creating_the_cublas_state_replays_the_eager_bits),
+        cmocka_unit_test(test_second_gpu_gets_its_own_state_and_the_same_bits),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     dev_platform_close(g_p);
