@@ -28,6 +28,10 @@ void dev_stream_base_init(dev_stream *s, dev_device *d, const char *name)
 {
     s->dev = d;
     snprintf(s->name, sizeof s->name, "%s", name && name[0] ? name : "stream");
+    for (int i = 0; i < DEV_STREAM_SLOTS; i++) {
+        s->attach[i] = NULL;
+        s->attach_destroy[i] = NULL;
+    }
 }
 
 /* ---- platform ---- */
@@ -163,8 +167,45 @@ dev_stream *dev_stream_create(dev_device *d, const char *name, dev_err *err)
 
 void dev_stream_destroy(dev_stream *s)
 {
-    if (s)
-        BE(s->dev)->stream_destroy(s);
+    if (!s)
+        return;
+    int any = 0;
+    for (int i = 0; i < DEV_STREAM_SLOTS; i++)
+        any |= s->attach[i] != NULL;
+    if (any) {
+        /* the attachments' users are ops of s: every one has run once the sync returns (its error, if
+         * any, stays sticky and is not ours to report here) */
+        BE(s->dev)->stream_sync(s, NULL);
+        for (int i = DEV_STREAM_SLOTS - 1; i >= 0; i--) {
+            void *p = s->attach[i];
+            void (*fn)(void *) = s->attach_destroy[i];
+            s->attach[i] = NULL;
+            s->attach_destroy[i] = NULL;
+            if (p && fn)
+                fn(p);
+        }
+    }
+    BE(s->dev)->stream_destroy(s);
+}
+
+void *dev_stream_attachment(const dev_stream *s, int slot)
+{
+    return (s && slot >= 0 && slot < DEV_STREAM_SLOTS) ? s->attach[slot] : NULL;
+}
+
+int dev_stream_attach(dev_stream *s, int slot, void *p, void (*destroy)(void *p), dev_err *err)
+{
+    if (!s)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_stream_attach: stream is NULL");
+    if (slot < 0 || slot >= DEV_STREAM_SLOTS)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_stream_attach on '%s': slot %d out of range (0..%d)", s->name,
+                           slot, DEV_STREAM_SLOTS - 1);
+    if (p && s->attach[slot] && s->attach[slot] != p)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_stream_attach on '%s': slot %d is taken (empty it first by "
+                           "attaching NULL)", s->name, slot);
+    s->attach[slot] = p;
+    s->attach_destroy[slot] = p ? destroy : NULL;
+    return 0;
 }
 
 dev_device *dev_stream_device(const dev_stream *s) { return s->dev; }

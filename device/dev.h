@@ -97,6 +97,26 @@ int dev_stream_sync(dev_stream *s, dev_err *err);
 /* The backend's native handle (cudaStream_t on CUDA, NULL on CPU) for kernels/cuda launches. */
 void *dev_stream_native(dev_stream *s);
 
+/* Per-stream attachments: state a layer above device/ keeps per stream without device/ knowing what it is
+ * (kernels/cuda hangs its cuBLAS handle + workspace here, so two streams never share one). Slots are
+ * assigned by convention, one owner each: DEV_SLOT_KRN_GEMM = kernels/cuda/krn_cuda_gemm.cu.
+ * Threading: not synchronized. Attach and look up only from the thread that enqueues on s (the stream's
+ * one owner, e.g. its stage actor); dev_stream_destroy runs the destructors on the destroying thread, so
+ * hand the stream over (thread join, mailbox) before destroying it from another thread. */
+#define DEV_STREAM_SLOTS 4
+enum { DEV_SLOT_KRN_GEMM = 0 };
+
+/* The pointer attached to slot (0..DEV_STREAM_SLOTS-1) of s; NULL when none or the slot is out of range.
+ * Cost: two loads. */
+void *dev_stream_attachment(const dev_stream *s, int slot);
+/* Attach p to an empty slot of s; s owns it from now on: dev_stream_destroy calls destroy(p) (when
+ * destroy is non-NULL) after every op enqueued on s has run and before the stream itself is freed (so a
+ * destructor may still use dev_stream_native(s) and must not enqueue work it does not wait for).
+ * Destructors run in descending slot order. p == NULL empties the slot WITHOUT calling its destroy (the
+ * caller takes the old pointer back). Returns 0, or MEMRA_E_INVAL (slot out of range, slot already taken
+ * by another pointer, s NULL) with err naming which. */
+int dev_stream_attach(dev_stream *s, int slot, void *p, void (*destroy)(void *p), dev_err *err);
+
 /* ---- events ---- */
 
 dev_event *dev_event_create(dev_device *d, dev_err *err);

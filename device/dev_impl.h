@@ -68,6 +68,8 @@ struct dev_device {
 struct dev_stream {
     dev_device *dev;
     char name[32];                            /* copied at create; shows in reports */
+    void *attach[DEV_STREAM_SLOTS];           /* dev_stream_attach; owner thread only (see dev.h) */
+    void (*attach_destroy[DEV_STREAM_SLOTS])(void *p); /* run by dev_stream_destroy, may be NULL */
 };
 
 struct dev_event {

@@ -6,6 +6,7 @@
  * MEMRA_PDL switch. Shared mutable state: krn_pdl_on (thread-local: each thread reads and writes only its
  * own); the current device is per host thread too. */
 #include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_gemm.cuh"
 
 /* MEMRA_PDL: per launching thread (each stage actor enqueues its own stream). */
 static thread_local int krn_pdl_on = 0;
@@ -54,14 +55,32 @@ extern "C" int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const f
 }
 
 extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    int done = 0, rc = krn_cuda_gemm_try(s, y, W, x, B, &done, NULL); /* cuBLAS at large B (krn_cuda_gemm.cuh) */
+    if (done)
+        return rc;
     ADAPT(krn_cuda_matmul_async(st, y, W, x, B, NULL));
 }
 
+/* Large B: each part cuBLAS may take goes there; the rest share one GEMV launch as before. */
 extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B) {
-    ADAPT(krn_cuda_matmul_parts_async(st, parts, n, x, B, 0, NULL));
+    krn_mm_part rest[KRN_MM_PARTS];
+    int n_rest = 0;
+    for (int i = 0; i < n && i < KRN_MM_PARTS; i++) {
+        int done = 0, rc = krn_cuda_gemm_try(s, parts[i].y, parts[i].W, x, B, &done, NULL);
+        if (rc)
+            return rc;
+        if (!done)
+            rest[n_rest++] = parts[i];
+    }
+    if (n_rest == 0)
+        return 0;
+    ADAPT(krn_cuda_matmul_parts_async(st, rest, n_rest, x, B, 0, NULL));
 }
 
 extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    int done = 0, rc = krn_cuda_gemm_try_acc(s, y, W, x, B, 1, &done, NULL);
+    if (done)
+        return rc;
     const krn_mm_part p = {y, W};
     ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
 }

@@ -4,7 +4,9 @@
  * "% HBM" is against --hbm (default 4575 GB/s, the H200 copy bandwidth measured in DESIGN.md). Each
  * configuration rotates over enough copies of the weights (>= 400 MB in all) that L2 (50 MB) cannot hold
  * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
- * random (GEMV time does not depend on the values). Reports only; asserts nothing. */
+ * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
+ * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
+ * MEMRA_CUDA_GEMM_MIN_B. Reports only; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,10 @@
 
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include "device/dev.h"
+#include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
+#include "kernels/cuda/krn_cuda_gemm.cuh"
 
 typedef struct gk_type {
     int type;
@@ -30,7 +35,8 @@ static const gk_type GK_TYPES[] = {
 static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}; /* n_out, n_in */
 
 static void gk_usage(FILE *f) {
-    fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl]\n"
+    fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
+               "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -129,14 +135,184 @@ fail:
     return rc;
 }
 
+/* ---- --gemm: fused GEMV vs the cuBLAS path (kernels/cuda/krn_cuda_gemm.cuh), to choose the default of
+ * MEMRA_CUDA_GEMM_MIN_B by measurement. Per (type, shape, B): microseconds per matmul of each path (the
+ * cuBLAS one includes converting x to W's type) and effective TFLOP/s = 2*B*n_out*n_in / time; the weights
+ * rotate over >= 400 MB of copies so L2 cannot hold them. ---- */
+
+static const int GG_B[] = {1, 8, 16, 32, 64, 128, 256, 512};
+#define GG_NB ((int)(sizeof GG_B / sizeof GG_B[0]))
+
+/* Average seconds per matmul of one path (cublas = 1: krn_cuda_gemm_async) over iters launches. */
+static int gg_time(dev_stream *s, int cublas, krn_weight *W, void **w, int copies, float *dy, const float *dx,
+                   int B, int iters, double *sec) {
+    cudaStream_t st = (cudaStream_t)dev_stream_native(s);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    dev_err err = {0};
+    int rc = -1;
+    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
+    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
+    const int launches = iters > copies ? iters : copies;
+    for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
+        if (i == 0)
+            GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
+        W->data = w[(i + copies) % copies];
+        const int r = cublas ? krn_cuda_gemm_async(s, dy, W, dx, B, &err)
+                             : krn_cuda_matmul_async(st, dy, W, dx, B, &err);
+        if (r) {
+            fprintf(stderr, "gpu-kernels --gemm: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
+    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0.0f;
+    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    *sec = (double)ms / 1e3 / launches;
+    rc = 0;
+fail:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    return rc;
+}
+
+/* Weights of one (type, shape): copies of random finite values in [-1, 1) (time does not depend on them). */
+static int gg_upload(int type, int esz, size_t n, void **w, int copies) {
+    const size_t wbytes = n * (size_t)esz;
+    uint8_t *hw = malloc(wbytes);
+    int rc = -1;
+    if (!hw) {
+        fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const float f = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+        if (type == KRN_F32) {
+            memcpy(hw + 4 * i, &f, 4);
+        } else {
+            const uint16_t u = type == KRN_BF16 ? krn_f32_to_bf16(f) : krn_f32_to_f16(f);
+            memcpy(hw + 2 * i, &u, 2);
+        }
+    }
+    for (int c = 0; c < copies; c++) {
+        GK_CK(cudaMalloc(&w[c], wbytes), "cudaMalloc(weights)");
+        GK_CK(cudaMemcpy(w[c], hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
+    }
+    rc = 0;
+fail:
+    free(hw);
+    return rc;
+}
+
+/* One (type, shape) at every B of GG_B: prints a row per B; *first_win = the smallest B from which cuBLAS
+ * won at every larger B measured (0 = never). */
+static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_out, int n_in, int iters,
+                    int *first_win) {
+    const int maxb = GG_B[GG_NB - 1];
+    const size_t wbytes = (size_t)n_out * n_in * (size_t)esz;
+    int copies = (int)((((size_t)400 << 20) + wbytes - 1) / wbytes), rc = -1;
+    copies = copies < 2 ? 2 : copies;
+    void **w = calloc((size_t)copies, sizeof *w);
+    float *hx = malloc(sizeof(float) * (size_t)maxb * n_in), *dx = NULL, *dy = NULL;
+    *first_win = 0;
+    if (!w || !hx) {
+        fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
+        goto fail;
+    }
+    if (gg_upload(type, esz, (size_t)n_out * n_in, w, copies))
+        goto fail;
+    for (size_t i = 0; i < (size_t)maxb * n_in; i++)
+        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)maxb * n_in), "cudaMalloc(x)");
+    GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)maxb * n_out), "cudaMalloc(y)");
+    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)maxb * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+    for (int bi = 0; bi < GG_NB; bi++) {
+        const int B = GG_B[bi];
+        krn_weight W = {type, n_out, n_in, w[0]};
+        double tg = 0.0, tc = 0.0;
+        if (gg_time(s, 0, &W, w, copies, dy, dx, B, iters, &tg) || gg_time(s, 1, &W, w, copies, dy, dx, B, iters, &tc))
+            goto fail;
+        const double fl = 2.0 * B * (double)n_out * n_in;
+        char shape[32];
+        snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
+        printf("%-12s %-5s %4d %10.2f %10.2f %9.2f %9.2f %7.2fx\n", shape, name, B, tg * 1e6, tc * 1e6,
+               fl / tg / 1e12, fl / tc / 1e12, tg / tc);
+        if (tc >= tg)
+            *first_win = 0; /* a loss resets it: the threshold must win from there on */
+        else if (!*first_win)
+            *first_win = B;
+    }
+    rc = 0;
+fail:
+    cudaFree(dx);
+    cudaFree(dy);
+    if (w)
+        for (int c = 0; c < copies; c++)
+            cudaFree(w[c]);
+    free(w);
+    free(hx);
+    return rc;
+}
+
+static int gk_gemm_table(int dev, int iters) {
+    static const int types[3][2] = {{KRN_BF16, 2}, {KRN_F16, 2}, {KRN_F32, 4}}; /* type, bytes per weight */
+    static const char *names[3] = {"bf16", "f16", "f32"};
+    static const int shapes[2][2] = {{4096, 4096}, {14336, 4096}};
+    dev_err err = {0};
+    dev_platform *p = dev_platform_open(DEV_KIND_CUDA, 0, &err);
+    if (!p) {
+        fprintf(stderr, "gpu-kernels --gemm: %s\n", err.msg);
+        return 2;
+    }
+    dev_device *d = dev_platform_device(p, dev);
+    dev_stream *s = d ? dev_stream_create(d, "bench-gemm", &err) : NULL;
+    if (!s) {
+        fprintf(stderr, "gpu-kernels --gemm: device %d: %s\n", dev, d ? err.msg : "no such device");
+        dev_platform_close(p);
+        return 2;
+    }
+    int prev = 0, rc = 0, first_win[3][2] = {{0}};
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels --gemm: device %d: %s\n", dev, cudaGetErrorString(cudaGetLastError()));
+        rc = 2;
+        goto out;
+    }
+    printf("gpu-kernels --gemm: %s (sm_%d%d, %d SMs), %d launches per cell, MEMRA_CUDA_GEMM_MIN_B now %d\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, iters, krn_cuda_gemm_min_b());
+    printf("%-12s %-5s %4s %10s %10s %9s %9s %8s\n", "shape", "type", "B", "gemv_us", "cublas_us", "gemv_TF/s",
+           "cublas_TF", "speedup");
+    for (int ti = 0; ti < 3; ti++)
+        for (int si = 0; si < 2; si++)
+            if (gg_shape(s, types[ti][0], types[ti][1], names[ti], shapes[si][0], shapes[si][1], iters,
+                         &first_win[ti][si]))
+                rc = 2;
+    printf("smallest B from which cuBLAS wins at every larger B measured (0 = never):\n");
+    for (int ti = 0; ti < 3; ti++)
+        printf("  %-5s 4096x4096: %d   14336x4096: %d\n", names[ti], first_win[ti][0], first_win[ti][1]);
+    printf("(the threshold is never below %d: decode and speculative verify need batch-invariant rows)\n",
+           KRN_CUDA_GEMM_MIN_B_FLOOR);
+out:
+    dev_stream_destroy(s);
+    dev_platform_close(p);
+    cudaSetDevice(prev);
+    return rc;
+}
+
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gk_usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--gemm")) {
+            gemm = 1;
+            continue;
         } else if (!strcmp(a, "--batch") && v) {
             B = atoi(v);
         } else if (!strcmp(a, "--iters") && v) {
@@ -160,6 +336,8 @@ int bench_gpu_kernels(int argc, char **argv) {
                 B, iters, hbm, dev);
         return 2;
     }
+    if (gemm)
+        return gk_gemm_table(dev, iters);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {
