@@ -66,7 +66,7 @@ static void check_matmul(const cuda_ref_type *t, int n_out, int n_in, int B, int
     float *dx = dupload(hx, sizeof(float) * (size_t)B * n_in);
     float *dy = dalloc(sizeof(float) * (size_t)B * n_out), *dy2 = dalloc(sizeof(float) * (size_t)B * n_out);
     float *d1 = dalloc(sizeof(float) * n_out);
-    krn_weight W = {t->type, n_out, n_in, dw + off};
+    krn_weight W = {t->type, n_out, n_in, dw + off, KRN_LAYOUT_BLOCKS};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
     assert_int_equal(krn_cuda_matmul_async(g_s2, dy2, &W, dx, B, &err), 0);
@@ -158,14 +158,14 @@ static void test_matmul_rejects_bad_types_and_shapes_with_a_message(void **state
     (void)state;
     float *d = dalloc(4096);
     dev_err err = {0};
-    krn_weight W = {7 /* q5_1: unsupported */, 4, 32, d};
+    krn_weight W = {7 /* q5_1: unsupported */, 4, 32, d, KRN_LAYOUT_BLOCKS};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W, d, 1, &err), MEMRA_E_INVAL);
     assert_non_null(strstr(err.msg, "unsupported"));
-    krn_weight W2 = {KRN_Q4_0, 4, 48, d}; /* 48 is not a multiple of 32 */
+    krn_weight W2 = {KRN_Q4_0, 4, 48, d, KRN_LAYOUT_BLOCKS}; /* 48 is not a multiple of 32 */
     dev_err err2 = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W2, d, 1, &err2), MEMRA_E_INVAL);
     assert_non_null(strstr(err2.msg, "multiple of 32"));
-    krn_weight W3 = {KRN_Q4_0, 4, 64, d};
+    krn_weight W3 = {KRN_Q4_0, 4, 64, d, KRN_LAYOUT_BLOCKS};
     dev_err err3 = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W3, d, 0, &err3), 0); /* B = 0: nothing to do */
     assert_int_equal(err3.code, 0);
@@ -502,7 +502,7 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
     cuda_ref_rand_floats(hx, (size_t)B * n_in);
     uint8_t *dw = dupload(hw, wbytes);
     float *dx = dupload(hx, xb), *dy = dalloc(yb);
-    krn_weight W = {t->type, n_out, n_in, dw};
+    krn_weight W = {t->type, n_out, n_in, dw, KRN_LAYOUT_BLOCKS};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
     sync_both();
@@ -521,7 +521,7 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
         assert_int_equal(dev_copy_h2d_sync(d, w, hw, wbytes, &err), 0);
         assert_int_equal(dev_copy_h2d_sync(d, x, hx, xb, &err), 0);
         CK(cudaSetDevice(0));
-        krn_weight Wd = {t->type, n_out, n_in, w};
+        krn_weight Wd = {t->type, n_out, n_in, w, KRN_LAYOUT_BLOCKS};
         assert_int_equal(krn_matmul_async(s, y, &Wd, x, B), 0);
         int cur = -1;
         CK(cudaGetDevice(&cur));

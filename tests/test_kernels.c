@@ -238,7 +238,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     assert_int_equal(dev_copy_h2d_sync(d1, x1, x_host, sizeof(float) * B * NIN, &err), 0);
     dev_stream *s1 = dev_stream_create(d1, "test", &err);
     assert_non_null(s1);
-    krn_weight W = { KRN_Q8_0, NOUT, NIN, w0 };
+    krn_weight W = { KRN_Q8_0, NOUT, NIN, w0, KRN_LAYOUT_BLOCKS };
 
     /* without a grant, device 1's kernel may not read device 0's weight */
     assert_int_equal(krn_matmul_async(s1, y1, &W, x1, B), 0);
@@ -280,7 +280,7 @@ static void test_bad_shapes_are_refused_before_enqueue(void **state)
     dev_stream *s = dev_stream_create(d, "shapes", &err);
     float *buf = dev_malloc(d, 4096, &err);
     int32_t *ib = dev_malloc(d, 64, &err);
-    krn_weight W = { KRN_Q4_0, 4, 48, buf }; /* 48 is not a multiple of the q4_0 block (32) */
+    krn_weight W = { KRN_Q4_0, 4, 48, buf, KRN_LAYOUT_BLOCKS }; /* 48 is not a multiple of the q4_0 block (32) */
     assert_int_equal(krn_matmul_async(s, buf, &W, buf, 1), MEMRA_E_INVAL);
     W.type = 99;
     W.n_in = 64;

@@ -90,7 +90,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     const int launches = iters > copies ? iters : copies;
     dev_err err = {0};
     for (int i = 0; i < copies; i++) { /* warm-up: every copy once */
-        krn_weight W = {t->type, n_out, n_in, w[i]};
+        krn_weight W = {t->type, n_out, n_in, w[i], KRN_LAYOUT_BLOCKS};
         if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
@@ -98,7 +98,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     }
     GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
     for (int i = 0; i < launches; i++) {
-        krn_weight W = {t->type, n_out, n_in, w[i % copies]};
+        krn_weight W = {t->type, n_out, n_in, w[i % copies], KRN_LAYOUT_BLOCKS};
         if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
