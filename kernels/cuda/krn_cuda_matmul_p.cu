@@ -254,8 +254,8 @@ static void mp_go(const mm_args *a, cudaStream_t st) {
                a->n_out, a->n_in);
 }
 
-/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 4 (fewer rows
- * when more x rows need registers), 4 above. */
+/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2, 4 at B 3..4,
+ * 2 above (more x rows need the registers; those batches are compute-bound). No spills on sm_90. */
 template <int T, int NB>
 static void mp_nb(const mm_args *a, cudaStream_t st) {
     if constexpr (NB == 1) {
@@ -275,9 +275,9 @@ static void mp_nb(const mm_args *a, cudaStream_t st) {
         else
             mp_go<T, NB, 2, 4>(a, st);
     } else if constexpr (NB <= 4) {
-        mp_go<T, NB, 2, 4>(a, st);
+        mp_go<T, NB, 2, 2>(a, st);
     } else {
-        mp_go<T, NB, 1, 4>(a, st);
+        mp_go<T, NB, 1, 2>(a, st);
     }
 }
 
