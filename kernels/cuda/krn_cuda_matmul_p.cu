@@ -254,13 +254,16 @@ static void mp_go(const mm_args *a, cudaStream_t st) {
                a->n_out, a->n_in);
 }
 
-/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2, 4 at B 3..4,
- * 2 above (more x rows need the registers; those batches are compute-bound). No spills on sm_90. */
+/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
+ * R = 8, U = 1 when a row has at most one vector per thread), 4 at B 3..4, 2 above (more x rows need the
+ * registers; those batches are compute-bound). */
 template <int T, int NB>
 static void mp_nb(const mm_args *a, cudaStream_t st) {
     if constexpr (NB == 1) {
         const int f = mp_rows_forced();
-        if (f == 1)
+        if (f == 0 && a->n_in / mp_layout<T>::VE <= MP_THREADS)
+            mp_go<T, NB, 8, 1>(a, st); /* one vector per row per thread (q4 at n_in 4096): 8 rows instead */
+        else if (f == 1)
             mp_go<T, NB, 1, 8>(a, st);
         else if (f == 2)
             mp_go<T, NB, 2, 4>(a, st);
