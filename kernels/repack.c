@@ -51,8 +51,8 @@ static void q4_from_planar(const uint8_t *p, uint8_t *g)
         g[j] = (uint8_t)(p_nib(p, j) | p_nib(p, j + 16) << 4);
 }
 
-/* Where block j of row r lives in both layouts: GGUF block, quant bytes, scale bytes. sb: scale bytes in the
- * GGUF block ahead of the quants (2 or 4), qb: quant bytes per block (32 or 16). */
+/* Block j of row r: GGUF block (r*nb + j) of bb bytes = sb scale bytes then qb quant bytes; planes: quant
+ * bytes at r*qrow + j*qb, scale bytes at scale_off + (r*nb + j)*sb. */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes)
 {
     if (!krn_planes_supported(type) || n_out <= 0 || n_in <= 0 || n_in % 32)
