@@ -11,8 +11,9 @@
  * flight at all times; the first item's loads are issued BEFORE krn_pdl_enter() (weights are immutable
  * during a forward; only x comes from the previous kernel), x is read after it. Each x value is loaded
  * once per item for all R rows.
- * Decoding: bytes go into the mantissa of 2^23 with one byte permute, then one exact subtraction gives
- * q - offset (as krn_cuda_matmul_q.cu). Math is fp32.
+ * Decoding: q8_0 bytes go into the mantissa of 2^23 with one byte permute, then one exact subtraction
+ * gives q - offset (as krn_cuda_matmul_q.cu); q4 nibbles go into a mantissa with one mask-or (mp_nib), the
+ * exponent chosen so the nibble's bits weigh 1, then one exact subtraction. Math is fp32.
  * Determinism: thread t adds, per row, its vectors in increasing order (per vector: the 4 words in order,
  * then acc = d * t (+ m * sum x) into the running sum); a butterfly sums the warp; the 4 warp totals are
  * added in warp order. That order depends on neither B nor R nor U, so a row has the same bits in any
@@ -43,6 +44,31 @@ static __device__ __forceinline__ float mp_dot4(float t, uint32_t v, float off, 
     t = fmaf(mp_byte<1>(v, off), a.y, t);
     t = fmaf(mp_byte<2>(v, off), a.z, t);
     return fmaf(mp_byte<3>(v, off), a.w, t);
+}
+
+/* The nibble at bits P..P+3 of v (P <= 19) minus off as a float, exactly, without a byte permute: one
+ * mask-or (LOP3) puts it in the mantissa of 2^(23-P), whose mantissa bit P weighs 1, so the float is
+ * 2^(23-P) + q; subtracting 2^(23-P) + off is exact. */
+template <int P>
+static __device__ __forceinline__ float mp_nib(uint32_t v, float off) {
+    uint32_t r; /* (v & mask) | exponent in ONE lop3 (0xEA = a & b | c); left to itself the compiler emits two */
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(0xFu << P), "r"((150u - P) << 23));
+    return __uint_as_float(r) - ((float)(1u << (23 - P)) + off);
+}
+
+/* A planar q4 word w (byte i: element i low nibble, 4+i high) against x a (elements 0..3), c (4..7), in
+ * element order: the same value and order as mp_dot4 on the masked bytes. Nibbles above bit 19 are
+ * taken from w >> 12. 25 instructions for 8 elements. */
+static __device__ __forceinline__ float mp_dot8_q4(float t, uint32_t w, float off, float4 a, float4 c) {
+    const uint32_t s = w >> 12;
+    t = fmaf(mp_nib<0>(w, off), a.x, t);
+    t = fmaf(mp_nib<8>(w, off), a.y, t);
+    t = fmaf(mp_nib<16>(w, off), a.z, t);
+    t = fmaf(mp_nib<12>(s, off), a.w, t);
+    t = fmaf(mp_nib<4>(w, off), c.x, t);
+    t = fmaf(mp_nib<12>(w, off), c.y, t);
+    t = fmaf(mp_nib<8>(s, off), c.z, t);
+    return fmaf(mp_nib<16>(s, off), c.w, t);
 }
 
 /* The weights of one item: R rows x U vectors, and each vector's scale entry (d, or d | m << 16). */
@@ -111,10 +137,9 @@ static __device__ __forceinline__ void mp_word(const mp_item<R, U> &it, int u, i
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const uint32_t w = k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w;
-            const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
             for (int b = 0; b < NB; b++)
-                tq[r][b] = mp_dot4(mp_dot4(tq[r][b], lo, off, a[b]), hi, off, c[b]);
+                tq[r][b] = mp_dot8_q4(tq[r][b], w, off, a[b], c[b]);
         }
     }
 }
