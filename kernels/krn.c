@@ -9,6 +9,7 @@
 #if defined(MEMRA_HAVE_CUDA) && __has_include("kernels/cuda/krn_cuda.h")
 #include <cuda_runtime_api.h>
 #include "kernels/cuda/krn_cuda.h"
+#include "kernels/cuda/krn_cuda_planes.h"
 #define KRN_CUDA 1
 #else
 #define KRN_CUDA 0
@@ -78,6 +79,8 @@ int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *
     if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
         !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
         return MEMRA_E_INVAL; /* unsupported type, or n_in not a multiple of the type's block */
+    if (krn_layout_check(W, on_cuda(s) == 1, NULL))
+        return MEMRA_E_INVAL; /* PLANES on a CPU stream, or of a type without planes */
     DISPATCH(s, matmul, y, W, x, B);
 }
 
@@ -88,7 +91,8 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
     for (int i = 0; i < n; i++) {
         const krn_weight *W = parts[i].W;
         if (!parts[i].y || !W || !W->data || W->n_out <= 0 || W->n_in != parts[0].W->n_in ||
-            !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
+            !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0 ||
+            krn_layout_check(W, on_cuda(s) == 1, NULL))
             return MEMRA_E_INVAL;
     }
     DISPATCH(s, matmul_parts, parts, n, x, B);
@@ -97,9 +101,47 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
     if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
-        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
+        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0 ||
+        krn_layout_check(W, on_cuda(s) == 1, NULL))
         return MEMRA_E_INVAL;
     DISPATCH(s, matmul_acc, y, W, x, B);
+}
+
+/* CPU backend: the host repack as a stream op declaring both tensors. */
+typedef struct repack_args { int type, n_out, n_in; const void *src; void *dst; } repack_args;
+static void run_repack(void *p)
+{
+    const repack_args *a = p;
+    krn_repack_host(a->type, a->n_out, a->n_in, a->src, a->dst);
+}
+
+int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
+{
+    if (!s || !dst || !src || !dst->data || !src->data || dst->data == src->data || !krn_planes_supported(src->type) ||
+        dst->type != src->type || dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 ||
+        src->layout != KRN_LAYOUT_BLOCKS || krn_planes_qrow(src->type, src->n_in) == 0)
+        return MEMRA_E_INVAL;
+#if KRN_CUDA
+    if (on_cuda(s)) {
+        int prev, rc = cuda_enter(s, &prev);
+        if (!rc) {
+            rc = krn_cuda_repack(s, dst, src);
+            cuda_leave(s, prev);
+        }
+        return rc;
+    }
+#else
+    if (on_cuda(s))
+        return MEMRA_E_UNSUPPORTED;
+#endif
+    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
+    repack_args a = { src->type, src->n_out, src->n_in, src->data, (void *)dst->data };
+    dev_access acc[2] = { { .ptr = src->data, .bytes = bytes, .mode = DEV_READ },
+                          { .ptr = dst->data, .bytes = bytes, .mode = DEV_WRITE } };
+    int rc = dev_launch_cpu_async(s, "repack", run_repack, &a, sizeof a, acc, 2);
+    if (!rc)
+        dst->layout = KRN_LAYOUT_PLANES;
+    return rc;
 }
 
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)

@@ -7,6 +7,7 @@
 
 #include "model/llama_impl.h"
 #include "model/vocab_gguf.h"
+#include "model/repack.h"
 
 #define ALIGN 64
 
@@ -267,6 +268,9 @@ static int load_layer(mdl_model *m, int il, dev_device *d, dev_err *err)
     L->w_gate = weight_at(L->block, &ts[T_GATE], hp->n_ff, hp->n_embd);
     L->w_up = weight_at(L->block, &ts[T_UP], hp->n_ff, hp->n_embd);
     L->w_down = weight_at(L->block, &ts[T_DOWN], hp->n_embd, hp->n_ff);
+    krn_weight *const ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+    if (mdl_repack_weights(d, ws, 7, err)) /* on this layer's own device */
+        return dev_err_wrap(err, "layer %d on %s", il, dev_device_name(d));
     return 0;
 }
 
@@ -289,6 +293,9 @@ static int load_head(mdl_model *m, dev_err *err)
         return dev_err_wrap(err, "output head on %s", dev_device_name(m->head_dev));
     m->output_norm = vec_at(m->head_block, &ts[0]);
     m->lm_head = weight_at(m->head_block, &ts[1], hp->n_vocab, hp->n_embd);
+    krn_weight *const ws[] = { &m->lm_head };
+    if (mdl_repack_weights(m->head_dev, ws, 1, err)) /* on the head's own device */
+        return dev_err_wrap(err, "output head on %s", dev_device_name(m->head_dev));
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/quant.h"
 #include "model/gguf_synth.h"
 #include "model/llama_impl.h"
+#include "model/repack.h"
 
 #define SYN_ALIGN 256
 
@@ -161,6 +162,9 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
         L->ffn_norm = (float *)(b + ts[5].off);
         L->wq = weight(b, &ts[1]), L->wk = weight(b, &ts[2]), L->wv = weight(b, &ts[3]), L->wo = weight(b, &ts[4]);
         L->w_gate = weight(b, &ts[6]), L->w_up = weight(b, &ts[7]), L->w_down = weight(b, &ts[8]);
+        krn_weight *const ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        if (mdl_repack_weights(d, ws, 7, err)) /* on this layer's own device */
+            goto fail;
         if (p->progress)
             p->progress((float)(il + 1) / (float)(hp->n_layer + 1), p->progress_ctx);
     }
@@ -170,6 +174,9 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
         goto fail;
     m->output_norm = (float *)((unsigned char *)m->head_block + head[0].off);
     m->lm_head = weight(m->head_block, &head[1]);
+    krn_weight *const hw[] = {&m->lm_head};
+    if (mdl_repack_weights(m->head_dev, hw, 1, err)) /* on the head's own device */
+        goto fail;
     if (p->progress)
         p->progress(1.0f, p->progress_ctx);
     return m;

@@ -74,7 +74,7 @@ static wt make_weight(dev_device *d, int type)
             r.w[i] = type == KRN_BF16 ? krn_bf16_to_f32(u) : krn_f16_to_f32(u);
         }
     }
-    r.W = (krn_weight){type, N_OUT, N_IN, up(d, h, n * esz)};
+    r.W = (krn_weight){type, N_OUT, N_IN, up(d, h, n * esz), KRN_LAYOUT_BLOCKS};
     free(h);
     return r;
 }

@@ -95,7 +95,7 @@ static void test_graph_replays_forward_ops_bit_identically_and_reads_pos_from_me
             row[i] = frand();
         krn_quant_row(KRN_Q4_K, row, hw + (size_t)r * rb, N_IN);
     }
-    b.W = (krn_weight){KRN_Q4_K, N_OUT, N_IN, up(d, hw, rb * N_OUT)};
+    b.W = (krn_weight){KRN_Q4_K, N_OUT, N_IN, up(d, hw, rb * N_OUT), KRN_LAYOUT_BLOCKS};
     free(hw);
     b.x = up_rand(d, (size_t)B * N_IN);
     b.y = up_rand(d, (size_t)B * N_OUT);

@@ -66,7 +66,7 @@ static void check_matmul(const cuda_ref_type *t, int n_out, int n_in, int B, int
     float *dx = dupload(hx, sizeof(float) * (size_t)B * n_in);
     float *dy = dalloc(sizeof(float) * (size_t)B * n_out), *dy2 = dalloc(sizeof(float) * (size_t)B * n_out);
     float *d1 = dalloc(sizeof(float) * n_out);
-    krn_weight W = {t->type, n_out, n_in, dw + off};
+    krn_weight W = {t->type, n_out, n_in, dw + off, KRN_LAYOUT_BLOCKS};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
     assert_int_equal(krn_cuda_matmul_async(g_s2, dy2, &W, dx, B, &err), 0);
@@ -161,7 +161,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
             uint8_t *hw = malloc(rb * (size_t)n_out[i]);
             for (int r = 0; r < n_out[i]; r++)
                 cuda_ref_rand_row(t, hw + (size_t)r * rb, n_in);
-            W[i] = (krn_weight){t->type, n_out[i], n_in, dupload(hw, rb * (size_t)n_out[i])};
+            W[i] = (krn_weight){t->type, n_out[i], n_in, dupload(hw, rb * (size_t)n_out[i]), KRN_LAYOUT_BLOCKS};
             free(hw);
         }
         /* the mixed-type list: part 1 as f32 (its own launch next to the others' one) */
@@ -169,7 +169,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
         uint8_t *hm = malloc(sizeof(float) * (size_t)n_in * n_out[1]);
         for (int r = 0; r < n_out[1]; r++)
             cuda_ref_rand_row(f32, hm + (size_t)r * n_in * sizeof(float), n_in);
-        krn_weight Wm = {KRN_F32, n_out[1], n_in, dupload(hm, sizeof(float) * (size_t)n_in * n_out[1])};
+        krn_weight Wm = {KRN_F32, n_out[1], n_in, dupload(hm, sizeof(float) * (size_t)n_in * n_out[1]), KRN_LAYOUT_BLOCKS};
         free(hm);
         for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
             const int B = Bs[bi];
@@ -240,14 +240,14 @@ static void test_matmul_rejects_bad_types_and_shapes_with_a_message(void **state
     (void)state;
     float *d = dalloc(4096);
     dev_err err = {0};
-    krn_weight W = {7 /* q5_1: unsupported */, 4, 32, d};
+    krn_weight W = {7 /* q5_1: unsupported */, 4, 32, d, KRN_LAYOUT_BLOCKS};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W, d, 1, &err), MEMRA_E_INVAL);
     assert_non_null(strstr(err.msg, "unsupported"));
-    krn_weight W2 = {KRN_Q4_0, 4, 48, d}; /* 48 is not a multiple of 32 */
+    krn_weight W2 = {KRN_Q4_0, 4, 48, d, KRN_LAYOUT_BLOCKS}; /* 48 is not a multiple of 32 */
     dev_err err2 = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W2, d, 1, &err2), MEMRA_E_INVAL);
     assert_non_null(strstr(err2.msg, "multiple of 32"));
-    krn_weight W3 = {KRN_Q4_0, 4, 64, d};
+    krn_weight W3 = {KRN_Q4_0, 4, 64, d, KRN_LAYOUT_BLOCKS};
     dev_err err3 = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, d, &W3, d, 0, &err3), 0); /* B = 0: nothing to do */
     assert_int_equal(err3.code, 0);
@@ -584,7 +584,7 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
     cuda_ref_rand_floats(hx, (size_t)B * n_in);
     uint8_t *dw = dupload(hw, wbytes);
     float *dx = dupload(hx, xb), *dy = dalloc(yb);
-    krn_weight W = {t->type, n_out, n_in, dw};
+    krn_weight W = {t->type, n_out, n_in, dw, KRN_LAYOUT_BLOCKS};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_async(g_s1, dy, &W, dx, B, &err), 0);
     sync_both();
@@ -603,7 +603,7 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
         assert_int_equal(dev_copy_h2d_sync(d, w, hw, wbytes, &err), 0);
         assert_int_equal(dev_copy_h2d_sync(d, x, hx, xb, &err), 0);
         CK(cudaSetDevice(0));
-        krn_weight Wd = {t->type, n_out, n_in, w};
+        krn_weight Wd = {t->type, n_out, n_in, w, KRN_LAYOUT_BLOCKS};
         assert_int_equal(krn_matmul_async(s, y, &Wd, x, B), 0);
         int cur = -1;
         CK(cudaGetDevice(&cur));

@@ -238,7 +238,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     assert_int_equal(dev_copy_h2d_sync(d1, x1, x_host, sizeof(float) * B * NIN, &err), 0);
     dev_stream *s1 = dev_stream_create(d1, "test", &err);
     assert_non_null(s1);
-    krn_weight W = { KRN_Q8_0, NOUT, NIN, w0 };
+    krn_weight W = { KRN_Q8_0, NOUT, NIN, w0, KRN_LAYOUT_BLOCKS };
 
     /* without a grant, device 1's kernel may not read device 0's weight */
     assert_int_equal(krn_matmul_async(s1, y1, &W, x1, B), 0);
@@ -298,7 +298,7 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
         }
         void *wd = dev_malloc(d, rb * n_out[i], &err);
         assert_int_equal(dev_copy_h2d_sync(d, wd, wh, rb * n_out[i], &err), 0);
-        W[i] = (krn_weight){ types[i], n_out[i], NIN, wd };
+        W[i] = (krn_weight){ types[i], n_out[i], NIN, wd, KRN_LAYOUT_BLOCKS };
         y[i] = dev_malloc(d, sizeof(float) * B * n_out[i], &err);
         yref[i] = dev_malloc(d, sizeof(float) * B * n_out[i], &err);
         assert_int_equal(krn_matmul_async(s, yref[i], &W[i], x, B), 0);
@@ -350,7 +350,7 @@ static void test_bad_shapes_are_refused_before_enqueue(void **state)
     dev_stream *s = dev_stream_create(d, "shapes", &err);
     float *buf = dev_malloc(d, 4096, &err);
     int32_t *ib = dev_malloc(d, 64, &err);
-    krn_weight W = { KRN_Q4_0, 4, 48, buf }; /* 48 is not a multiple of the q4_0 block (32) */
+    krn_weight W = { KRN_Q4_0, 4, 48, buf, KRN_LAYOUT_BLOCKS }; /* 48 is not a multiple of the q4_0 block (32) */
     assert_int_equal(krn_matmul_async(s, buf, &W, buf, 1), MEMRA_E_INVAL);
     W.type = 99;
     W.n_in = 64;

@@ -1,5 +1,6 @@
 /* Private to krn_cuda_matmul*.cu: the arguments of one GEMV launch (at most MM_MAX_B rows of x) and the
- * launcher of the block-type kernels (krn_cuda_matmul_q.cu), called by krn_cuda_matmul_async. */
+ * launchers of the block-type kernels (krn_cuda_matmul_q.cu) and of the planar ones
+ * (krn_cuda_matmul_p.cu), called by krn_cuda_matmul_async. */
 #ifndef KRN_CUDA_MATMUL_CUH
 #define KRN_CUDA_MATMUL_CUH
 
@@ -20,5 +21,10 @@ typedef struct mm_args {
 /* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a block-type W (q4_0, q4_1, q8_0, q4_k, q6_k) on st.
  * Launch errors are left for the caller's cudaGetLastError. */
 void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st);
+
+/* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a KRN_LAYOUT_PLANES W (q8_0, q4_0, q4_1: a->W the
+ * planes, 16-byte aligned; a->row_bytes unused) on st (krn_cuda_matmul_p.cu). Launch errors are left for
+ * the caller's cudaGetLastError. */
+void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st);
 
 #endif

@@ -6,7 +6,8 @@
  * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
- * MEMRA_CUDA_GEMM_MIN_B. Reports only; asserts nothing. */
+ * MEMRA_CUDA_GEMM_MIN_B. After the block-type rows, the planar layouts of q8_0, q4_1, q4_0 ("q8_0/p" rows:
+ * repacked on the device, krn_cuda_matmul_planes_async). Reports only; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
+#include "kernels/cuda/krn_cuda_planes.h"
 
 typedef struct gk_type {
     int type;
@@ -98,7 +100,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     const int launches = iters > copies ? iters : copies;
     dev_err err = {0};
     for (int i = 0; i < copies; i++) { /* warm-up: every copy once */
-        krn_weight W = {t->type, n_out, n_in, w[i]};
+        krn_weight W = {t->type, n_out, n_in, w[i], KRN_LAYOUT_BLOCKS};
         if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
@@ -106,7 +108,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     }
     GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
     for (int i = 0; i < launches; i++) {
-        krn_weight W = {t->type, n_out, n_in, w[i % copies]};
+        krn_weight W = {t->type, n_out, n_in, w[i % copies], KRN_LAYOUT_BLOCKS};
         if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
@@ -132,6 +134,108 @@ fail:
     free(w);
     free(hw);
     free(hx);
+    return rc;
+}
+
+/* ---- planar layouts (KRN_LAYOUT_PLANES): q8_0, q4_0, q4_1 repacked on the device, then the planes GEMV
+ * (krn_cuda_matmul_planes_async), timed like gk_run; rows labelled "<type>/p". Self-contained. ---- */
+static int gk_planes_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, double *sec,
+                         double *bytes) {
+    const size_t wbytes = (size_t)n_out * (size_t)(n_in / t->be) * (size_t)t->bb;
+    int copies = (int)((((size_t)400 << 20) + wbytes - 1) / wbytes);
+    copies = copies < 2 ? 2 : copies > 128 ? 128 : copies;
+    krn_weight *w = calloc((size_t)copies, sizeof *w);
+    uint8_t *hw = malloc(wbytes);
+    float *hx = malloc(sizeof(float) * (size_t)B * n_in), *dx = NULL, *dy = NULL;
+    void *blocks = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    dev_err err = {0};
+    int rc = -1;
+    if (!w || !hw || !hx) {
+        fprintf(stderr, "gpu-kernels: out of host memory\n");
+        goto fail;
+    }
+    for (size_t i = 0; i < wbytes; i++)
+        hw[i] = (uint8_t)gk_next();
+    for (size_t i = 0; i < wbytes; i += (size_t)t->bb) /* finite scales: clear the fp16 exponents' top bit */
+        for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
+            hw[i + s] &= 0x3B;
+    for (size_t i = 0; i < (size_t)B * n_in; i++)
+        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+    GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
+    GK_CK(cudaMemcpy(blocks, hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(blocks)");
+    const krn_weight src = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = blocks};
+    for (int c = 0; c < copies; c++) {
+        void *p = NULL;
+        w[c] = src;
+        GK_CK(cudaMalloc(&p, wbytes), "cudaMalloc(planes)");
+        w[c].data = p;
+        if (krn_cuda_repack_async(st, &w[c], &src, &err) != 0) {
+            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
+    GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
+    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
+    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
+    const int launches = iters > copies ? iters : copies;
+    for (int i = 0; i < copies + launches; i++) { /* every copy once untimed, then the timed launches */
+        if (i == copies)
+            GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
+        if (krn_cuda_matmul_planes_async(st, dy, &w[i % copies], dx, B, &err) != 0) {
+            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
+    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0.0f;
+    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    *sec = (double)ms / 1e3 / launches;
+    *bytes = (double)wbytes + 4.0 * B * ((double)n_in + (double)n_out);
+    rc = 0;
+fail:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(blocks);
+    if (w)
+        for (int c = 0; c < copies; c++)
+            cudaFree((void *)w[c].data);
+    free(w);
+    free(hw);
+    free(hx);
+    return rc;
+}
+
+/* The planes rows of every shape; returns 0 or 2 (a row failed, message printed). */
+static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
+    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0};
+    int rc = 0;
+    for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            const gk_type *t = NULL;
+            for (size_t ti = 0; ti < sizeof GK_TYPES / sizeof GK_TYPES[0]; ti++)
+                if (GK_TYPES[ti].type == types[k])
+                    t = &GK_TYPES[ti];
+            const int n_out = GK_SHAPES[si][0], n_in = GK_SHAPES[si][1];
+            double sec = 0.0, bytes = 0.0;
+            char shape[32], name[16];
+            snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
+            snprintf(name, sizeof name, "%s/p", t->name);
+            if (gk_planes_run(st, t, n_out, n_in, B, iters, &sec, &bytes) != 0) {
+                rc = 2;
+                continue;
+            }
+            const double gbs = bytes / sec / 1e9;
+            printf("%-13s %-6s %9.2f %10.2f %10.1f %6.1f%%\n", shape, name, bytes / 1e6, sec * 1e6, gbs,
+                   100.0 * gbs / hbm);
+        }
     return rc;
 }
 
@@ -230,7 +334,7 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)maxb * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
     for (int bi = 0; bi < GG_NB; bi++) {
         const int B = GG_B[bi];
-        krn_weight W = {type, n_out, n_in, w[0]};
+        krn_weight W = {type, n_out, n_in, w[0], KRN_LAYOUT_BLOCKS};
         double tg = 0.0, tc = 0.0;
         if (gg_time(s, 0, &W, w, copies, dy, dx, B, iters, &tg) || gg_time(s, 1, &W, w, copies, dy, dx, B, iters, &tc))
             goto fail;
@@ -372,6 +476,8 @@ int bench_gpu_kernels(int argc, char **argv) {
             printf("%-13s %-5s %10.2f %10.2f %10.1f %6.1f%%\n", shape, GK_TYPES[ti].name, bytes / 1e6, sec * 1e6,
                    gbs, 100.0 * gbs / hbm);
         }
+    if (gk_planes(st, B, iters, hbm) != 0) /* planar layouts, "<type>/p" rows */
+        rc = 2;
     cudaStreamDestroy(st);
     return rc;
 }

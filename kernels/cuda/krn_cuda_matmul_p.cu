@@ -1,0 +1,339 @@
+/* GEMV over the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) of q8_0, q4_0, q4_1:
+ * y (B, n_out) = x (B, n_in) @ W^T, B <= 8 rows of x per launch.
+ *
+ * The quant plane is 16-byte aligned row by row, so every load is a 16-byte streaming load straight into
+ * registers: no shared-memory staging. A "vector" is 16 quant bytes: 16 elements of q8_0 (half a block) or
+ * 32 of q4 (a block); row r has nvec = n_in / VE of them. A 128-thread block computes groups of R
+ * consecutive rows (row group g, g + gridDim.x, ...; the grid is at most MB blocks per SM); thread t owns
+ * the vectors t, t + 128, ... of every row of the group. Its work is a sequence of items (group, chunk):
+ * chunk c holds its U vectors c*128*U + 128*u + t of each of the R rows. The loads of the next item (R*U
+ * vectors and their scales) are issued before the current one is decoded, so R*U loads per thread are in
+ * flight at all times; the first item's loads are issued BEFORE krn_pdl_enter() (weights are immutable
+ * during a forward; only x comes from the previous kernel), x is read after it. Each x value is loaded
+ * once per item for all R rows.
+ * Decoding: q8_0 bytes go into the mantissa of 2^23 with one byte permute, then one exact subtraction
+ * gives q - offset (as krn_cuda_matmul_q.cu); q4 nibbles go into a mantissa with one mask-or (mp_nib), the
+ * exponent chosen so the nibble's bits weigh 1, then one exact subtraction. Math is fp32.
+ * Determinism: thread t adds, per row, its vectors in increasing order (per vector: the 4 words in order,
+ * then acc = d * t (+ m * sum x) into the running sum); a butterfly sums the warp; the 4 warp totals are
+ * added in warp order. That order depends on neither B nor R nor U, so a row has the same bits in any
+ * batch. No atomics.
+ * Shared mutable state: none (the reduction buffer lives for one launch). */
+#include <stdlib.h>
+
+#include "kernels/cuda/krn_cuda_matmul.cuh"
+#include "kernels/cuda/krn_cuda_planes.h"
+
+#define MP_THREADS (MM_WARPS * KRN_WARP)
+/* Blocks per SM the compiler must fit and the grid uses: 4 at B <= 2 (128 registers), 3 above. */
+#define MP_MINB(NB) ((NB) <= 2 ? 4 : 3)
+
+/* Per type: elements per 16-byte vector, bytes of a scale entry (per 32-block). */
+template <int T> struct mp_layout;
+template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2 }; };
+template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2 }; };
+template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4 }; };
+
+/* Byte I of v minus off as a float, exactly: 2^23 + byte by one permute, minus (2^23 + off). */
+template <int I>
+static __device__ __forceinline__ float mp_byte(uint32_t v, float off) {
+    return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | I)) - (8388608.0f + off);
+}
+static __device__ __forceinline__ float mp_dot4(float t, uint32_t v, float off, float4 a) {
+    t = fmaf(mp_byte<0>(v, off), a.x, t);
+    t = fmaf(mp_byte<1>(v, off), a.y, t);
+    t = fmaf(mp_byte<2>(v, off), a.z, t);
+    return fmaf(mp_byte<3>(v, off), a.w, t);
+}
+
+/* The nibble at bits P..P+3 of v (P <= 19) minus off as a float, exactly, without a byte permute: one
+ * mask-or (LOP3) puts it in the mantissa of 2^(23-P), whose mantissa bit P weighs 1, so the float is
+ * 2^(23-P) + q; subtracting 2^(23-P) + off is exact. */
+template <int P>
+static __device__ __forceinline__ float mp_nib(uint32_t v, float off) {
+    uint32_t r; /* (v & mask) | exponent in ONE lop3 (0xEA = a & b | c); left to itself the compiler emits two */
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "r"(0xFu << P), "r"((150u - P) << 23));
+    return __uint_as_float(r) - ((float)(1u << (23 - P)) + off);
+}
+
+/* A planar q4 word w (byte i: element i low nibble, 4+i high) against x a (elements 0..3), c (4..7), in
+ * element order: the same value and order as mp_dot4 on the masked bytes. Nibbles above bit 19 are
+ * taken from w >> 12. 25 instructions for 8 elements. */
+static __device__ __forceinline__ float mp_dot8_q4(float t, uint32_t w, float off, float4 a, float4 c) {
+    const uint32_t s = w >> 12;
+    t = fmaf(mp_nib<0>(w, off), a.x, t);
+    t = fmaf(mp_nib<8>(w, off), a.y, t);
+    t = fmaf(mp_nib<16>(w, off), a.z, t);
+    t = fmaf(mp_nib<12>(s, off), a.w, t);
+    t = fmaf(mp_nib<4>(w, off), c.x, t);
+    t = fmaf(mp_nib<12>(w, off), c.y, t);
+    t = fmaf(mp_nib<8>(s, off), c.z, t);
+    return fmaf(mp_nib<16>(s, off), c.w, t);
+}
+
+/* The weights of one item: R rows x U vectors, and each vector's scale entry (d, or d | m << 16). */
+template <int R, int U> struct mp_item {
+    uint4 q[R][U];
+    uint32_t s[R][U];
+};
+
+/* Issue the loads of item (g, c): vectors v = c*128*U + 128*u + t of rows g*R + r (rows past n_out read
+ * row n_out - 1, never written); vectors past nvec are not read (zero). */
+template <int T, int R, int U>
+static __device__ __forceinline__ void mp_issue(mp_item<R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
+                                                int nvec, int g, int c, int t) {
+    enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB };
+    const int v0 = c * MP_THREADS * U + t;
+    const bool full = (c + 1) * MP_THREADS * U <= nvec;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)min(g * R + r, n_out - 1);
+        const uint8_t *qr = W + row * (size_t)nvec * 16;
+        const size_t sr = row * (size_t)nvec * VE / 32; /* scale entries before this row */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = v0 + MP_THREADS * u;
+            if (full || v < nvec) {
+                it.q[r][u] = krn_ld_stream16(qr + (size_t)v * 16);
+                const size_t si = sr + (size_t)v * VE / 32;
+                it.s[r][u] = SB == 4 ? __ldg((const unsigned int *)S + si) : (uint32_t)__ldg((const unsigned short *)S + si);
+            } else {
+                it.q[r][u] = make_uint4(0, 0, 0, 0);
+                it.s[r][u] = 0;
+            }
+        }
+    }
+}
+
+/* Word k of a vector against x at xv (the word's first element) for NB rows of x: tq[r][b] += the word's
+ * products for row r. q8_0: 4 int8 elements; q4: 8 elements (low nibbles then high nibbles). xs[b]: sum of
+ * the x values (q4_1 only). */
+template <int T, int NB, int R, int U>
+static __device__ __forceinline__ void mp_word(const mp_item<R, U> &it, int u, int k, const float *xv, int n_in,
+                                               float (&tq)[R][NB], float (&xs)[NB]) {
+    if (T == KRN_Q8_0) {
+        float4 a[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            a[b] = krn_ld_f4(xv + (size_t)b * n_in);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint32_t w = (k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w) ^
+                               0x80808080u;
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                tq[r][b] = mp_dot4(tq[r][b], w, 128.0f, a[b]);
+        }
+    } else {
+        const float off = T == KRN_Q4_0 ? 8.0f : 0.0f;
+        float4 a[NB], c[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            a[b] = krn_ld_f4(xv + (size_t)b * n_in);
+            c[b] = krn_ld_f4(xv + (size_t)b * n_in + 4);
+            if (T == KRN_Q4_1)
+                xs[b] = xs[b] + a[b].x + a[b].y + a[b].z + a[b].w + c[b].x + c[b].y + c[b].z + c[b].w;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint32_t w = k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w;
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                tq[r][b] = mp_dot8_q4(tq[r][b], w, off, a[b], c[b]);
+        }
+    }
+}
+
+/* acc[r][b] += item's vectors (valid ones: v < nvec) against x. */
+template <int T, int NB, int R, int U>
+static __device__ __forceinline__ void mp_compute(const mp_item<R, U> &it, const float *__restrict__ x, int n_in,
+                                                  int nvec, int c, int t, float (&acc)[R][NB]) {
+    enum { VE = mp_layout<T>::VE, EW = VE / 4 /* elements per word */ };
+    const int v0 = c * MP_THREADS * U + t;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int v = v0 + MP_THREADS * u;
+        if (v >= nvec)
+            break; /* vectors ascend with u */
+        float tq[R][NB], xs[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            xs[b] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                tq[r][b] = 0.0f;
+        }
+        const float *xv = x + (size_t)v * VE;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            mp_word<T, NB, R, U>(it, u, k, xv + EW * k, n_in, tq, xs);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
+            if (T == KRN_Q4_1) {
+                const float m = krn_h2f((uint16_t)(it.s[r][u] >> 16));
+#pragma unroll
+                for (int b = 0; b < NB; b++)
+                    acc[r][b] = fmaf(d, tq[r][b], fmaf(m, xs[b], acc[r][b]));
+            } else {
+#pragma unroll
+                for (int b = 0; b < NB; b++)
+                    acc[r][b] = fmaf(d, tq[r][b], acc[r][b]);
+            }
+        }
+    }
+}
+
+/* See the file comment. red is double-buffered by group parity: a group's writers pass the barrier of the
+ * previous group, which its readers reach only after reading. */
+template <int T, int NB, int R, int U, int MB>
+__global__ void __launch_bounds__(MP_THREADS, MB)
+    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out, int n_in,
+              int acc) {
+    enum { VE = mp_layout<T>::VE };
+    __shared__ float red[2][MM_WARPS][R * NB];
+    const int t = threadIdx.x, lane = t % KRN_WARP, warp = t / KRN_WARP;
+    const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
+    const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
+    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
+    mp_item<R, U> cur;
+    if ((int)blockIdx.x < ngroups)
+        mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
+    krn_pdl_enter_after_loads(); /* x is written by the previous kernel: read only after this */
+    int buf = 0;
+    for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
+        float acc[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                acc[r][b] = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
+            mp_item<R, U> nxt;
+            if (gn < ngroups) /* the next item's loads fly while this one is decoded */
+                mp_issue<T, R, U>(nxt, W, S, n_out, nvec, gn, cn, t);
+            mp_compute<T, NB, R, U>(cur, x, n_in, nvec, c, t, acc);
+            cur = nxt;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int b = 0; b < NB; b++) {
+                const float s = krn_warp_sum(acc[r][b]);
+                if (lane == 0)
+                    red[buf][warp][r * NB + b] = s;
+            }
+        __syncthreads(); /* every warp's totals of group g are in red[buf] */
+        if (t < R * NB) {
+            const int r = t / NB, b = t % NB, row = g * R + r;
+            if (row < n_out) {
+                float s = red[buf][0][t];
+#pragma unroll
+                for (int w = 1; w < MM_WARPS; w++)
+                    s += red[buf][w][t];
+                y[(size_t)b * n_out + row] = acc ? y[(size_t)b * n_out + row] + s : s;
+            }
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+/* MEMRA_CUDA_MP_ROWS=1|2|4: rows per group at nb <= 2 (a tuning knob for memra-bench; results have the
+ * same bits for any R). Read once; a racing first read reads the same value. */
+static int mp_rows_forced(void) {
+    static int cache = -1000;
+    int f = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+    if (f == -1000) {
+        const char *e = getenv("MEMRA_CUDA_MP_ROWS");
+        f = e ? atoi(e) : 0;
+        if (f != 1 && f != 2 && f != 4)
+            f = 0;
+        __atomic_store_n(&cache, f, __ATOMIC_RELAXED);
+    }
+    return f;
+}
+
+/* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
+template <int T, int NB, int R, int U>
+static void mp_go(const mm_args *a, cudaStream_t st) {
+    enum { MB = MP_MINB(NB) };
+    const int ngroups = (a->n_out + R - 1) / R, sms = krn_cuda_sm_count();
+    int blocks = ngroups;
+    if (sms > 0 && ngroups > MB * sms) {
+        const int rounds = (ngroups + MB * sms - 1) / (MB * sms);
+        blocks = (ngroups + rounds - 1) / rounds;
+    }
+    krn_launch(mp_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
+               a->n_out, a->n_in, a->acc);
+}
+
+/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
+ * R = 8, U = 1 when a row has at most one vector per thread), 4 at B 3..4, 2 above (more x rows need the
+ * registers; those batches are compute-bound). */
+template <int T, int NB>
+static void mp_nb(const mm_args *a, cudaStream_t st) {
+    if constexpr (NB == 1) {
+        const int f = mp_rows_forced();
+        if (f == 0 && a->n_in / mp_layout<T>::VE <= MP_THREADS)
+            mp_go<T, NB, 8, 1>(a, st); /* one vector per row per thread (q4 at n_in 4096): 8 rows instead */
+        else if (f == 1)
+            mp_go<T, NB, 1, 8>(a, st);
+        else if (f == 2)
+            mp_go<T, NB, 2, 4>(a, st);
+        else
+            mp_go<T, NB, 4, 2>(a, st);
+    } else if constexpr (NB == 2) {
+        const int f = mp_rows_forced();
+        if (f == 1)
+            mp_go<T, NB, 1, 8>(a, st);
+        else if (f == 4)
+            mp_go<T, NB, 4, 2>(a, st);
+        else
+            mp_go<T, NB, 2, 4>(a, st);
+    } else if constexpr (NB <= 4) {
+        mp_go<T, NB, 2, 2>(a, st);
+    } else {
+        mp_go<T, NB, 1, 2>(a, st);
+    }
+}
+
+template <int T>
+static void mp_type(const mm_args *a, int nb, cudaStream_t st) {
+    switch (nb) {
+    case 1: mp_nb<T, 1>(a, st); break;
+    case 2: mp_nb<T, 2>(a, st); break;
+    case 3: mp_nb<T, 3>(a, st); break;
+    case 4: mp_nb<T, 4>(a, st); break;
+    case 5: mp_nb<T, 5>(a, st); break;
+    case 6: mp_nb<T, 6>(a, st); break;
+    case 7: mp_nb<T, 7>(a, st); break;
+    default: mp_nb<T, 8>(a, st); break;
+    }
+}
+
+void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) {
+    switch (type) {
+    case KRN_Q8_0: mp_type<KRN_Q8_0>(a, nb, st); break;
+    case KRN_Q4_0: mp_type<KRN_Q4_0>(a, nb, st); break;
+    default: mp_type<KRN_Q4_1>(a, nb, st); break;
+    }
+}
+
+/* The checks and the 8-row loop are krn_cuda_matmul_parts_async's (krn_cuda_matmul.cu), which routes a
+ * PLANES weight here through mm_p_launch. */
+extern "C" int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
+                                            dev_err *err) {
+    if (!W || W->layout != KRN_LAYOUT_PLANES)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul_planes: W is NULL or not in layout planes (%d)",
+                           W ? W->layout : -1);
+    const krn_mm_part p = {y, W};
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, B, 0, err);
+}
+
+/* The caller (kernels/krn.c) made s's device current. */
+extern "C" int krn_cuda_matmul_planes(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+    void *h = s ? dev_stream_native(s) : NULL;
+    return h ? krn_cuda_matmul_planes_async(h, y, W, x, B, NULL) : MEMRA_E_INVAL;
+}

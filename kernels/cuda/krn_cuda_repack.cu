@@ -1,0 +1,88 @@
+/* GGUF blocks -> the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) on the device that owns the tensor,
+ * with the same bytes as krn_repack_host (kernels/repack.c). One thread per 16 quant bytes of the output
+ * (q8_0: half a block, q4: a block), grid-stride; it reads its block's bytes one by one (GGUF blocks are
+ * only 2-byte aligned), writes its 16 bytes with one aligned store and, for the block's first half, the
+ * block's scale bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
+#include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_planes.h"
+
+/* Element e (0..31) of a GGUF q4 block's quant bytes g as a nibble. */
+static __device__ __forceinline__ uint32_t g_nib(const uint8_t *g, int e) {
+    return e < 16 ? (g[e] & 0xFu) : (uint32_t)(g[e - 16] >> 4);
+}
+
+template <int T>
+__global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int n_out, int nb) {
+    enum { SB = T == KRN_Q4_1 ? 4 : 2, BB = T == KRN_Q8_0 ? 34 : T == KRN_Q4_1 ? 20 : 18, HALVES = T == KRN_Q8_0 ? 2 : 1 };
+    const size_t units = (size_t)n_out * nb * HALVES, nblk = (size_t)n_out * nb;
+    uint8_t *scales = dst + nblk * (BB - SB);
+    for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units; u += (size_t)gridDim.x * blockDim.x) {
+        const size_t blk = u / HALVES; /* row-major block index r * nb + j: the quant plane is contiguous */
+        const int h = (int)(u % HALVES);
+        const uint8_t *b = src + blk * BB;
+        uint32_t w[4];
+        if (T == KRN_Q8_0) {
+            const uint8_t *q = b + SB + 16 * h;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w[k] = q[4 * k] | (uint32_t)q[4 * k + 1] << 8 | (uint32_t)q[4 * k + 2] << 16 | (uint32_t)q[4 * k + 3] << 24;
+        } else {
+            const uint8_t *g = b + SB;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[k] = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    w[k] |= (g_nib(g, 8 * k + i) | g_nib(g, 8 * k + 4 + i) << 4) << (8 * i);
+            }
+        }
+        *(uint4 *)(dst + 16 * u) = make_uint4(w[0], w[1], w[2], w[3]);
+        if (h == 0)
+            for (int i = 0; i < SB; i++)
+                scales[blk * SB + i] = b[i];
+    }
+}
+
+extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const krn_weight *src, dev_err *err) {
+    if (!dst || !src || !dst->data || !src->data)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: NULL weight or data");
+    if (!krn_planes_supported(src->type) || src->layout != KRN_LAYOUT_BLOCKS)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_cuda_repack: source of type %s, layout %d (allowed: q8_0, q4_0, q4_1 in layout "
+                           "blocks)", krn_type_name(src->type), src->layout);
+    if (dst->type != src->type || dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 ||
+        src->n_in <= 0 || src->n_in % 32)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_cuda_repack: dst (%s %dx%d) must match src (%s %dx%d), n_out > 0, n_in a multiple "
+                           "of 32", krn_type_name(dst->type), dst->n_out, dst->n_in, krn_type_name(src->type),
+                           src->n_out, src->n_in);
+    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
+    const uint8_t *s0 = (const uint8_t *)src->data, *d0 = (const uint8_t *)dst->data;
+    if (s0 < d0 + bytes && d0 < s0 + bytes)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: src %p and dst %p overlap (%zu bytes each)",
+                           src->data, dst->data, bytes);
+    if (!krn_cuda_aligned(dst->data, 16) || !krn_cuda_aligned(src->data, 2))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: dst %p must be 16-byte aligned, src %p 2-byte",
+                           dst->data, src->data);
+    const int nb = src->n_in / 32;
+    const size_t units = (size_t)src->n_out * nb * (src->type == KRN_Q8_0 ? 2 : 1);
+    const unsigned blocks = (unsigned)(units / 256 + 1 < 65536 ? units / 256 + 1 : 65536);
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    uint8_t *d = (uint8_t *)dst->data;
+    switch (src->type) {
+    case KRN_Q8_0: repack_kernel<KRN_Q8_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    case KRN_Q4_0: repack_kernel<KRN_Q4_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    default: repack_kernel<KRN_Q4_1><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    }
+    int rc = krn_cuda_launch_check(err, "krn_cuda_repack");
+    if (rc)
+        return dev_err_wrap(err, "type %s, %dx%d", krn_type_name(src->type), src->n_out, src->n_in), rc;
+    dst->layout = KRN_LAYOUT_PLANES;
+    return 0;
+}
+
+/* The caller (kernels/krn.c) made s's device current. */
+extern "C" int krn_cuda_repack(dev_stream *s, krn_weight *dst, const krn_weight *src) {
+    void *h = s ? dev_stream_native(s) : NULL;
+    return h ? krn_cuda_repack_async(h, dst, src, NULL) : MEMRA_E_INVAL;
+}

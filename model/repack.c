@@ -1,0 +1,74 @@
+/* The load-time repack of decode weights on their owning device (model/repack.h). Called by
+ * model/loader.c (load_layer, load_head) and model/synth_model.c, on the loading thread, before the model
+ * is handed to anyone: the weights it rewrites are not read by any other stream yet. No shared state. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/repack.h"
+
+int mdl_repack_door(int *on, dev_err *err)
+{
+    const char *v = getenv("MEMRA_CUDA_REPACK");
+    if (!v || !strcmp(v, "1")) {
+        *on = 1;
+        return 0;
+    }
+    if (!strcmp(v, "0")) {
+        *on = 0;
+        return 0;
+    }
+    return dev_err_set(err, MEMRA_E_INVAL,
+                       "MEMRA_CUDA_REPACK=\"%s\": allowed 1 (repack q8_0/q4_0/q4_1 to planes on the owning GPU, "
+                       "the default) or 0 (keep GGUF blocks)", v);
+}
+
+/* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */
+static int wants(const krn_weight *w)
+{
+    return w && w->data && krn_planes_supported(w->type) && w->layout == KRN_LAYOUT_BLOCKS && w->n_out > 0 &&
+           krn_planes_qrow(w->type, w->n_in) && (uintptr_t)w->data % 16 == 0;
+}
+
+static size_t bytes_of(const krn_weight *w) { return (size_t)w->n_out * krn_row_bytes(w->type, w->n_in); }
+
+int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err)
+{
+    int on = 1, rc = mdl_repack_door(&on, err);
+    if (rc)
+        return rc;
+    if (!on || !d || dev_platform_kind(dev_device_platform(d)) != DEV_KIND_CUDA)
+        return 0;
+    size_t most = 0;
+    for (int i = 0; i < n; i++)
+        if (wants(ws[i]) && bytes_of(ws[i]) > most)
+            most = bytes_of(ws[i]);
+    if (!most)
+        return 0;
+    void *scratch = dev_malloc(d, most, err);
+    if (!scratch)
+        return dev_err_wrap(err, "repack scratch of %zu bytes on %s", most, dev_device_name(d));
+    dev_stream *s = dev_stream_create(d, "repack", err);
+    if (!s) {
+        dev_free(d, scratch);
+        return err ? err->code : MEMRA_E_DEVICE;
+    }
+    /* one stream: each tensor's copy into the scratch is ordered after the previous repack read it */
+    for (int i = 0; i < n && !rc; i++) {
+        krn_weight *w = ws[i];
+        if (!wants(w))
+            continue;
+        krn_weight src = *w;
+        src.data = scratch;
+        if ((rc = dev_copy_d2d_async(s, scratch, w->data, bytes_of(w))) == 0)
+            rc = krn_repack_async(s, w, &src);
+        if (rc)
+            dev_err_set(err, rc, "repack of a (%d, %d) %s tensor on %s failed", w->n_out, w->n_in,
+                        krn_type_name(w->type), dev_device_name(d));
+    }
+    int rs = dev_stream_sync(s, err); /* the planes are written before the scratch is freed or any read */
+    rc = rc ? rc : rs;
+    dev_stream_destroy(s);
+    dev_free(d, scratch);
+    return rc;
+}

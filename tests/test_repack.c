@@ -1,0 +1,241 @@
+/* The planar layout of q8_0 / q4_0 / q4_1 (KRN_LAYOUT_PLANES): offsets, the host repack and its inverse
+ * (round trip, and the planes decoded from the layout's own description give the GGUF values), the op
+ * table's refusal of planes on the CPU backend (with its message), krn_repack_async on a CPU stream, and
+ * the MEMRA_CUDA_REPACK door of model/repack.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "device/dev.h"
+#include "kernels/krn.h"
+#include "model/repack.h"
+
+static const int TYPES[3] = { KRN_Q8_0, KRN_Q4_0, KRN_Q4_1 };
+/* odd shapes: one row, odd row counts, one block, blocks not a multiple of anything */
+static const int SHAPES[][2] = { { 1, 32 }, { 3, 32 }, { 7, 96 }, { 5, 4128 }, { 33, 160 } };
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint8_t rnd8(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint8_t)(rng >> 24);
+}
+
+/* A random valid tensor: random quant bytes, finite fp16 scales (exponent never all ones). */
+static void *rand_tensor(int type, int n_out, int n_in, size_t *bytes)
+{
+    const size_t bb = krn_type_block_bytes(type), sb = type == KRN_Q4_1 ? 4 : 2;
+    *bytes = (size_t)n_out * krn_row_bytes(type, n_in);
+    uint8_t *p = malloc(*bytes);
+    assert_non_null(p);
+    for (size_t i = 0; i < *bytes; i++)
+        p[i] = rnd8();
+    for (size_t b = 0; b < *bytes / bb; b++)
+        for (size_t s = 0; s < sb; s += 2)
+            p[b * bb + s + 1] &= 0x3B; /* |scale| < 1, finite */
+    return p;
+}
+
+/* Element e of row r decoded from planes by the layout as krn.h describes it (independent of repack.c). */
+static float planes_elem(int type, const uint8_t *pl, int n_out, int n_in, int r, int e)
+{
+    const int nb = n_in / 32, j = e / 32, i = e % 32;
+    const size_t qrow = type == KRN_Q8_0 ? (size_t)n_in : (size_t)n_in / 2;
+    const uint8_t *sc = pl + (size_t)n_out * qrow, *q = pl + (size_t)r * qrow;
+    const size_t sbytes = type == KRN_Q4_1 ? 4 : 2;
+    const uint8_t *s = sc + ((size_t)r * nb + j) * sbytes;
+    const float d = krn_f16_to_f32((uint16_t)(s[0] | s[1] << 8));
+    if (type == KRN_Q8_0)
+        return d * (float)(int8_t)q[(size_t)j * 32 + i];
+    const uint8_t byte = q[(size_t)j * 16 + 4 * (i / 8) + i % 4];
+    const int nib = (i % 8) < 4 ? byte & 0xF : byte >> 4;
+    if (type == KRN_Q4_0)
+        return d * (float)(nib - 8);
+    return d * (float)nib + krn_f16_to_f32((uint16_t)(s[2] | s[3] << 8));
+}
+
+static void test_planes_have_the_gguf_size_and_aligned_planes(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 3; t++)
+        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
+            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+            const size_t q = krn_planes_qrow(ty, n_in);
+            assert_int_equal(q % 16, 0);
+            assert_int_equal(krn_planes_scale_off(ty, n_out, n_in), (size_t)n_out * q);
+            assert_int_equal(krn_planes_scale_off(ty, n_out, n_in) +
+                                 (size_t)n_out * (n_in / 32) * krn_planes_scale_bytes(ty),
+                             (size_t)n_out * krn_row_bytes(ty, n_in));
+        }
+    assert_int_equal(krn_planes_qrow(KRN_Q8_0, 48), 0);
+    assert_int_equal(krn_planes_qrow(KRN_Q4_K, 256), 0);
+    assert_false(krn_planes_supported(KRN_F16));
+}
+
+static void test_repack_then_unpack_gives_back_the_gguf_bytes(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 3; t++)
+        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
+            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+            size_t bytes;
+            uint8_t *g = rand_tensor(ty, n_out, n_in, &bytes), *p = malloc(bytes), *back = malloc(bytes);
+            assert_non_null(p);
+            assert_non_null(back);
+            krn_repack_host(ty, n_out, n_in, g, p);
+            assert_memory_not_equal(g, p, bytes);
+            krn_unpack_host(ty, n_out, n_in, p, back);
+            assert_memory_equal(g, back, bytes);
+            free(g), free(p), free(back);
+        }
+}
+
+static void test_planes_decode_to_the_values_of_the_gguf_blocks(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 3; t++)
+        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
+            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+            size_t bytes;
+            uint8_t *g = rand_tensor(ty, n_out, n_in, &bytes), *p = malloc(bytes);
+            float *ref = malloc(sizeof(float) * (size_t)n_in);
+            assert_non_null(p);
+            assert_non_null(ref);
+            krn_repack_host(ty, n_out, n_in, g, p);
+            for (int r = 0; r < n_out; r++) {
+                krn_dequant_row(ty, g + (size_t)r * krn_row_bytes(ty, n_in), ref, n_in);
+                for (int e = 0; e < n_in; e++)
+                    if (planes_elem(ty, p, n_out, n_in, r, e) != ref[e])
+                        fail_msg("%s %dx%d: row %d element %d: planes %g, blocks %g", krn_type_name(ty), n_out,
+                                 n_in, r, e, (double)planes_elem(ty, p, n_out, n_in, r, e), (double)ref[e]);
+            }
+            free(g), free(p), free(ref);
+        }
+}
+
+static void test_cpu_matmul_refuses_planes_with_a_message(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *pl = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(pl);
+    dev_device *d = dev_platform_device(pl, 0);
+    dev_stream *s = dev_stream_create(d, "t", &err);
+    assert_non_null(s);
+    float *x = dev_malloc(d, sizeof(float) * 64, &err), *y = dev_malloc(d, sizeof(float) * 4, &err);
+    void *w = dev_malloc(d, 4 * krn_row_bytes(KRN_Q8_0, 64), &err);
+    assert_non_null(x), assert_non_null(y), assert_non_null(w);
+    memset(w, 0, 4 * krn_row_bytes(KRN_Q8_0, 64));
+    memset(x, 0, sizeof(float) * 64);
+    krn_weight W = { .type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = w, .layout = KRN_LAYOUT_PLANES };
+    assert_int_equal(krn_matmul_async(s, y, &W, x, 1), MEMRA_E_INVAL);
+    assert_int_equal(krn_layout_check(&W, 0, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "CUDA decode format"));
+    assert_int_equal(krn_layout_check(&W, 1, NULL), 0);
+    W.layout = 7;
+    dev_err e2 = { 0 };
+    assert_int_equal(krn_layout_check(&W, 1, &e2), MEMRA_E_INVAL);
+    assert_non_null(strstr(e2.msg, "layout 7 unknown"));
+    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q4_K, W.n_in = 256;
+    dev_err e3 = { 0 };
+    assert_int_equal(krn_layout_check(&W, 1, &e3), MEMRA_E_INVAL);
+    assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1"));
+    W = (krn_weight){ .type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = w, .layout = KRN_LAYOUT_BLOCKS };
+    assert_int_equal(krn_matmul_async(s, y, &W, x, 1), 0); /* blocks still run */
+    assert_int_equal(dev_stream_sync(s, &err), 0);
+    dev_free(d, w), dev_free(d, x), dev_free(d, y);
+    dev_stream_destroy(s);
+    dev_platform_close(pl);
+}
+
+static void test_repack_on_a_cpu_stream_writes_the_host_repack(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *pl = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(pl);
+    dev_device *d = dev_platform_device(pl, 0);
+    dev_stream *s = dev_stream_create(d, "t", &err);
+    assert_non_null(s);
+    for (int t = 0; t < 3; t++) {
+        size_t bytes;
+        uint8_t *g = rand_tensor(TYPES[t], 7, 96, &bytes), *want = malloc(bytes);
+        assert_non_null(want);
+        krn_repack_host(TYPES[t], 7, 96, g, want);
+        void *src = dev_malloc(d, bytes, &err), *dst = dev_malloc(d, bytes, &err);
+        assert_non_null(src), assert_non_null(dst);
+        memcpy(src, g, bytes);
+        krn_weight S = { .type = TYPES[t], .n_out = 7, .n_in = 96, .data = src };
+        krn_weight D = S;
+        D.data = dst;
+        assert_int_equal(krn_repack_async(s, &D, &S), 0);
+        assert_int_equal(D.layout, KRN_LAYOUT_PLANES);
+        assert_int_equal(dev_stream_sync(s, &err), 0);
+        assert_memory_equal(dst, want, bytes);
+        krn_weight bad = S; /* same buffer, or a shape that differs: refused */
+        assert_int_equal(krn_repack_async(s, &bad, &S), MEMRA_E_INVAL);
+        D.layout = KRN_LAYOUT_BLOCKS, D.n_out = 6;
+        assert_int_equal(krn_repack_async(s, &D, &S), MEMRA_E_INVAL);
+        dev_free(d, src), dev_free(d, dst);
+        free(g), free(want);
+    }
+    dev_stream_destroy(s);
+    dev_platform_close(pl);
+}
+
+static void test_repack_door_is_strict_and_cpu_devices_keep_blocks(void **state)
+{
+    (void)state;
+    int on = -1;
+    dev_err err = { 0 };
+    unsetenv("MEMRA_CUDA_REPACK");
+    assert_int_equal(mdl_repack_door(&on, &err), 0);
+    assert_int_equal(on, 1);
+    setenv("MEMRA_CUDA_REPACK", "0", 1);
+    assert_int_equal(mdl_repack_door(&on, &err), 0);
+    assert_int_equal(on, 0);
+    setenv("MEMRA_CUDA_REPACK", "1", 1);
+    assert_int_equal(mdl_repack_door(&on, &err), 0);
+    assert_int_equal(on, 1);
+    setenv("MEMRA_CUDA_REPACK", "yes", 1);
+    assert_int_equal(mdl_repack_door(&on, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "MEMRA_CUDA_REPACK"));
+    assert_non_null(strstr(err.msg, "allowed 1"));
+    /* a bad door fails the repack (and so the load) on any device */
+    dev_platform *pl = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(pl);
+    dev_device *d = dev_platform_device(pl, 0);
+    size_t bytes;
+    uint8_t *g = rand_tensor(KRN_Q4_0, 3, 64, &bytes);
+    void *w = dev_malloc(d, bytes, &err);
+    assert_non_null(w);
+    memcpy(w, g, bytes);
+    krn_weight W = { .type = KRN_Q4_0, .n_out = 3, .n_in = 64, .data = w };
+    krn_weight *const ws[] = { &W, NULL };
+    dev_err e2 = { 0 };
+    assert_int_equal(mdl_repack_weights(d, ws, 2, &e2), MEMRA_E_INVAL);
+    unsetenv("MEMRA_CUDA_REPACK");
+    assert_int_equal(mdl_repack_weights(d, ws, 2, &e2), 0); /* CPU device: nothing changes */
+    assert_int_equal(W.layout, KRN_LAYOUT_BLOCKS);
+    assert_memory_equal(w, g, bytes);
+    dev_free(d, w);
+    free(g);
+    dev_platform_close(pl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_planes_have_the_gguf_size_and_aligned_planes),
+        cmocka_unit_test(test_repack_then_unpack_gives_back_the_gguf_bytes),
+        cmocka_unit_test(test_planes_decode_to_the_values_of_the_gguf_blocks),
+        cmocka_unit_test(test_cpu_matmul_refuses_planes_with_a_message),
+        cmocka_unit_test(test_repack_on_a_cpu_stream_writes_the_host_repack),
+        cmocka_unit_test(test_repack_door_is_strict_and_cpu_devices_keep_blocks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
