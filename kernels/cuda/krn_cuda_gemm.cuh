@@ -31,7 +31,8 @@ extern "C" {
 #include "device/err.h"
 #include "kernels/krn.h"
 
-#define KRN_CUDA_GEMM_MIN_B_DEFAULT 32       /* threshold when MEMRA_CUDA_GEMM_MIN_B is unset or invalid */
+#define KRN_CUDA_GEMM_MIN_B_DEFAULT 16       /* threshold when MEMRA_CUDA_GEMM_MIN_B is unset or invalid: the floor,
+                                              * cuBLAS won from B = 8 on every measured shape (docs/bench/gpu-kernels.md) */
 #define KRN_CUDA_GEMM_MIN_B_FLOOR 16         /* smallest threshold used (1..15 are raised to it) */
 #define KRN_CUDA_GEMM_WORKSPACE (32u << 20)  /* cuBLAS workspace per stream, bytes (Hopper's recommendation) */
 

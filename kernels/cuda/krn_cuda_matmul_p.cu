@@ -189,7 +189,7 @@ static __device__ __forceinline__ void mp_compute(const mp_item<R, U> &it, const
 template <int T, int NB, int R, int U, int MB>
 __global__ void __launch_bounds__(MP_THREADS, MB)
     mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out, int n_in,
-              int acc) {
+              int acc_y) {
     enum { VE = mp_layout<T>::VE };
     __shared__ float red[2][MM_WARPS][R * NB];
     const int t = threadIdx.x, lane = t % KRN_WARP, warp = t / KRN_WARP;
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
 #pragma unroll
                 for (int w = 1; w < MM_WARPS; w++)
                     s += red[buf][w][t];
-                y[(size_t)b * n_out + row] = acc ? y[(size_t)b * n_out + row] + s : s;
+                y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + s : s;
             }
         }
     }

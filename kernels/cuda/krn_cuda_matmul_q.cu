@@ -333,7 +333,7 @@ static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const 
 template <int T, int NB, int R, int MB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes, int acc) {
+                    int n_in, size_t row_bytes, int acc_y) {
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
         __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
 #pragma unroll
                 for (int w = 1; w < MM_WARPS; w++)
                     t += red[buf][w][threadIdx.x];
-                y[(size_t)b * n_out + row] = acc ? y[(size_t)b * n_out + row] + t : t;
+                y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + t : t;
             }
         }
     }
