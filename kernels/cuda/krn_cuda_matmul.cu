@@ -97,9 +97,11 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
 /* Chunks of 8 weights per lane per load step, MM_U steps per batch (the loads of one batch issued together). */
 #define MM_U 4
 #define MM_CHUNK (8 * KRN_WARP) /* weights a warp covers per step */
-/* Blocks per SM the vec kernel's registers must allow: 4 (up to 128 registers) lets ptxas keep the next
- * batch's loads above the current batch's math; at the 255-register default it sinks them below it. */
-#define MM_VEC_MINB 4
+/* Blocks per SM the vec kernel's registers must allow. At the 255-register default ptxas sinks the next
+ * batch's loads below the current batch's math; 4 (<= 128 registers) keeps them above it. At NB = 1 with
+ * 16-bit weights 6 (<= 80 registers, no spills) keeps 24 warps per SM streaming: 85 % vs 80 % of HBM on the
+ * 14336x4096 bf16 GEMV at 88 registers (5 blocks), docs/bench/gpu-kernels.md. */
+#define MM_VEC_MINB(T, NB) ((NB) == 1 && (T) != KRN_F32 ? 6 : 4)
 
 /* The parts of one vec launch: row r of the list is row r - end[p-1] of part p, the p with
  * end[p-1] <= r < end[p] (end[-1] = 0; unused parts have end = the row count, so no row maps to them). */
@@ -145,7 +147,7 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const mm_li
  * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
  * the grid nor the other parts, so a row has the same bits in any batch and any list. */
 template <int T, int NB>
-__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB)
+__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int nrows = l.end[KRN_MM_PARTS - 1];
