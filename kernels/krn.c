@@ -168,6 +168,16 @@ int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const floa
     DISPATCH(s, kv_store, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
 }
 
+int krn_rope_store_async(dev_stream *s, const krn_rope_store *a)
+{
+    if (!s || !a || !a->q || !a->k || !a->v || !a->k_cache || !a->v_cache || !a->seq || !a->pos || a->B <= 0 ||
+        a->n_head <= 0 || a->n_head_kv <= 0 || a->head_dim <= 0 || a->n_rot <= 0 || a->n_rot % 2 ||
+        a->n_rot > a->head_dim || !(a->freq_base > 0.0f) || !(a->freq_scale > 0.0f) ||
+        (a->neox != 0 && a->neox != 1) || a->n_ctx <= 0)
+        return MEMRA_E_INVAL;
+    DISPATCH(s, rope_store, a);
+}
+
 int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
                         const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                         int n_ctx)

@@ -89,6 +89,19 @@ int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_hea
 int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
                        const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
 
+/* The attention prologue in one op: rope on q (B, n_head*head_dim) and k (B, n_head_kv*head_dim) in place,
+ * then k and v (B, n_head_kv*head_dim) stored into the caches at [seq[b], pos[b]]. The same bits as
+ * krn_rope_async(q), krn_rope_async(k), krn_kv_store_async; one CUDA launch instead of three. */
+typedef struct krn_rope_store {
+    float *q, *k;                 /* rotated in place */
+    const float *v;
+    float *k_cache, *v_cache;     /* (n_seq, n_ctx, n_head_kv*head_dim) */
+    const int32_t *seq, *pos;     /* (B,) device values */
+    int B, n_head, n_head_kv, head_dim, n_rot, neox, n_ctx;
+    float freq_base, freq_scale;
+} krn_rope_store;
+int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
+
 /* Causal GQA attention: out (B, n_head*head_dim); row b attends with q[b] over k/v_cache[seq[b], 0..pos[b]]
  * (inclusive); query head h reads kv head h / (n_head / n_head_kv). Scale 1/sqrt(head_dim), f32 softmax. */
 int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,

@@ -80,11 +80,12 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
         ENQ(krn_add_bias_async(s, sc->v, L->bv, B, kv_dim), "attn_v.bias");
     }
-    ENQ(krn_rope_async(s, sc->q, pos, B, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_freq_base,
-                       hp->rope_freq_scale, hp->rope_neox), "rope q");
-    ENQ(krn_rope_async(s, sc->k, pos, B, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_freq_base,
-                       hp->rope_freq_scale, hp->rope_neox), "rope k");
-    ENQ(krn_kv_store_async(s, kc, vc, sc->k, sc->v, seq, pos, B, kv_dim, kv->n_ctx), "kv_store");
+    const krn_rope_store rs = { .q = sc->q, .k = sc->k, .v = sc->v, .k_cache = kc, .v_cache = vc, .seq = seq,
+                                .pos = pos, .B = B, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                                .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+                                .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
+                                .freq_scale = hp->rope_freq_scale };
+    ENQ(krn_rope_store_async(s, &rs), "rope q, k + kv_store");
     ENQ(krn_attention_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
                             kv->n_ctx), "attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */

@@ -265,8 +265,9 @@ static void test_matmul_rejects_bad_types_and_shapes_with_a_message(void **state
 
 static void test_rmsnorm_matches_reference_and_is_deterministic(void **state) {
     (void)state;
-    static const int ns[] = {576, 4099};
-    for (int k = 0; k < 2; k++) {
+    /* 576, 8192: the register path (every load in flight; 8192 its largest n); 4099, 8196: the loop path */
+    static const int ns[] = {576, 4099, 8192, 8196};
+    for (int k = 0; k < 4; k++) {
         const int B = 3, n = ns[k];
         float *x = malloc(sizeof(float) * B * n), *w = malloc(sizeof(float) * n);
         float *y1 = malloc(sizeof(float) * B * n), *y2 = malloc(sizeof(float) * B * n);
@@ -345,6 +346,56 @@ static void test_rope_rotates_pairs_in_both_layouts(void **state) {
             free(x); free(y1); free(y2);
         }
     }
+}
+
+/* rope_store = rope(q), rope(k), kv_store, bit for bit: both layouts, full and partial rotation, GQA, a row
+ * whose pos is outside [0, n_ctx) (rotated, not stored), every cache byte compared. */
+static void test_rope_store_has_the_bits_of_rope_rope_and_kv_store(void **state) {
+    (void)state;
+    const int B = 4, nh = 8, nkv = 2, hd = 64, n_seq = 2, n_ctx = 32;
+    const int32_t seq[4] = {1, 0, 1, 0}, pos[4] = {3, 0, 31, 40};
+    const size_t nq = (size_t)B * nh * hd, nk = (size_t)B * nkv * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+    float *hq = malloc(sizeof(float) * nq), *hk = malloc(sizeof(float) * nk), *hv = malloc(sizeof(float) * nk);
+    float *hc = malloc(sizeof(float) * nc), *a = malloc(sizeof(float) * nc), *b = malloc(sizeof(float) * nc);
+    cuda_ref_rand_floats(hq, nq);
+    cuda_ref_rand_floats(hk, nk);
+    cuda_ref_rand_floats(hv, nk);
+    cuda_ref_rand_floats(hc, nc);
+    int32_t *dseq = dupload(seq, sizeof seq), *dpos = dupload(pos, sizeof pos);
+    for (int neox = 0; neox < 2; neox++)
+        for (int n_rot = 32; n_rot <= hd; n_rot += hd - 32) {
+            float *q1 = dupload(hq, sizeof(float) * nq), *k1 = dupload(hk, sizeof(float) * nk);
+            float *q2 = dupload(hq, sizeof(float) * nq), *k2 = dupload(hk, sizeof(float) * nk);
+            float *v = dupload(hv, sizeof(float) * nk);
+            float *kc1 = dupload(hc, sizeof(float) * nc), *vc1 = dupload(hc, sizeof(float) * nc);
+            float *kc2 = dupload(hc, sizeof(float) * nc), *vc2 = dupload(hc, sizeof(float) * nc);
+            dev_err err = {0};
+            const krn_rope_store rs = {.q = q1, .k = k1, .v = v, .k_cache = kc1, .v_cache = vc1, .seq = dseq,
+                                       .pos = dpos, .B = B, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+                                       .n_rot = n_rot, .neox = neox, .n_ctx = n_ctx, .freq_base = 10000.0f,
+                                       .freq_scale = 1.0f};
+            assert_int_equal(krn_cuda_rope_store_async(g_s1, &rs, &err), 0);
+            assert_int_equal(krn_cuda_rope_async(g_s2, q2, dpos, B, nh, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
+            assert_int_equal(krn_cuda_rope_async(g_s2, k2, dpos, B, nkv, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
+            assert_int_equal(krn_cuda_kv_store_async(g_s2, kc2, vc2, k2, v, dseq, dpos, B, nkv * hd, n_ctx, &err), 0);
+            sync_both();
+            float *pairs[4][2] = {{q1, q2}, {k1, k2}, {kc1, kc2}, {vc1, vc2}};
+            const size_t sizes[4] = {nq, nk, nc, nc};
+            const char *what[4] = {"q", "k", "k cache", "v cache"};
+            for (int i = 0; i < 4; i++) {
+                download(a, pairs[i][0], sizeof(float) * sizes[i]);
+                download(b, pairs[i][1], sizeof(float) * sizes[i]);
+                if (memcmp(a, b, sizeof(float) * sizes[i]) != 0)
+                    fail_msg("rope_store neox=%d n_rot=%d: %s differs from rope + rope + kv_store", neox, n_rot,
+                             what[i]);
+            }
+            float *all[9] = {q1, k1, q2, k2, v, kc1, vc1, kc2, vc2};
+            for (int i = 0; i < 9; i++)
+                CK(cudaFree(all[i]));
+        }
+    CK(cudaFree(dseq));
+    CK(cudaFree(dpos));
+    free(hq); free(hk); free(hv); free(hc); free(a); free(b);
 }
 
 static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state) {
@@ -655,6 +706,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_matches_reference_and_is_deterministic),
         cmocka_unit_test(test_rope_rotates_pairs_in_both_layouts),
         cmocka_unit_test(test_kv_store_writes_each_row_at_its_sequence_and_position_only),
+        cmocka_unit_test(test_rope_store_has_the_bits_of_rope_rope_and_kv_store),
         cmocka_unit_test(test_attention_matches_reference_on_both_paths_with_gqa),
         cmocka_unit_test(test_attention_split_path_has_the_bits_of_the_one_kernel_path),
         cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),

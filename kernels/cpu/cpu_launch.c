@@ -164,3 +164,16 @@ int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int
     acc_add(&l, out, I32B(B), DEV_WRITE);
     return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
 }
+
+int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a)
+{
+    int rc = krn_cpu_rope_async(s, a->q, a->pos, a->B, a->n_head, a->head_dim, a->n_rot, a->freq_base,
+                                a->freq_scale, a->neox);
+    if (!rc)
+        rc = krn_cpu_rope_async(s, a->k, a->pos, a->B, a->n_head_kv, a->head_dim, a->n_rot, a->freq_base,
+                                a->freq_scale, a->neox);
+    if (!rc)
+        rc = krn_cpu_kv_store_async(s, a->k_cache, a->v_cache, a->k, a->v, a->seq, a->pos, a->B,
+                                    a->n_head_kv * a->head_dim, a->n_ctx);
+    return rc;
+}

@@ -64,6 +64,7 @@ int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                        float freq_base, float freq_scale, int neox);
+int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a); /* three ops: no launch to save */
 int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
                            const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
 int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache,

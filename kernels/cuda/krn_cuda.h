@@ -62,6 +62,9 @@ int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *pos, int B, 
 int krn_cuda_kv_store_async(void *cuda_stream, float *k_cache, float *v_cache, const float *k, const float *v,
                             const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx, dev_err *err);
 
+/* krn_rope_store_async: rope q and k, store k and v at [seq, pos]; the bits of rope, rope, kv_store. */
+int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_err *err);
+
 /* Causal GQA attention, see krn_attention_async. head_dim % 4 == 0 and <= KRN_CUDA_ATT_MAX_HEAD_DIM; q,
  * out and the caches 16-byte aligned. n_ctx <= KRN_CUDA_ATT_CHUNK: one kernel (one block per (row, head));
  * larger: split-K over chunks of KRN_CUDA_ATT_CHUNK keys + a fixed-order combine (same bits as the
@@ -98,6 +101,7 @@ int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const floa
 int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                   float freq_base, float freq_scale, int neox);
+int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a);
 int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
 int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,

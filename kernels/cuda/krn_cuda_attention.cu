@@ -5,8 +5,9 @@
  * warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c), l_c = sum p (fixed
  * tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine kernel then merges
  * the chunks of each (b, h) in chunk order: M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
- * When n_ctx <= KRN_CUDA_ATT_CHUNK there is one chunk and the first kernel writes o/l directly; that is
- * the same arithmetic as the combine of one chunk (e^0 = 1 exactly), so both paths give the same bits.
+ * When a row's keys fit one chunk (n_ctx <= KRN_CUDA_ATT_CHUNK, or pos < KRN_CUDA_ATT_CHUNK at run time:
+ * short decode contexts) the first kernel writes o/l directly and the combine skips that row; that is the
+ * same arithmetic as the combine of one chunk (e^0 = 1 exactly), so every path gives the same bits.
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): cudaMallocAsync/cudaFreeAsync on the caller's stream, ordered by it.
  * Shared mutable state: none. */
@@ -95,6 +96,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
         int i = 0;
+#pragma unroll 4 /* 16 value loads in flight: one L2 round trip per 16 keys, not per 4 (same sums) */
         for (; i + 3 < L; i += 4) {
             const float *vr = vb + (size_t)(t0 + i) * kv_dim + d;
             const float v0 = __ldg(vr), v1 = __ldg(vr + kv_dim), v2 = __ldg(vr + 2 * (size_t)kv_dim),
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (; i < L; i++)
             a0 = fmaf(sc[i], __ldg(vb + (size_t)(t0 + i) * kv_dim + d), a0);
         const float o = (a0 + a1) + (a2 + a3);
-        if (ws == NULL) {
+        if (ws == NULL || p < KRN_CUDA_ATT_CHUNK) { /* the only chunk: the combine of one chunk, done here */
             out[((size_t)b * n_head + h) * hd + d] = o / l;
         } else {
             float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
@@ -129,6 +131,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int p = pos[b];
     p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
     const int nc = p / KRN_CUDA_ATT_CHUNK + 1;
+    if (nc == 1)
+        return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
     const size_t stride = (size_t)(hd + 2);
     const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
     float M = -INFINITY;

@@ -85,6 +85,10 @@ extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W,
     ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
 }
 
+extern "C" int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a) {
+    ADAPT(krn_cuda_rope_store_async(st, a, NULL));
+}
+
 extern "C" int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n) {
     ADAPT(krn_cuda_add_bias_async(st, y, bias, B, n, NULL));
 }

@@ -31,7 +31,7 @@ static int ew_check(dev_err *err, int *rc, const char *op, int B, int n, const v
     return 1;
 }
 
-/* ---- rmsnorm: one block per row ---- */
+/* ---- rmsnorm: one block per row; any n or alignment ---- */
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *__restrict__ y, const float *__restrict__ x,
                                                                const float *__restrict__ w, int n, float eps) {
     krn_pdl_enter();
@@ -47,6 +47,51 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *__restrict_
         yr[i] = xr[i] * scale * w[i];
 }
 
+/* n % 4 == 0, n <= 4 * RMS_V4 * ROW_THREADS, 16-byte aligned rows: every load of a row in flight at once
+ * (x and w held in registers between the two passes), w's issued before the PDL wait (a weight: written at
+ * load, immutable during a forward). The per-thread loop above waits for one L2 round trip per step: ~10 us
+ * per row at n = 4096 on an H200 (ncu), ~40 % of a decode step's non-GEMV time. Same order as that loop
+ * for a thread's own elements is not kept: thread t adds its float4s j = 0, 1, ... (x, y, z, w), then the
+ * fixed block tree; deterministic. */
+#define RMS_V4 8
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                                                   const float *__restrict__ w, int n, float eps) {
+    __shared__ float red[32];
+    const int n4 = n / 4;
+    const float4 *w4 = (const float4 *)w;
+    float4 wv[RMS_V4], xv[RMS_V4];
+#pragma unroll
+    for (int j = 0; j < RMS_V4; j++) {
+        const int i = threadIdx.x + j * ROW_THREADS;
+        wv[j] = i < n4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    krn_pdl_enter_after_loads();
+    const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n);
+    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n);
+#pragma unroll
+    for (int j = 0; j < RMS_V4; j++) {
+        const int i = threadIdx.x + j * ROW_THREADS;
+        xv[j] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RMS_V4; j++) {
+        ss = fmaf(xv[j].x, xv[j].x, ss);
+        ss = fmaf(xv[j].y, xv[j].y, ss);
+        ss = fmaf(xv[j].z, xv[j].z, ss);
+        ss = fmaf(xv[j].w, xv[j].w, ss);
+    }
+    ss = krn_block_sum(ss, red);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int j = 0; j < RMS_V4; j++) {
+        const int i = threadIdx.x + j * ROW_THREADS;
+        if (i < n4)
+            yr[i] = make_float4(xv[j].x * scale * wv[j].x, xv[j].y * scale * wv[j].y, xv[j].z * scale * wv[j].z,
+                                xv[j].w * scale * wv[j].w);
+    }
+}
+
 extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const float *w, int B, int n,
                                       float eps, dev_err *err) {
     int rc;
@@ -54,11 +99,31 @@ extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *
         return rc;
     if (!(eps >= 0.0f))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: eps=%g (need >= 0)", (double)eps);
-    krn_launch(rmsnorm_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
+    if (n % 4 == 0 && n <= 4 * RMS_V4 * ROW_THREADS && krn_cuda_aligned(x, 16) && krn_cuda_aligned(y, 16) &&
+        krn_cuda_aligned(w, 16))
+        krn_launch(rmsnorm_vec_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
+    else
+        krn_launch(rmsnorm_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
     return krn_cuda_launch_check(err, "krn_cuda_rmsnorm");
 }
 
 /* ---- rope: one thread per rotated pair ---- */
+/* Rotate pair i of head xh (row b at position p); returns the pair's indices. Shared by rope and rope_store
+ * so both give the same bits. */
+static __device__ __forceinline__ void rope_pair(float *xh, int i, int p, int n_rot, float freq_base,
+                                                 float freq_scale, int neox, int *i0, int *i1) {
+    const int half = n_rot / 2;
+    const float inv_freq = powf(freq_base, -(float)(2 * i) / (float)n_rot);
+    const float theta = (float)p * freq_scale * inv_freq;
+    float s, c;
+    sincosf(theta, &s, &c);
+    *i0 = neox ? i : 2 * i;
+    *i1 = neox ? i + half : 2 * i + 1;
+    const float a = xh[*i0], bv = xh[*i1];
+    xh[*i0] = a * c - bv * s;
+    xh[*i1] = a * s + bv * c;
+}
+
 __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ pos, int B, int n_heads,
                             int head_dim, int n_rot, float freq_base, float freq_scale, int neox) {
     krn_pdl_enter();
@@ -69,15 +134,87 @@ __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ p
     const int i = (int)(idx % half);
     const size_t bh = idx / half; /* b * n_heads + h */
     const int b = (int)(bh / n_heads);
-    float *xh = x + bh * head_dim;
-    const float inv_freq = powf(freq_base, -(float)(2 * i) / (float)n_rot);
-    const float theta = (float)pos[b] * freq_scale * inv_freq;
-    float s, c;
-    sincosf(theta, &s, &c);
-    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-    const float a = xh[i0], bv = xh[i1];
-    xh[i0] = a * c - bv * s;
-    xh[i1] = a * s + bv * c;
+    int i0, i1;
+    rope_pair(x + bh * head_dim, i, pos[b], n_rot, freq_base, freq_scale, neox, &i0, &i1);
+}
+
+/* rope_store: thread ranges, in order: the q pairs; the k pairs (rotated, then both values also stored into
+ * the cache); k's unrotated dims (n_rot <= d < head_dim) copied to the cache; v copied to the cache. A row
+ * whose pos is outside [0, n_ctx) is rotated but not stored (kv_store's rule). Each k element is written to
+ * the cache by the thread that produced its final value: no ordering between threads is needed. */
+__global__ void rope_store_kernel(krn_rope_store a) {
+    krn_pdl_enter();
+    const int half = a.n_rot / 2, kv_dim = a.n_head_kv * a.head_dim, tail = a.head_dim - a.n_rot;
+    const size_t nq = (size_t)a.B * a.n_head * half, nk = (size_t)a.B * a.n_head_kv * half;
+    const size_t nt = (size_t)a.B * a.n_head_kv * tail, nv = (size_t)a.B * kv_dim;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int i0, i1;
+    if (idx < nq) {
+        const size_t bh = idx / half;
+        rope_pair(a.q + bh * a.head_dim, (int)(idx % half), a.pos[bh / a.n_head], a.n_rot, a.freq_base,
+                  a.freq_scale, a.neox, &i0, &i1);
+        return;
+    }
+    idx -= nq;
+    int b, e; /* row, element of k/v to store */
+    if (idx < nk) {
+        const size_t bh = idx / half;
+        b = (int)(bh / a.n_head_kv);
+        float *kh = a.k + bh * a.head_dim;
+        rope_pair(kh, (int)(idx % half), a.pos[b], a.n_rot, a.freq_base, a.freq_scale, a.neox, &i0, &i1);
+        const int p = a.pos[b];
+        if (p < 0 || p >= a.n_ctx)
+            return;
+        float *dst = a.k_cache + ((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + (kh - a.k - (size_t)b * kv_dim);
+        dst[i0] = kh[i0];
+        dst[i1] = kh[i1];
+        return;
+    }
+    idx -= nk;
+    float *cache;
+    const float *src;
+    if (idx < nt) { /* k dims past n_rot */
+        const size_t bh = idx / tail;
+        b = (int)(bh / a.n_head_kv);
+        e = (int)(bh % a.n_head_kv) * a.head_dim + a.n_rot + (int)(idx % tail);
+        cache = a.k_cache;
+        src = a.k;
+    } else if ((idx -= nt) < nv) {
+        b = (int)(idx / kv_dim);
+        e = (int)(idx % kv_dim);
+        cache = a.v_cache;
+        src = a.v;
+    } else {
+        return;
+    }
+    const int p = a.pos[b];
+    if (p < 0 || p >= a.n_ctx)
+        return;
+    cache[((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + e] = src[(size_t)b * kv_dim + e];
+}
+
+extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_err *err) {
+    if (!a || a->B < 0 || a->n_head <= 0 || a->n_head_kv <= 0 || a->head_dim <= 0 || a->n_rot <= 0 ||
+        a->n_rot > a->head_dim || a->n_rot % 2 != 0 || a->n_ctx <= 0)
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_cuda_rope_store: B=%d n_head=%d n_head_kv=%d head_dim=%d n_rot=%d n_ctx=%d (need "
+                           "B >= 0, heads > 0, 0 < n_rot <= head_dim, n_rot even, n_ctx > 0)", a ? a->B : -1,
+                           a ? a->n_head : -1, a ? a->n_head_kv : -1, a ? a->head_dim : -1, a ? a->n_rot : -1,
+                           a ? a->n_ctx : -1);
+    if (!(a->freq_base > 0.0f) || !(a->freq_scale > 0.0f))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: freq_base=%g freq_scale=%g (need > 0)",
+                           (double)a->freq_base, (double)a->freq_scale);
+    if (a->B == 0)
+        return 0;
+    if (!a->q || !a->k || !a->v || !a->k_cache || !a->v_cache || !a->seq || !a->pos)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: NULL pointer argument");
+    const size_t half = (size_t)a->n_rot / 2, kv_dim = (size_t)a->n_head_kv * a->head_dim;
+    const size_t n = (size_t)a->B * (a->n_head * half + a->n_head_kv * half +
+                                     (size_t)a->n_head_kv * (a->head_dim - a->n_rot) + kv_dim);
+    if (n > (size_t)INT32_MAX * EW_THREADS)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: %zu threads, too many", n);
+    krn_launch(rope_store_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)cuda_stream, *a);
+    return krn_cuda_launch_check(err, "krn_cuda_rope_store");
 }
 
 extern "C" int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *pos, int B, int n_heads,

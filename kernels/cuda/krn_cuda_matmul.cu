@@ -120,16 +120,19 @@ static __device__ __forceinline__ int mm_part(const mm_list &l, int row, int *lo
     return p;
 }
 
-/* Issue the loads of batch t of a warp's walk: list row `row`, steps [t*MM_U, t*MM_U + MM_U) of it. A step
- * past n_in (or a row past the list) reads the row's last chunk instead (in bounds, never multiplied):
- * unconditional loads keep the compiler from sinking them below the PDL wait or the previous batch's math. */
-template <int T>
-static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const mm_list &l, size_t row_bytes, int row,
-                                                int n_in, int t, int lane) {
-    const int esz = T == KRN_F32 ? 4 : 2;
+/* Row `row` of the list as a pointer to its weights (a row past the list: the last row, read, never used). */
+static __device__ __forceinline__ const uint8_t *mm_row_ptr(const mm_list &l, size_t row_bytes, int row) {
     int local;
     const int p = mm_part(l, min(row, l.end[KRN_MM_PARTS - 1] - 1), &local);
-    const uint8_t *rp = l.W[p] + (size_t)local * row_bytes;
+    return l.W[p] + (size_t)local * row_bytes;
+}
+
+/* Issue the loads of batch t of the row at rp: steps [t*MM_U, t*MM_U + MM_U). A step past n_in reads the
+ * row's last chunk instead (in bounds, never multiplied): unconditional loads keep the compiler from sinking
+ * them below the PDL wait or the previous batch's math. */
+template <int T>
+static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8_t *rp, int n_in, int t, int lane) {
+    const int esz = T == KRN_F32 ? 4 : 2;
 #pragma unroll
     for (int u = 0; u < MM_U; u++) {
         const int e = min((t * MM_U + u) * MM_CHUNK + 8 * lane, n_in - 8);
@@ -154,8 +157,9 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
     const int rstride = gridDim.x * MM_WARPS;
     int row = blockIdx.x * MM_WARPS + warp, t = 0;
+    const uint8_t *rp = mm_row_ptr(l, row_bytes, row); /* the row being loaded; resolved once per row */
     mm_f8<T> cur[MM_U], nxt[MM_U];
-    mm_issue<T>(cur, l, row_bytes, row, n_in, 0, lane);
+    mm_issue<T>(cur, rp, n_in, 0, lane);
     if (row >= nrows) { /* no rows for this warp (the grid's last block) */
         krn_pdl_enter();
         return;
@@ -167,7 +171,9 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
         acc[b] = 0.0f;
     while (row < nrows) {
         const int nrow = t + 1 < nbatch ? row : row + rstride, nt = t + 1 < nbatch ? t + 1 : 0;
-        mm_issue<T>(nxt, l, row_bytes, nrow, n_in, nt, lane); /* in flight while cur is used */
+        if (nt == 0)
+            rp = mm_row_ptr(l, row_bytes, nrow);
+        mm_issue<T>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
         if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
             krn_pdl_enter_after_loads();
             waited = true;
