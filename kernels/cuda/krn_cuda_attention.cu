@@ -18,8 +18,8 @@
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
 
-/* Chunk c of (b, h): see the file comment. ws == NULL: direct path, write out. Otherwise write o (head_dim
- * floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
+/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < CHUNK): write out.
+ * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
 __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
@@ -187,7 +187,7 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, NULL, ws, q, k_cache, v_cache, seq, pos, n_head,
+    krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, ws, q, k_cache, v_cache, seq, pos, n_head,
         n_head_kv, head_dim, n_ctx, n_split, scale);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
