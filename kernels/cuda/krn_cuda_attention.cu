@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         const int d = 4 * lane + 4 * KRN_WARP * j;
         qv[j] = d < hd ? *(const float4 *)(qh + d) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+#pragma unroll 4 /* 8 keys' loads per warp in flight before the first butterfly (same scores) */
     for (int t = t0 + warp; t < t1; t += 2 * ATT_WARPS) { /* two keys per warp step: loads in flight */
         const int u = t + ATT_WARPS;
         float s0 = 0.0f, s1 = 0.0f;

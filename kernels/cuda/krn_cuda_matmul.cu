@@ -111,20 +111,23 @@ typedef struct mm_list {
     int end[KRN_MM_PARTS];
 } mm_list;
 
+/* Selects with constant indices only: a dynamic index into the kernel parameter would copy the list to
+ * local memory (STL/LDL in the SASS) on every launch. */
 static __device__ __forceinline__ int mm_part(const mm_list &l, int row, int *local) {
-    int p = 0;
-#pragma unroll
-    for (int i = 0; i < KRN_MM_PARTS - 1; i++)
-        p += row >= l.end[i];
-    *local = row - (p ? l.end[p - 1] : 0);
+    static_assert(KRN_MM_PARTS == 3, "mm_part selects among 3 parts");
+    const int p = (row >= l.end[0]) + (row >= l.end[1]);
+    *local = row - (p == 0 ? 0 : p == 1 ? l.end[0] : l.end[1]);
     return p;
+}
+template <typename P> static __device__ __forceinline__ P mm_pick(P a, P b, P c, int p) {
+    return p == 0 ? a : p == 1 ? b : c;
 }
 
 /* Row `row` of the list as a pointer to its weights (a row past the list: the last row, read, never used). */
 static __device__ __forceinline__ const uint8_t *mm_row_ptr(const mm_list &l, size_t row_bytes, int row) {
     int local;
     const int p = mm_part(l, min(row, l.end[KRN_MM_PARTS - 1] - 1), &local);
-    return l.W[p] + (size_t)local * row_bytes;
+    return mm_pick(l.W[0], l.W[1], l.W[2], p) + (size_t)local * row_bytes;
 }
 
 /* Issue the loads of batch t of the row at rp: steps [t*MM_U, t*MM_U + MM_U). A step past n_in reads the
@@ -190,8 +193,8 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
         if (nt == 0) { /* row done */
             int local;
             const int p = mm_part(l, row, &local);
-            const int n_out = (p ? l.end[p] - l.end[p - 1] : l.end[0]);
-            float *yp = l.y[p] + local;
+            const int n_out = mm_pick(l.end[0], l.end[1] - l.end[0], l.end[2] - l.end[1], p);
+            float *yp = mm_pick(l.y[0], l.y[1], l.y[2], p) + local;
 #pragma unroll
             for (int b = 0; b < NB; b++) {
                 const float r = krn_warp_sum(acc[b]);
