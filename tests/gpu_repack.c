@@ -23,22 +23,10 @@
 #include "kernels/cuda/krn_cuda.h"
 #include "kernels/cuda/krn_cuda_planes.h"
 #include "model/repack.h"
+#include "support/cuda_fix.h"
 #include "support/cuda_ref.h"
 
 static cudaStream_t g_s1, g_s2;
-#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
-
-static void *dalloc(size_t bytes) {
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes ? bytes : 1));
-    return p;
-}
-static void *dupload(const void *h, size_t bytes) {
-    void *p = dalloc(bytes);
-    CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return p;
-}
-static void download(void *h, const void *d, size_t bytes) { CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }
 static void sync_both(void) {
     CK(cudaStreamSynchronize(g_s1));
     CK(cudaStreamSynchronize(g_s2));

@@ -18,6 +18,36 @@ typedef struct mm_args {
     int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */
 } mm_args;
 
+/* The end of a row group in the block kernels (krn_cuda_matmul_q.cu, _p.cu): each warp's butterfly totals of
+ * the group's R rows x NB rows of x go to red[buf][warp], then one thread per (row, x row) adds the warp
+ * totals in warp order and stores (acc_y: y +=). The barrier is the group's; red is double-buffered by the
+ * caller (buf = group parity), so no second barrier is needed before the next group writes. */
+template <int R, int NB>
+static __device__ __forceinline__ void mm_group_store(float (&red)[2][MM_WARPS][R * NB], int buf,
+                                                      const float (&acc)[R][NB], float *y, int n_out, int g,
+                                                      int acc_y) {
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            const float t = krn_warp_sum(acc[r][b]);
+            if (lane == 0)
+                red[buf][warp][r * NB + b] = t;
+        }
+    __syncthreads(); /* every warp's totals of group g are in red[buf] */
+    if (threadIdx.x < R * NB) {
+        const int r = threadIdx.x / NB, b = threadIdx.x % NB, row = g * R + r;
+        if (row < n_out) {
+            float t = red[buf][0][threadIdx.x];
+#pragma unroll
+            for (int w = 1; w < MM_WARPS; w++)
+                t += red[buf][w][threadIdx.x];
+            y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + t : t;
+        }
+    }
+}
+
 /* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a block-type W (q4_0, q4_1, q8_0, q4_k, q6_k) on st.
  * Launch errors are left for the caller's cudaGetLastError. */
 void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st);

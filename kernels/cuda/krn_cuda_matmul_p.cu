@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
               int acc_y) {
     enum { VE = mp_layout<T>::VE };
     __shared__ float red[2][MM_WARPS][R * NB];
-    const int t = threadIdx.x, lane = t % KRN_WARP, warp = t / KRN_WARP;
+    const int t = threadIdx.x;
     const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
     const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
     const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
@@ -216,25 +216,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
             mp_compute<T, NB, R, U>(cur, x, n_in, nvec, c, t, acc);
             cur = nxt;
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++) {
-                const float s = krn_warp_sum(acc[r][b]);
-                if (lane == 0)
-                    red[buf][warp][r * NB + b] = s;
-            }
-        __syncthreads(); /* every warp's totals of group g are in red[buf] */
-        if (t < R * NB) {
-            const int r = t / NB, b = t % NB, row = g * R + r;
-            if (row < n_out) {
-                float s = red[buf][0][t];
-#pragma unroll
-                for (int w = 1; w < MM_WARPS; w++)
-                    s += red[buf][w][t];
-                y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + s : s;
-            }
-        }
+        mm_group_store<R, NB>(red, buf, acc, y, n_out, g, acc_y);
     }
 }
 

@@ -389,25 +389,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
                 __syncwarp(); /* every lane is done reading smem[warp] before it is overwritten */
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++) {
-                const float t = krn_warp_sum(acc[r][b]);
-                if (lane == 0)
-                    red[buf][warp][r * NB + b] = t;
-            }
-        __syncthreads(); /* every warp's totals of group g are in red[buf] */
-        if (threadIdx.x < R * NB) {
-            const int r = threadIdx.x / NB, b = threadIdx.x % NB, row = g * R + r;
-            if (row < n_out) {
-                float t = red[buf][0][threadIdx.x];
-#pragma unroll
-                for (int w = 1; w < MM_WARPS; w++)
-                    t += red[buf][w][threadIdx.x];
-                y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + t : t;
-            }
-        }
+        mm_group_store<R, NB>(red, buf, acc, y, n_out, g, acc_y);
     }
 }
 

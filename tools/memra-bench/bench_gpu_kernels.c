@@ -64,8 +64,10 @@ static uint64_t gk_next(void) {
         }                                                                                                      \
     } while (0)
 
-/* One (type, shape): average seconds per launch into *sec. Returns 0 or -1 (message printed). */
-static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, double *sec,
+/* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1 repacked on
+ * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
+ * are made finite first. Returns 0 or -1 (message printed). */
+static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, int planes, double *sec,
                   double *bytes) {
     const size_t wbytes = (size_t)n_out * (size_t)(n_in / t->be) * (size_t)t->bb;
     const size_t want = (size_t)400 << 20;
@@ -74,79 +76,10 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         copies = 2;
     if (copies > 128)
         copies = 128;
-    void **w = calloc((size_t)copies, sizeof *w);
+    krn_weight *w = calloc((size_t)copies, sizeof *w);
     uint8_t *hw = malloc(wbytes);
     float *hx = malloc(sizeof(float) * (size_t)B * n_in);
     float *dx = NULL, *dy = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    int rc = -1;
-    if (!w || !hw || !hx) {
-        fprintf(stderr, "gpu-kernels: out of host memory\n");
-        goto fail;
-    }
-    for (size_t i = 0; i < wbytes; i++)
-        hw[i] = (uint8_t)gk_next();
-    for (size_t i = 0; i < (size_t)B * n_in; i++)
-        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
-    for (int c = 0; c < copies; c++) {
-        GK_CK(cudaMalloc(&w[c], wbytes), "cudaMalloc(weights)");
-        GK_CK(cudaMemcpy(w[c], hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
-    }
-    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
-    GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
-    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
-    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
-    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
-    const int launches = iters > copies ? iters : copies;
-    dev_err err = {0};
-    for (int i = 0; i < copies; i++) { /* warm-up: every copy once */
-        krn_weight W = {t->type, n_out, n_in, w[i], KRN_LAYOUT_BLOCKS};
-        if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
-            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
-            goto fail;
-        }
-    }
-    GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
-    for (int i = 0; i < launches; i++) {
-        krn_weight W = {t->type, n_out, n_in, w[i % copies], KRN_LAYOUT_BLOCKS};
-        if (krn_cuda_matmul_async(st, dy, &W, dx, B, &err) != 0) {
-            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
-            goto fail;
-        }
-    }
-    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
-    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0.0f;
-    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    *sec = (double)ms / 1e3 / launches;
-    *bytes = (double)wbytes + 4.0 * B * ((double)n_in + (double)n_out);
-    rc = 0;
-fail:
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    cudaFree(dx);
-    cudaFree(dy);
-    if (w)
-        for (int c = 0; c < copies; c++)
-            cudaFree(w[c]);
-    free(w);
-    free(hw);
-    free(hx);
-    return rc;
-}
-
-/* ---- planar layouts (KRN_LAYOUT_PLANES): q8_0, q4_0, q4_1 repacked on the device, then the planes GEMV
- * (krn_cuda_matmul_planes_async), timed like gk_run; rows labelled "<type>/p". Self-contained. ---- */
-static int gk_planes_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, double *sec,
-                         double *bytes) {
-    const size_t wbytes = (size_t)n_out * (size_t)(n_in / t->be) * (size_t)t->bb;
-    int copies = (int)((((size_t)400 << 20) + wbytes - 1) / wbytes);
-    copies = copies < 2 ? 2 : copies > 128 ? 128 : copies;
-    krn_weight *w = calloc((size_t)copies, sizeof *w);
-    uint8_t *hw = malloc(wbytes);
-    float *hx = malloc(sizeof(float) * (size_t)B * n_in), *dx = NULL, *dy = NULL;
     void *blocks = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     dev_err err = {0};
@@ -157,20 +90,29 @@ static int gk_planes_run(cudaStream_t st, const gk_type *t, int n_out, int n_in,
     }
     for (size_t i = 0; i < wbytes; i++)
         hw[i] = (uint8_t)gk_next();
-    for (size_t i = 0; i < wbytes; i += (size_t)t->bb) /* finite scales: clear the fp16 exponents' top bit */
-        for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
-            hw[i + s] &= 0x3B;
+    if (planes) /* finite scales: clear the top exponent bit of d (and m for q4_1) */
+        for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
+            for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
+                hw[i + s] &= 0x3B;
     for (size_t i = 0; i < (size_t)B * n_in; i++)
         hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
-    GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
-    GK_CK(cudaMemcpy(blocks, hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(blocks)");
-    const krn_weight src = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = blocks};
+    const krn_weight src = {t->type, n_out, n_in, NULL, KRN_LAYOUT_BLOCKS};
+    if (planes) {
+        GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
+        GK_CK(cudaMemcpy(blocks, hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(blocks)");
+    }
     for (int c = 0; c < copies; c++) {
-        void *p = NULL;
+        void *d = NULL;
+        GK_CK(cudaMalloc(&d, wbytes), "cudaMalloc(weights)");
         w[c] = src;
-        GK_CK(cudaMalloc(&p, wbytes), "cudaMalloc(planes)");
-        w[c].data = p;
-        if (krn_cuda_repack_async(st, &w[c], &src, &err) != 0) {
+        w[c].data = d;
+        if (!planes) {
+            GK_CK(cudaMemcpy(d, hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
+            continue;
+        }
+        krn_weight b = src;
+        b.data = blocks;
+        if (krn_cuda_repack_async(st, &w[c], &b, &err) != 0) { /* sets w[c].layout = PLANES */
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
         }
@@ -181,10 +123,10 @@ static int gk_planes_run(cudaStream_t st, const gk_type *t, int n_out, int n_in,
     GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
     GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
     const int launches = iters > copies ? iters : copies;
-    for (int i = 0; i < copies + launches; i++) { /* every copy once untimed, then the timed launches */
-        if (i == copies)
+    for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
+        if (i == 0)
             GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
-        if (krn_cuda_matmul_planes_async(st, dy, &w[i % copies], dx, B, &err) != 0) {
+        if (krn_cuda_matmul_async(st, dy, &w[(i + copies) % copies], dx, B, &err) != 0) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
         }
@@ -228,7 +170,7 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
             char shape[32], name[16];
             snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
             snprintf(name, sizeof name, "%s/p", t->name);
-            if (gk_planes_run(st, t, n_out, n_in, B, iters, &sec, &bytes) != 0) {
+            if (gk_run(st, t, n_out, n_in, B, iters, 1, &sec, &bytes) != 0) {
                 rc = 2;
                 continue;
             }
@@ -468,7 +410,7 @@ int bench_gpu_kernels(int argc, char **argv) {
             double sec = 0.0, bytes = 0.0;
             char shape[32];
             snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
-            if (gk_run(st, &GK_TYPES[ti], n_out, n_in, B, iters, &sec, &bytes) != 0) {
+            if (gk_run(st, &GK_TYPES[ti], n_out, n_in, B, iters, 0, &sec, &bytes) != 0) {
                 rc = 2;
                 continue;
             }
