@@ -5,6 +5,9 @@
  * devices differ). A stream without a native handle (not a CUDA stream) is MEMRA_E_INVAL. Also the
  * MEMRA_PDL switch. Shared mutable state: krn_pdl_on (thread-local: each thread reads and writes only its
  * own); the current device is per host thread too. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
 
@@ -18,6 +21,31 @@ extern "C" int krn_cuda_set_pdl(int on) {
 }
 
 int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
+
+int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache) {
+    int f = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (f != KRN_TUNE_UNREAD)
+        return f;
+    const char *e = getenv(name);
+    f = 0;
+    if (e && *e) {
+        char *end = NULL;
+        const long v = strtol(e, &end, 10);
+        int ok = 0;
+        for (int i = 0; i < n && *end == '\0'; i++)
+            ok |= v == allowed[i];
+        if (ok) {
+            f = (int)v;
+        } else {
+            char list[128] = "";
+            for (int i = 0, at = 0; i < n && at < (int)sizeof list - 12; i++)
+                at += snprintf(list + at, sizeof list - at, i ? ", %d" : "%d", allowed[i]);
+            fprintf(stderr, "memra: %s=%s ignored (allowed: %s); the default is used\n", name, e, list);
+        }
+    }
+    __atomic_store_n(cache, f, __ATOMIC_RELAXED);
+    return f;
+}
 
 /* Make s's device current; *prev = the caller's. 0, MEMRA_E_INVAL (not a CUDA stream) or MEMRA_E_DEVICE. */
 static int adapt_begin(dev_stream *s, cudaStream_t *st, int *prev) {

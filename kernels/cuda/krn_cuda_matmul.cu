@@ -7,8 +7,6 @@
  * Determinism: each lane accumulates in a fixed order, then a butterfly shuffle sum in a fixed order; no
  * atomics. The order does not depend on B, so a row's result has the same bits in any batch.
  * Shared mutable state: none. */
-#include <stdlib.h>
-
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
 /* Sum of 4 products in a fixed order, starting from t. */
@@ -230,14 +228,9 @@ static int mm_occupancy(K k, int *cache) {
 /* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows; 1 a block per row group (the
  * hardware balances blocks over SMs as they finish). A tuning knob for memra-bench; same bits either way. */
 static int mm_grid_mode(void) {
-    static int cache = -1;
-    int f = __atomic_load_n(&cache, __ATOMIC_RELAXED);
-    if (f < 0) {
-        const char *e = getenv("MEMRA_CUDA_MM_GRID");
-        f = e && e[0] == '1' && !e[1] ? 1 : 0;
-        __atomic_store_n(&cache, f, __ATOMIC_RELAXED); /* a racing first read reads the same value */
-    }
-    return f;
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1};
+    return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 2, &cache);
 }
 
 template <int T, int NB>

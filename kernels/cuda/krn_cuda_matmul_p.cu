@@ -223,18 +223,11 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
 /* ---- host side ---- */
 
 /* MEMRA_CUDA_MP_ROWS=1|2|4: rows per group at nb <= 2 (a tuning knob for memra-bench; results have the
- * same bits for any R). Read once; a racing first read reads the same value. */
+ * same bits for any R). */
 static int mp_rows_forced(void) {
-    static int cache = -1000;
-    int f = __atomic_load_n(&cache, __ATOMIC_RELAXED);
-    if (f == -1000) {
-        const char *e = getenv("MEMRA_CUDA_MP_ROWS");
-        f = e ? atoi(e) : 0;
-        if (f != 1 && f != 2 && f != 4)
-            f = 0;
-        __atomic_store_n(&cache, f, __ATOMIC_RELAXED);
-    }
-    return f;
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {1, 2, 4};
+    return krn_cuda_tune("MEMRA_CUDA_MP_ROWS", allowed, 3, &cache);
 }
 
 /* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */

@@ -397,22 +397,11 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
 
 /* Rows per block for nb rows of x: more rows share each x load, fewer keep the accumulators in registers.
  * MEMRA_CUDA_MM_ROWS=1|2|4 overrides it at nb <= 2 (a tuning knob for memra-bench; results have the same
- * bits for any R). Tuning variables are read once; a racing first read reads the same value. */
-static int mm_env(const char *name, int *cache) {
-    int f = __atomic_load_n(cache, __ATOMIC_RELAXED);
-    if (f == -1000) {
-        const char *e = getenv(name);
-        f = e ? atoi(e) : 0;
-        __atomic_store_n(cache, f, __ATOMIC_RELAXED);
-    }
-    return f;
-}
-
+ * bits for any R). */
 static int mm_rows(int nb) {
-    static int forced = -1000;
-    int f = mm_env("MEMRA_CUDA_MM_ROWS", &forced);
-    if (f != 1 && f != 2 && f != 4)
-        f = 0;
+    static int forced = KRN_TUNE_UNREAD;
+    static const int allowed[] = {1, 2, 4};
+    const int f = krn_cuda_tune("MEMRA_CUDA_MM_ROWS", allowed, 3, &forced);
     if (nb <= 2)
         return f ? f : 4;
     return nb <= 4 ? 2 : 1;
@@ -421,8 +410,9 @@ static int mm_rows(int nb) {
 /* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
 template <int T, int NB, int R, int MB>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
-    static int bps_env = -1000; /* MEMRA_CUDA_MM_BPS=1..MB: grid blocks per SM; -1: a block per group */
-    const int bps_f = mm_env("MEMRA_CUDA_MM_BPS", &bps_env);
+    static int bps_env = KRN_TUNE_UNREAD; /* MEMRA_CUDA_MM_BPS=1..5: grid blocks per SM; -1: a block per group */
+    static const int allowed[] = {-1, 1, 2, 3, 4, 5};
+    const int bps_f = krn_cuda_tune("MEMRA_CUDA_MM_BPS", allowed, 6, &bps_env);
     const int bps = bps_f >= 1 && bps_f <= MB ? bps_f : MB;
     const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : krn_cuda_sm_count();
     int blocks = ngroups;
@@ -439,8 +429,9 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
  * docs/bench/gpu-kernels.md); MEMRA_CUDA_MM_MINB=5 selects the 5-block build (tuning knob). */
 template <int T, int R>
 static void mm_q_go1(const mm_args *a, cudaStream_t st) {
-    static int mb_env = -1000;
-    if (mm_env("MEMRA_CUDA_MM_MINB", &mb_env) == 5)
+    static int mb_env = KRN_TUNE_UNREAD;
+    static const int allowed[] = {4, 5};
+    if (krn_cuda_tune("MEMRA_CUDA_MM_MINB", allowed, 2, &mb_env) == 5)
         mm_q_go<T, 1, R, 5>(a, st);
     else
         mm_q_go<T, 1, R, MM_MINB(1)>(a, st);

@@ -117,6 +117,13 @@ static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) {
     krn_pdl_enter();
 }
 
+/* A kernel tuning variable (MEMRA_CUDA_MM_ROWS and the like: benchmark knobs, listed in docs/doors.md),
+ * read once per process into *cache (initialize it to KRN_TUNE_UNREAD): its value when it is one of the
+ * n allowed integers, 0 when unset. Any other value prints one line on stderr naming the variable and the
+ * allowed values, and gives 0 (the default). Thread-safe: a racing first read stores the same value. */
+#define KRN_TUNE_UNREAD (-1000000)
+int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache);
+
 /* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
 int krn_cuda_pdl_enabled(void);
 
