@@ -26,11 +26,6 @@
 
 /* ---- fixtures: two streams, device buffer helpers (generator and references: support/cuda_ref.h) ---- */
 
-static cudaStream_t g_s1, g_s2;
-static void sync_both(void) {
-    CK(cudaStreamSynchronize(g_s1));
-    CK(cudaStreamSynchronize(g_s2));
-}
 
 /* ---- matmul ---- */
 
@@ -664,28 +659,9 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
     free(hw); free(hx); free(ref); free(got);
 }
 
-static int setup(void **state) {
-    (void)state;
-    if (cudaStreamCreateWithFlags(&g_s1, cudaStreamNonBlocking) != cudaSuccess)
-        return -1;
-    if (cudaStreamCreateWithFlags(&g_s2, cudaStreamNonBlocking) != cudaSuccess)
-        return -1;
-    return 0;
-}
-static int teardown(void **state) {
-    (void)state;
-    cudaStreamDestroy(g_s1);
-    cudaStreamDestroy(g_s2);
-    return 0;
-}
-
 int main(void) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("gpu_kernels: skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (cuda_fix_no_gpu("gpu_kernels"))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_reference_for_every_type_shape_and_batch),
         cmocka_unit_test(test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops),
@@ -702,7 +678,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_takes_the_lowest_index_on_ties),
         cmocka_unit_test(test_op_table_runs_these_kernels_on_each_devices_stream),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, two_streams_setup, two_streams_teardown);
 }
 
 #else /* !MEMRA_HAVE_CUDA */

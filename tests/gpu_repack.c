@@ -26,11 +26,6 @@
 #include "support/cuda_fix.h"
 #include "support/cuda_ref.h"
 
-static cudaStream_t g_s1, g_s2;
-static void sync_both(void) {
-    CK(cudaStreamSynchronize(g_s1));
-    CK(cudaStreamSynchronize(g_s2));
-}
 
 /* q8_0, q4_0, q4_1 in CUDA_REF_TYPES */
 static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
@@ -248,35 +243,16 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     free(h), free(hx), free(ref), free(got), free(planes), free(back);
 }
 
-static int setup(void **state) {
-    (void)state;
-    if (cudaStreamCreateWithFlags(&g_s1, cudaStreamNonBlocking) != cudaSuccess)
-        return -1;
-    if (cudaStreamCreateWithFlags(&g_s2, cudaStreamNonBlocking) != cudaSuccess)
-        return -1;
-    return 0;
-}
-static int teardown(void **state) {
-    (void)state;
-    cudaStreamDestroy(g_s1);
-    cudaStreamDestroy(g_s2);
-    return 0;
-}
-
 int main(void) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("gpu_repack: skipped: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (cuda_fix_no_gpu("gpu_repack"))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_repack_writes_the_host_repack_bytes),
         cmocka_unit_test(test_planes_gemv_matches_reference_and_blocks_for_every_batch),
         cmocka_unit_test(test_planes_gemv_rejects_blocks_types_and_misalignment_with_a_message),
         cmocka_unit_test(test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, two_streams_setup, two_streams_teardown);
 }
 
 #else /* !MEMRA_HAVE_CUDA */
