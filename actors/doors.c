@@ -108,6 +108,13 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
         c.n_cuts = 1;
         c.cuts[0] = (int)v;
     }
+    if (splits && !strcmp(splits, "weights")) {
+        if (c.stages < 2)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_SPLITS=weights is set but the pipeline door is shut: set MEMRA_PP_STAGES");
+        c.balance = 1;
+        splits = NULL; /* no list to parse */
+    }
     if (splits) {
         int n = door_list("MEMRA_PP_SPLITS", splits, 1, INT_MAX / 2, "a layer index > 0", c.cuts, ACT_PP_MAX_STAGES,
                           err);
@@ -175,6 +182,10 @@ int act_pp_config_check(const act_pp_config *c, dev_err *err)
                            c->streams);
     if (c->stages < 2)
         return 0;
+    if (c->balance && c->n_cuts)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: balance and %d explicit cuts (use one)", c->n_cuts);
+    if (c->balance != 0 && c->balance != 1)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: balance=%d, allowed 0 or 1", c->balance);
     if (c->n_cuts && c->n_cuts != c->stages - 1)
         return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: %d cuts for %d stages (need %d)", c->n_cuts,
                            c->stages, c->stages - 1);
@@ -227,7 +238,47 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
     return 0;
 }
 
-int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, int *fence, dev_err *err)
+/* Cuts for n stages over n_layers minimizing the largest stage's bytes (w[0..n_layers-1] per layer, w[n_layers]
+ * the head on the last stage): the linear-partition DP, O(n * n_layers^2); best[s][i] = the smallest
+ * possible largest stage when stages 0..s hold layers [0, i). Ties keep the earliest cut. */
+static int balanced_cuts(int n, int n_layers, const double *w, int *fence, dev_err *err)
+{
+    const size_t cells = (size_t)n * (size_t)(n_layers + 1);
+    double *best = malloc(cells * sizeof *best), *pre = malloc((size_t)(n_layers + 1) * sizeof *pre);
+    int *from = malloc(cells * sizeof *from);
+    if (!best || !pre || !from) {
+        free(best), free(pre), free(from);
+        return dev_err_set(err, MEMRA_E_NOMEM, "MEMRA_PP_SPLITS=weights: no memory for %d stages x %d layers", n,
+                           n_layers);
+    }
+    pre[0] = 0.0;
+    for (int i = 0; i < n_layers; i++)
+        pre[i + 1] = pre[i] + w[i];
+#define AT(s, i) ((size_t)(s) * (size_t)(n_layers + 1) + (size_t)(i))
+    for (int i = 0; i <= n_layers; i++)
+        best[AT(0, i)] = pre[i], from[AT(0, i)] = 0;
+    for (int s = 1; s < n; s++)
+        for (int i = s + 1; i <= n_layers; i++) { /* stages 0..s over [0, i): at least one layer each */
+            const double tail = s == n - 1 && i == n_layers ? w[n_layers] : 0.0;
+            best[AT(s, i)] = -1.0;
+            for (int j = s; j < i; j++) { /* stage s holds [j, i) */
+                const double here = pre[i] - pre[j] + tail, prev = best[AT(s - 1, j)];
+                const double m = here > prev ? here : prev;
+                if (best[AT(s, i)] < 0.0 || m < best[AT(s, i)])
+                    best[AT(s, i)] = m, from[AT(s, i)] = j;
+            }
+        }
+    fence[n] = n_layers;
+    for (int s = n - 1, i = n_layers; s >= 1; s--)
+        i = fence[s] = from[AT(s, i)];
+    fence[0] = 0;
+#undef AT
+    free(best), free(pre), free(from);
+    return 0;
+}
+
+int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const double *weight_bytes, int *fence,
+                dev_err *err)
 {
     int n = c->stages;
     if (n < 2)
@@ -237,17 +288,26 @@ int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, int *
     if (n > n_layers)
         return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_STAGES=%d: more stages than the model's %d layers", n,
                            n_layers);
-    fence[0] = 0;
-    fence[n] = n_layers;
-    for (int s = 1; s < n; s++) {
-        int cut = c->n_cuts ? c->cuts[s - 1] : s * n_layers / n;
-        if (cut <= 0 || cut >= n_layers)
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cut %d is outside (0, %d) for this model", cut,
-                               n_layers);
-        if (cut <= fence[s - 1])
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cuts must be strictly increasing (%d after %d)",
-                               cut, fence[s - 1]);
-        fence[s] = cut;
+    if (c->balance) {
+        if (!weight_bytes)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=weights needs the model's weight bytes per layer");
+        int r = balanced_cuts(n, n_layers, weight_bytes, fence, err);
+        if (r)
+            return r;
+    } else {
+        fence[0] = 0;
+        fence[n] = n_layers;
+        for (int s = 1; s < n; s++) {
+            int cut = c->n_cuts ? c->cuts[s - 1] : s * n_layers / n;
+            if (cut <= 0 || cut >= n_layers)
+                return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cut %d is outside (0, %d) for this model",
+                                   cut, n_layers);
+            if (cut <= fence[s - 1])
+                return dev_err_set(err, MEMRA_E_INVAL,
+                                   "MEMRA_PP_SPLITS: cuts must be strictly increasing (%d after %d)", cut,
+                                   fence[s - 1]);
+            fence[s] = cut;
+        }
     }
     for (int s = 0; s < c->n_devices; s++)
         if (c->devices[s] >= n_devices_avail)
@@ -268,7 +328,7 @@ int act_stage_of(const int *fence, int n_stages, int il)
 int act_pp2_split(const act_pp_config *c, int n_layers)
 {
     int fence[3];
-    if (c->stages != 2 || act_pp_cuts(c, n_layers, 1 << 20, fence, NULL) != 2)
+    if (c->stages != 2 || c->balance || act_pp_cuts(c, n_layers, 1 << 20, NULL, fence, NULL) != 2)
         return -1;
     return fence[1];
 }

@@ -18,7 +18,8 @@
 /* Structural pipeline config. Zero-init + act_pp_config_default() = the door shut. */
 typedef struct act_pp_config {
     int stages;                      /* N; 0 or 1 = door shut (no behaviour change) */
-    int n_cuts;                      /* 0 = even split; else N-1 explicit cuts */
+    int n_cuts;                      /* 0 = even split (or balance); else N-1 explicit cuts */
+    int balance;                     /* MEMRA_PP_SPLITS=weights: cuts that even out the weight bytes per stage */
     int cuts[ACT_PP_MAX_STAGES];     /* strictly increasing, each in (0, n_layers) */
     int n_devices;                   /* 0 = every stage on the primary device; else N ordinals */
     int devices[ACT_PP_MAX_STAGES];  /* device ordinal of stage s on the active backend */
@@ -63,14 +64,17 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err);
 /* The stage fence (the seed's pp_cuts): returns N >= 2 and fills fence[0..N] = [0, c1, .., cN-1, n_layers]
  * when the door is open; returns 0 when it is shut (stages 0/1); MEMRA_E_INVAL when the config does not fit
  * a model of n_layers (N > n_layers, a cut outside (0, n_layers)) or n_devices ordinals >= n_devices_avail.
- * Stage s runs layers [fence[s], fence[s+1]). Default cut s = s * n_layers / N. */
-int act_pp_cuts(const act_pp_config *cfg, int n_layers, int n_devices_avail, int *fence, dev_err *err);
+ * Stage s runs layers [fence[s], fence[s+1]). Default cut s = s * n_layers / N. With cfg->balance the cuts
+ * minimize the largest stage's weight bytes, from weight_bytes[0..n_layers] (each layer, then the head,
+ * which runs on the last stage; ties go to the earliest cuts); weight_bytes may be NULL otherwise. */
+int act_pp_cuts(const act_pp_config *cfg, int n_layers, int n_devices_avail, const double *weight_bytes, int *fence,
+                dev_err *err);
 
 /* The stage that owns layer il under fence (N stages); layers >= fence[N] (trailing blocks) map to the last. */
 int act_stage_of(const int *fence, int n_stages, int il);
 
 /* N=2 view of the door (the seed's pp2_split): the cut when the door is open with exactly two stages,
- * else -1. */
+ * else -1 (also with MEMRA_PP_SPLITS=weights, whose cut needs the model's weights: read act_pp_fence). */
 int act_pp2_split(const act_pp_config *cfg, int n_layers);
 
 /* Device ordinal of stage s (0 = the primary when no placement is set). */

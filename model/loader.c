@@ -377,6 +377,39 @@ int mdl_model_peek_n_layer(const char *path, dev_err *err)
     return rc ? rc : m.hp.n_layer;
 }
 
+int mdl_model_peek_weight_bytes(const char *path, double *bytes, int cap, dev_err *err)
+{
+    mdl_model m = { 0 };
+    if (!path || !bytes)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_bytes: path and bytes are required");
+    if (!(m.gguf = mdl_gguf_open(path, err)))
+        return err ? err->code : MEMRA_E_IO;
+    int rc = read_hparams(&m, err);
+    const int L = m.hp.n_layer;
+    if (!rc && cap < L + 1)
+        rc = dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_bytes: %d entries for %d layers + head", cap, L);
+    if (!rc) {
+        for (int i = 0; i <= L; i++)
+            bytes[i] = 0.0;
+        for (int i = 0; i < mdl_gguf_tensor_count(m.gguf); i++) {
+            const mdl_gguf_tensor *t = mdl_gguf_tensor_at(m.gguf, i);
+            char *end = NULL;
+            if (strncmp(t->name, "blk.", 4) == 0) {
+                const long il = strtol(t->name + 4, &end, 10);
+                if (end != t->name + 4 && *end == '.' && il >= 0 && il < L)
+                    bytes[il] += (double)t->bytes;
+            } else if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight")) {
+                bytes[L] += (double)t->bytes;
+            }
+        }
+        const mdl_gguf_tensor *e = mdl_gguf_tensor_find(m.gguf, "token_embd.weight");
+        if (!mdl_gguf_tensor_find(m.gguf, "output.weight") && e) /* tied: the head reads the embedding table */
+            bytes[L] += (double)e->bytes;
+    }
+    mdl_gguf_close(m.gguf);
+    return rc ? rc : L;
+}
+
 void mdl_model_free(mdl_model *m)
 {
     if (!m)

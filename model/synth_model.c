@@ -38,6 +38,24 @@ int mdl_synth_named(const char *name, int type, mdl_gguf_synth *p)
     return 0;
 }
 
+int mdl_synth_weight_bytes(const mdl_gguf_synth *sp, double *bytes, int cap)
+{
+    if (!sp || !bytes || sp->n_layer < 1 || cap < sp->n_layer + 1 || sp->n_head < 1 || sp->n_embd % sp->n_head)
+        return MEMRA_E_INVAL;
+    const int64_t E = sp->n_embd, hd = sp->n_embd / sp->n_head, Q = sp->n_head * hd, KV = sp->n_head_kv * hd;
+    const int64_t F = sp->n_ff;
+    const double rE = (double)krn_row_bytes(sp->type, E), rQ = (double)krn_row_bytes(sp->type, Q);
+    const double rF = (double)krn_row_bytes(sp->type, F), norm = (double)E * sizeof(float);
+    if (rE == 0.0 || rQ == 0.0 || rF == 0.0)
+        return MEMRA_E_INVAL;
+    /* the tensors of mdl_model_synthesize: 2 norms, wq, wk, wv (rows of E), wo (rows of Q), gate, up, down */
+    const double layer = 2.0 * norm + (double)(Q + 2 * KV + 2 * F) * rE + (double)E * rQ + (double)E * rF;
+    for (int il = 0; il < sp->n_layer; il++)
+        bytes[il] = layer;
+    bytes[sp->n_layer] = norm + (double)sp->n_vocab * rE; /* output_norm + lm_head */
+    return sp->n_layer;
+}
+
 int mdl_synth_parse(const char *name, const char *type, mdl_gguf_synth *p, dev_err *err)
 {
     int t = krn_type_parse(type);

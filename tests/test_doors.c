@@ -29,7 +29,7 @@ static int fence_of(int *fence, dev_err *err)
     int r = act_doors_read_structural(&c, err);
     if (r < 0)
         return r;
-    return act_pp_cuts(&c, 30, 8, fence, err);
+    return act_pp_cuts(&c, 30, 8, NULL, fence, err);
 }
 
 static void test_unset_zero_and_one_keep_the_door_shut(void **state)
@@ -142,6 +142,12 @@ static const struct bad bad_table[] = {
      "MEMRA_PP_SPLITS=10,x: element 'x' is not a layer index > 0"},
     {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "10"}}, "MEMRA_PP_SPLITS=10: 1 cuts given, MEMRA_PP_STAGES=3 needs 2"},
     {{{"MEMRA_PP_SPLITS", "10"}}, "MEMRA_PP_SPLITS=10 is set but the pipeline door is shut: set MEMRA_PP_STAGES=2"},
+    {{{"MEMRA_PP_SPLITS", "weights"}},
+     "MEMRA_PP_SPLITS=weights is set but the pipeline door is shut: set MEMRA_PP_STAGES"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SPLITS", "weights"}}, /* fence_of passes no weight sizes */
+     "MEMRA_PP_SPLITS=weights needs the model's weight bytes per layer"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SPLITS", "Weights"}},
+     "MEMRA_PP_SPLITS=Weights: element 'Weights' is not a layer index > 0"},
     {{{"MEMRA_PP_SPLIT", "10"}, {"MEMRA_PP_SPLITS", "10"}},
      "MEMRA_PP_SPLITS=10 and MEMRA_PP_SPLIT=10 are both set: use one (SPLIT is the N=2 spelling)"},
     {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLIT", "10"}},
@@ -173,6 +179,55 @@ static void test_every_invalid_spelling_is_refused_with_its_exact_error(void **s
         if (r != MEMRA_E_INVAL || strcmp(e.msg, bad_table[i].msg) != 0)
             fail_msg("case %zu: got %d '%s', want '%s'", i, r, e.msg, bad_table[i].msg);
     }
+}
+
+/* MEMRA_PP_SPLITS=weights: the cut that minimizes the largest stage's weight bytes, the head on the last. */
+static void test_weight_balanced_cuts_count_the_head_on_the_last_stage(void **state)
+{
+    (void)state;
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PP_SPLITS", "weights", 1);
+    act_pp_config c = act_pp_config_default();
+    dev_err e = {0};
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.balance, 1);
+    assert_int_equal(act_pp2_split(&c, 30), -1); /* the cut needs the weights */
+    int fence[65];
+    double w[33];
+    /* 30 equal layers and a head worth 8 of them: 19 | 11 + head, both 19 */
+    for (int i = 0; i < 30; i++)
+        w[i] = 1.0;
+    w[30] = 8.0;
+    assert_int_equal(act_pp_cuts(&c, 30, 8, w, fence, &e), 2);
+    assert_int_equal(fence[1], 19);
+    /* the Llama-3-8B bf16 sizes: 32 layers of 0.4719 GB, head 1.0508 GB -> 17 | 15 + head (8.02 vs 8.13 GB;
+     * the even cut 16 leaves 7.55 vs 8.60) */
+    for (int i = 0; i < 32; i++)
+        w[i] = 0.4719;
+    w[32] = 1.0508;
+    assert_int_equal(act_pp_cuts(&c, 32, 8, w, fence, &e), 2);
+    assert_int_equal(fence[1], 17);
+    /* 4 stages, no head: the largest stage is the smallest possible (ceil(30/4) = 8 layers), each >= 1 layer */
+    c.stages = 4;
+    for (int i = 0; i < 30; i++)
+        w[i] = 1.0;
+    w[30] = 0.0;
+    assert_int_equal(act_pp_cuts(&c, 30, 8, w, fence, &e), 4);
+    assert_int_equal(fence[0], 0);
+    assert_int_equal(fence[4], 30);
+    for (int s = 0; s < 4; s++)
+        assert_true(fence[s + 1] - fence[s] >= 1 && fence[s + 1] - fence[s] <= 8);
+    /* one layer heavier than all the others together gets a stage of its own (anything more would exceed it) */
+    w[5] = 40.0;
+    assert_int_equal(act_pp_cuts(&c, 30, 8, w, fence, &e), 4);
+    const int s5 = act_stage_of(fence, 4, 5);
+    assert_int_equal(fence[s5], 5);
+    assert_int_equal(fence[s5 + 1], 6);
+    /* explicit cuts and balance together are refused by the config check */
+    c.n_cuts = 3;
+    c.cuts[0] = 5, c.cuts[1] = 10, c.cuts[2] = 20;
+    assert_int_equal(act_pp_config_check(&c, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "pipeline config: balance and 3 explicit cuts (use one)");
 }
 
 static void test_refuse_unsplit_names_path_and_alternative(void **state)
@@ -209,6 +264,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_overrides_the_config_field_by_field, clear_env),
         cmocka_unit_test_setup(test_seams_read_per_call_with_defaults, clear_env),
         cmocka_unit_test_setup(test_every_invalid_spelling_is_refused_with_its_exact_error, clear_env),
+        cmocka_unit_test_setup(test_weight_balanced_cuts_count_the_head_on_the_last_stage, clear_env),
         cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),
         cmocka_unit_test_setup(test_warn_unwired_fires_once_per_path, clear_env),
     };
