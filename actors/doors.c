@@ -238,7 +238,7 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
     return 0;
 }
 
-/* Cuts for n stages over n_layers minimizing the largest stage's bytes (w[0..n_layers-1] per layer, w[n_layers]
+/* Cuts for n stages over n_layers minimizing the largest stage's cost (w[0..n_layers-1] per layer, w[n_layers]
  * the head on the last stage): the linear-partition DP, O(n * n_layers^2); best[s][i] = the smallest
  * possible largest stage when stages 0..s hold layers [0, i). Ties keep the earliest cut. */
 static int balanced_cuts(int n, int n_layers, const double *w, int *fence, dev_err *err)
@@ -277,7 +277,7 @@ static int balanced_cuts(int n, int n_layers, const double *w, int *fence, dev_e
     return 0;
 }
 
-int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const double *weight_bytes, int *fence,
+int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const double *weight_cost, int *fence,
                 dev_err *err)
 {
     int n = c->stages;
@@ -289,9 +289,9 @@ int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const
         return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_STAGES=%d: more stages than the model's %d layers", n,
                            n_layers);
     if (c->balance) {
-        if (!weight_bytes)
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=weights needs the model's weight bytes per layer");
-        int r = balanced_cuts(n, n_layers, weight_bytes, fence, err);
+        if (!weight_cost)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=weights needs the model's weight cost per layer");
+        int r = balanced_cuts(n, n_layers, weight_cost, fence, err);
         if (r)
             return r;
     } else {

@@ -65,9 +65,10 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err);
  * when the door is open; returns 0 when it is shut (stages 0/1); MEMRA_E_INVAL when the config does not fit
  * a model of n_layers (N > n_layers, a cut outside (0, n_layers)) or n_devices ordinals >= n_devices_avail.
  * Stage s runs layers [fence[s], fence[s+1]). Default cut s = s * n_layers / N. With cfg->balance the cuts
- * minimize the largest stage's weight bytes, from weight_bytes[0..n_layers] (each layer, then the head,
- * which runs on the last stage; ties go to the earliest cuts); weight_bytes may be NULL otherwise. */
-int act_pp_cuts(const act_pp_config *cfg, int n_layers, int n_devices_avail, const double *weight_bytes, int *fence,
+ * minimize the largest stage's weight cost, from weight_cost[0..n_layers] (each layer, then the head,
+ * which runs on the last stage; mdl_model_peek_weight_cost; ties go to the earliest cuts); weight_cost
+ * may be NULL otherwise. */
+int act_pp_cuts(const act_pp_config *cfg, int n_layers, int n_devices_avail, const double *weight_cost, int *fence,
                 dev_err *err);
 
 /* The stage that owns layer il under fence (N stages); layers >= fence[N] (trailing blocks) map to the last. */

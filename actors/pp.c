@@ -149,21 +149,22 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     }
     if (act_pp_config_check(&rt->cfg, err) != 0) /* also when the environment was not read */
         goto fail;
-    double *wbytes = NULL; /* MEMRA_PP_SPLITS=weights: what each layer and the head stream per step */
+    double *wcost = NULL; /* MEMRA_PP_SPLITS=weights: what each layer and the head cost per step */
     if (rt->cfg.balance && rt->cfg.stages >= 2) {
-        if (!(wbytes = malloc((size_t)(n_layer + 1) * sizeof *wbytes)))
+        const int cuda = dev_platform_kind(plat) == DEV_KIND_CUDA;
+        if (!(wcost = malloc((size_t)(n_layer + 1) * sizeof *wcost)))
             goto nomem;
-        int r = p.synth ? mdl_synth_weight_bytes(p.synth, wbytes, n_layer + 1)
-                        : mdl_model_peek_weight_bytes(model_path, wbytes, n_layer + 1, err);
+        int r = p.synth ? mdl_synth_weight_cost(p.synth, cuda, wcost, n_layer + 1)
+                        : mdl_model_peek_weight_cost(model_path, cuda, wcost, n_layer + 1, err);
         if (r < 0 || (p.synth && r != n_layer)) {
             if (p.synth)
                 dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: no weight sizes for this synthetic shape");
-            free(wbytes);
+            free(wcost);
             goto fail;
         }
     }
-    int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), wbytes, rt->fence, err);
-    free(wbytes);
+    int N = act_pp_cuts(&rt->cfg, n_layer, dev_platform_count(plat), wcost, rt->fence, err);
+    free(wcost);
     if (N < 0)
         goto fail;
     if (N == 0) { /* door shut: one stage runs the whole model on the primary device */

@@ -32,6 +32,13 @@ typedef struct krn_weight {
     int layout;       /* KRN_LAYOUT_BLOCKS (0, GGUF) or KRN_LAYOUT_PLANES */
 } krn_weight;
 
+/* What one decode step spends reading a (n_out, n_in) weight of `type` on a backend, for balancing pipeline
+ * stages (MEMRA_PP_SPLITS=weights). cuda = 1: its bytes (decode streams every weight once; bandwidth-bound).
+ * cuda = 0: n_out * n_in times the CPU dot's nanoseconds per element of that type (a fixed table measured
+ * with krn_dot_row on the reference machine, kernels/krn.c: the CPU is bound by dequantizing and
+ * multiplying, where a q8_0 byte is cheaper than a q4_1 byte). 0 for an unsupported type. */
+double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda);
+
 /* ---- planar layout helpers (pure C, kernels/repack.c; host code and tests) ---- */
 /* 1 when type has a planar layout (q8_0, q4_0, q4_1). */
 int krn_planes_supported(int type);

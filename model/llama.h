@@ -54,11 +54,12 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
 /* The layer count of the GGUF at path (<arch>.block_count), to size a layer_dev array before loading.
  * Returns n_layer > 0, or a MEMRA_E_* code + err. Cost: opens and maps the file's header. */
 int mdl_model_peek_n_layer(const char *path, dev_err *err);
-/* Weight bytes a decode step streams per layer and for the head, for a weight-balanced pipeline cut
- * (MEMRA_PP_SPLITS=weights): bytes[il] = every blk.<il>. tensor, bytes[n_layer] = output_norm + the lm_head
- * (output.weight, or token_embd.weight when tied). cap = entries of bytes (>= n_layer + 1). Returns n_layer,
- * or a MEMRA_E_* code + err (MEMRA_E_INVAL when cap is too small). Cost: maps the GGUF, walks its tensor table. */
-int mdl_model_peek_weight_bytes(const char *path, double *bytes, int cap, dev_err *err);
+/* What a decode step spends on each layer's and the head's weights, for a balanced pipeline cut
+ * (MEMRA_PP_SPLITS=weights): cost[il] = krn_weight_cost of every blk.<il>. tensor, cost[n_layer] =
+ * output_norm + the lm_head (output.weight, or token_embd.weight when tied); cuda picks the backend's model
+ * (bytes on CUDA, CPU dot time on the CPU). cap = entries of cost (>= n_layer + 1). Returns n_layer, or a
+ * MEMRA_E_* code + err (MEMRA_E_INVAL when cap is too small). Cost: maps the GGUF, walks its tensor table. */
+int mdl_model_peek_weight_cost(const char *path, int cuda, double *cost, int cap, dev_err *err);
 struct mdl_gguf_synth;
 /* A model of the given shape and weight type synthesized straight into device memory: each layer's seeded
  * weights are generated ON layer_dev[il] (kernels/fill.h: the same bytes on every backend), the head on
@@ -67,9 +68,9 @@ struct mdl_gguf_synth;
 mdl_model *mdl_model_synthesize(const struct mdl_gguf_synth *shape, const mdl_load_params *p, dev_err *err);
 /* Fill *shape for a named shape: "llama3-8b", "llama3-70b", "mid" (16 x 2048), "tiny" (8 x 256), with weight
  * and embedding type `type`. Returns 0 or MEMRA_E_INVAL for an unknown name. */
-/* mdl_model_peek_weight_bytes for a synthetic shape (the tensors mdl_model_synthesize makes). Returns
- * n_layer, or MEMRA_E_INVAL when cap < n_layer + 1 or the type does not fit the rows. */
-int mdl_synth_weight_bytes(const struct mdl_gguf_synth *shape, double *bytes, int cap);
+/* mdl_model_peek_weight_cost for a synthetic shape (the tensors mdl_model_synthesize makes). Returns
+ * n_layer, or MEMRA_E_INVAL when cap < n_layer + 1 or the shape is inconsistent. */
+int mdl_synth_weight_cost(const struct mdl_gguf_synth *shape, int cuda, double *cost, int cap);
 int mdl_synth_named(const char *name, int type, struct mdl_gguf_synth *shape);
 /* The same with the type by name ("bf16", "q4_k"; case-insensitive): MEMRA_E_INVAL names what is allowed. */
 int mdl_synth_parse(const char *name, const char *type, struct mdl_gguf_synth *shape, dev_err *err);

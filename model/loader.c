@@ -377,34 +377,34 @@ int mdl_model_peek_n_layer(const char *path, dev_err *err)
     return rc ? rc : m.hp.n_layer;
 }
 
-int mdl_model_peek_weight_bytes(const char *path, double *bytes, int cap, dev_err *err)
+int mdl_model_peek_weight_cost(const char *path, int cuda, double *cost, int cap, dev_err *err)
 {
     mdl_model m = { 0 };
-    if (!path || !bytes)
-        return dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_bytes: path and bytes are required");
+    if (!path || !cost)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_cost: path and cost are required");
     if (!(m.gguf = mdl_gguf_open(path, err)))
         return err ? err->code : MEMRA_E_IO;
     int rc = read_hparams(&m, err);
     const int L = m.hp.n_layer;
     if (!rc && cap < L + 1)
-        rc = dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_bytes: %d entries for %d layers + head", cap, L);
-    if (!rc) {
-        for (int i = 0; i <= L; i++)
-            bytes[i] = 0.0;
-        for (int i = 0; i < mdl_gguf_tensor_count(m.gguf); i++) {
-            const mdl_gguf_tensor *t = mdl_gguf_tensor_at(m.gguf, i);
-            char *end = NULL;
-            if (strncmp(t->name, "blk.", 4) == 0) {
-                const long il = strtol(t->name + 4, &end, 10);
-                if (end != t->name + 4 && *end == '.' && il >= 0 && il < L)
-                    bytes[il] += (double)t->bytes;
-            } else if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight")) {
-                bytes[L] += (double)t->bytes;
-            }
+        rc = dev_err_set(err, MEMRA_E_INVAL, "mdl_model_peek_weight_cost: %d entries for %d layers + head", cap, L);
+    for (int i = 0; !rc && i <= L; i++)
+        cost[i] = 0.0;
+    for (int i = 0; !rc && i < mdl_gguf_tensor_count(m.gguf); i++) {
+        const mdl_gguf_tensor *t = mdl_gguf_tensor_at(m.gguf, i);
+        int64_t rows = 1;
+        for (int d = 1; d < t->n_dims; d++)
+            rows *= t->ne[d];
+        const double c = krn_weight_cost(t->type, rows, t->ne[0], cuda);
+        char *end = NULL;
+        if (strncmp(t->name, "blk.", 4) == 0) {
+            const long il = strtol(t->name + 4, &end, 10);
+            if (end != t->name + 4 && *end == '.' && il >= 0 && il < L)
+                cost[il] += c;
+        } else if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight") ||
+                   (!strcmp(t->name, "token_embd.weight") && !mdl_gguf_tensor_find(m.gguf, "output.weight"))) {
+            cost[L] += c; /* the head (a tied head reads the embedding table) */
         }
-        const mdl_gguf_tensor *e = mdl_gguf_tensor_find(m.gguf, "token_embd.weight");
-        if (!mdl_gguf_tensor_find(m.gguf, "output.weight") && e) /* tied: the head reads the embedding table */
-            bytes[L] += (double)e->bytes;
     }
     mdl_gguf_close(m.gguf);
     return rc ? rc : L;

@@ -38,21 +38,23 @@ int mdl_synth_named(const char *name, int type, mdl_gguf_synth *p)
     return 0;
 }
 
-int mdl_synth_weight_bytes(const mdl_gguf_synth *sp, double *bytes, int cap)
+int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int cap)
 {
-    if (!sp || !bytes || sp->n_layer < 1 || cap < sp->n_layer + 1 || sp->n_head < 1 || sp->n_embd % sp->n_head)
+    if (!sp || !cost || sp->n_layer < 1 || cap < sp->n_layer + 1 || sp->n_head < 1 || sp->n_head_kv < 1 ||
+        sp->n_embd % sp->n_head)
         return MEMRA_E_INVAL;
+    const int t = sp->type;
     const int64_t E = sp->n_embd, hd = sp->n_embd / sp->n_head, Q = sp->n_head * hd, KV = sp->n_head_kv * hd;
     const int64_t F = sp->n_ff;
-    const double rE = (double)krn_row_bytes(sp->type, E), rQ = (double)krn_row_bytes(sp->type, Q);
-    const double rF = (double)krn_row_bytes(sp->type, F), norm = (double)E * sizeof(float);
-    if (rE == 0.0 || rQ == 0.0 || rF == 0.0)
+    /* the tensors of mdl_model_synthesize: 2 f32 norms, wq, wk, wv, wo, gate, up, down */
+    const double layer = 2.0 * krn_weight_cost(KRN_F32, 1, E, cuda) + krn_weight_cost(t, Q, E, cuda) +
+                         2.0 * krn_weight_cost(t, KV, E, cuda) + krn_weight_cost(t, E, Q, cuda) +
+                         2.0 * krn_weight_cost(t, F, E, cuda) + krn_weight_cost(t, E, F, cuda);
+    if (!(layer > 0.0))
         return MEMRA_E_INVAL;
-    /* the tensors of mdl_model_synthesize: 2 norms, wq, wk, wv (rows of E), wo (rows of Q), gate, up, down */
-    const double layer = 2.0 * norm + (double)(Q + 2 * KV + 2 * F) * rE + (double)E * rQ + (double)E * rF;
     for (int il = 0; il < sp->n_layer; il++)
-        bytes[il] = layer;
-    bytes[sp->n_layer] = norm + (double)sp->n_vocab * rE; /* output_norm + lm_head */
+        cost[il] = layer;
+    cost[sp->n_layer] = krn_weight_cost(KRN_F32, 1, E, cuda) + krn_weight_cost(t, sp->n_vocab, E, cuda);
     return sp->n_layer;
 }
 

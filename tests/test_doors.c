@@ -145,7 +145,7 @@ static const struct bad bad_table[] = {
     {{{"MEMRA_PP_SPLITS", "weights"}},
      "MEMRA_PP_SPLITS=weights is set but the pipeline door is shut: set MEMRA_PP_STAGES"},
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SPLITS", "weights"}}, /* fence_of passes no weight sizes */
-     "MEMRA_PP_SPLITS=weights needs the model's weight bytes per layer"},
+     "MEMRA_PP_SPLITS=weights needs the model's weight cost per layer"},
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SPLITS", "Weights"}},
      "MEMRA_PP_SPLITS=Weights: element 'Weights' is not a layer index > 0"},
     {{{"MEMRA_PP_SPLIT", "10"}, {"MEMRA_PP_SPLITS", "10"}},

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "actors/pp_gate.h"
@@ -12,6 +13,7 @@
 #include "kernels/quant.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
+#include "support/gguf_tiny.h"
 
 static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
 
@@ -105,12 +107,44 @@ static void test_a_synthetic_model_runs_and_splits_bit_identically(void **state)
     dev_platform_close(plat);
 }
 
+/* The cost a balanced cut reads (MEMRA_PP_SPLITS=weights) is the same whether it comes from a GGUF's tensor
+ * table or from the synthetic shape that wrote it, on both backends' cost models; the head is counted. */
+static void test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape(void **state)
+{
+    (void)state;
+    const int tt[] = {KRN_BF16, KRN_Q4_1, KRN_Q8_0};
+    for (size_t k = 0; k < sizeof tt / sizeof tt[0]; k++) {
+        gguf_tiny_params p;
+        gguf_tiny_defaults(&p);
+        p.type = p.embd_type = tt[k];
+        p.n_layer = 5;
+        char path[256];
+        dev_err err = {0};
+        assert_int_equal(gguf_tiny_write_temp(path, sizeof path, &p, &err), 0);
+        for (int cuda = 0; cuda < 2; cuda++) {
+            double a[6], b[6];
+            assert_int_equal(mdl_model_peek_weight_cost(path, cuda, a, 6, &err), 5);
+            assert_int_equal(mdl_synth_weight_cost(&p, cuda, b, 6), 5);
+            for (int i = 0; i < 6; i++)
+                if (fabs(a[i] - b[i]) > 1e-9 * b[i])
+                    fail_msg("type %s cuda=%d entry %d: GGUF %g, synthetic %g", krn_type_name(tt[k]), cuda, i,
+                             a[i], b[i]);
+            assert_true(a[5] > 0.0 && a[0] > 0.0);
+            if (cuda) /* bytes: a layer is its tensors' bytes */
+                assert_true(a[0] > (double)krn_row_bytes(tt[k], p.n_embd) * p.n_ff);
+        }
+        assert_int_equal(mdl_model_peek_weight_cost(path, 0, (double[5]){0}, 5, &err), MEMRA_E_INVAL); /* no room */
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fill_is_deterministic_and_any_split_gives_the_same_bytes),
         cmocka_unit_test(test_fill_on_a_cpu_stream_writes_the_host_bytes),
         cmocka_unit_test(test_a_synthetic_model_runs_and_splits_bit_identically),
+        cmocka_unit_test(test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
