@@ -7,7 +7,6 @@
 #include "kernels/cpu/krn_cpu.h"
 
 #if defined(MEMRA_HAVE_CUDA) && __has_include("kernels/cuda/krn_cuda.h")
-#include <cuda_runtime_api.h>
 #include "kernels/cuda/krn_cuda.h"
 #include "kernels/cuda/krn_cuda_planes.h"
 #define KRN_CUDA 1
@@ -24,36 +23,13 @@ static int on_cuda(dev_stream *s)
 }
 
 #if KRN_CUDA
-/* A CUDA launch needs the stream's device current on the calling thread. Like device/, the op table never
- * leaves the caller's current device changed: enter makes s's device current (remembering the old one),
- * leave restores it. Both are no-ops when it already is (the usual case: a stage thread on its device). */
-static int cuda_enter(dev_stream *s, int *prev)
-{
-    const int want = dev_device_ordinal(dev_stream_device(s));
-    if (cudaGetDevice(prev) != cudaSuccess)
-        return MEMRA_E_DEVICE;
-    if (*prev != want && cudaSetDevice(want) != cudaSuccess)
-        return MEMRA_E_DEVICE;
-    return 0;
-}
-
-static void cuda_leave(dev_stream *s, int prev)
-{
-    if (prev != dev_device_ordinal(dev_stream_device(s)))
-        cudaSetDevice(prev);
-}
-
-/* Route op (a statement that returns): CUDA kernel with its device current, or the CPU wrapper. */
+/* Route op (a statement that returns): the CUDA adapter (kernels/cuda/krn_cuda.h, which makes s's device
+ * current for the launch and restores the caller's: the op table never leaves it changed), or the CPU
+ * wrapper. */
 #define DISPATCH(s, op, ...)                                                                              \
     do {                                                                                                  \
-        if (on_cuda(s)) {                                                                                 \
-            int prev_, rc_ = cuda_enter(s, &prev_);                                                       \
-            if (!rc_) {                                                                                   \
-                rc_ = krn_cuda_##op(s, __VA_ARGS__);                                                      \
-                cuda_leave(s, prev_);                                                                     \
-            }                                                                                             \
-            return rc_;                                                                                   \
-        }                                                                                                 \
+        if (on_cuda(s))                                                                                   \
+            return krn_cuda_##op(s, __VA_ARGS__);                                                         \
         return krn_cpu_##op##_async(s, __VA_ARGS__);                                                      \
     } while (0)
 #else
@@ -148,14 +124,8 @@ int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
         src->layout != KRN_LAYOUT_BLOCKS || krn_planes_qrow(src->type, src->n_in) == 0)
         return MEMRA_E_INVAL;
 #if KRN_CUDA
-    if (on_cuda(s)) {
-        int prev, rc = cuda_enter(s, &prev);
-        if (!rc) {
-            rc = krn_cuda_repack(s, dst, src);
-            cuda_leave(s, prev);
-        }
-        return rc;
-    }
+    if (on_cuda(s))
+        return krn_cuda_repack(s, dst, src);
 #else
     if (on_cuda(s))
         return MEMRA_E_UNSUPPORTED;

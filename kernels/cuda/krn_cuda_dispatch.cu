@@ -47,21 +47,22 @@ int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache) {
     return f;
 }
 
-/* Make s's device current; *prev = the caller's. 0, MEMRA_E_INVAL (not a CUDA stream) or MEMRA_E_DEVICE. */
-static int adapt_begin(dev_stream *s, cudaStream_t *st, int *prev) {
+int krn_cuda_enter(dev_stream *s, cudaStream_t *st, int *prev, dev_err *err) {
     void *h = s ? dev_stream_native(s) : NULL;
     if (!h)
-        return MEMRA_E_INVAL;
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda: stream '%s' is not a CUDA stream",
+                           s ? dev_stream_name(s) : "(null)");
     const int ord = dev_device_ordinal(dev_stream_device(s));
-    if (cudaGetDevice(prev) != cudaSuccess || (*prev != ord && cudaSetDevice(ord) != cudaSuccess)) {
+    int rc = krn_cuda_call_check(err, cudaGetDevice(prev), "krn_cuda: cudaGetDevice");
+    if (!rc && *prev != ord)
+        rc = krn_cuda_call_check(err, cudaSetDevice(ord), "krn_cuda: cudaSetDevice");
+    if (rc)
         (void)cudaGetLastError();
-        return MEMRA_E_DEVICE;
-    }
     *st = (cudaStream_t)h;
-    return 0;
+    return rc;
 }
 
-static void adapt_end(int prev) {
+void krn_cuda_leave(int prev) {
     int cur = -1;
     if (cudaGetDevice(&cur) == cudaSuccess && cur != prev)
         cudaSetDevice(prev);
@@ -70,11 +71,11 @@ static void adapt_end(int prev) {
 #define ADAPT(call)                                                                                            \
     do {                                                                                                       \
         cudaStream_t st;                                                                                       \
-        int prev_, rc_ = adapt_begin(s, &st, &prev_);                                                          \
+        int prev_, rc_ = krn_cuda_enter(s, &st, &prev_, NULL);                                                 \
         if (rc_)                                                                                               \
             return rc_;                                                                                        \
         rc_ = (call);                                                                                          \
-        adapt_end(prev_);                                                                                      \
+        krn_cuda_leave(prev_);                                                                                 \
         return rc_;                                                                                            \
     } while (0)
 

@@ -59,18 +59,17 @@ __global__ void fill_kernel(krn_fill_plan p, unsigned char *out, int64_t units, 
 }
 
 extern "C" int krn_cuda_fill(dev_stream *s, void *dst, const krn_fill_plan *p) {
-    void *h = s ? dev_stream_native(s) : NULL;
-    if (!h || !dst || !p)
+    if (!dst || !p)
         return MEMRA_E_INVAL;
-    int prev = -1, ord = dev_device_ordinal(dev_stream_device(s));
-    if (cudaGetDevice(&prev) != cudaSuccess || (prev != ord && cudaSetDevice(ord) != cudaSuccess))
-        return MEMRA_E_DEVICE;
+    cudaStream_t st;
+    int prev, rc = krn_cuda_enter(s, &st, &prev, NULL);
+    if (rc)
+        return rc;
     int64_t units = krn_fill_units(p);
     int bb = (int)krn_type_block_bytes(p->type);
     unsigned blocks = (unsigned)((units + 255) / 256);
-    fill_kernel<<<blocks, 256, 0, (cudaStream_t)h>>>(*p, (unsigned char *)dst, units, bb);
-    int rc = cudaGetLastError() == cudaSuccess ? 0 : MEMRA_E_DEVICE;
-    if (prev != ord)
-        cudaSetDevice(prev);
+    fill_kernel<<<blocks, 256, 0, st>>>(*p, (unsigned char *)dst, units, bb);
+    rc = cudaGetLastError() == cudaSuccess ? 0 : MEMRA_E_DEVICE;
+    krn_cuda_leave(prev);
     return rc;
 }

@@ -266,23 +266,15 @@ out:
     return rc;
 }
 
-/* Make s's device current (*prev = the caller's) and give its native stream. */
-static int gemm_enter(dev_stream *s, cudaStream_t *st, int *prev, dev_err *err) {
-    void *h = s ? dev_stream_native(s) : NULL;
-    if (!h)
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_gemm: not a CUDA stream");
-    const int ord = dev_device_ordinal(dev_stream_device(s));
-    int rc = krn_cuda_call_check(err, cudaGetDevice(prev), "krn_cuda_gemm: cudaGetDevice");
-    if (!rc && *prev != ord)
-        rc = krn_cuda_call_check(err, cudaSetDevice(ord), "krn_cuda_gemm: cudaSetDevice");
-    *st = (cudaStream_t)h;
+/* gemm_enqueue with s's device current for the call and the caller's restored. */
+static int gemm_run(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc, dev_err *err) {
+    cudaStream_t st;
+    int prev, rc = krn_cuda_enter(s, &st, &prev, err);
+    if (rc)
+        return rc;
+    rc = gemm_enqueue(s, st, y, W, x, B, acc, err);
+    krn_cuda_leave(prev);
     return rc;
-}
-
-static void gemm_leave(int prev) {
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev)
-        cudaSetDevice(prev);
 }
 
 extern "C" int krn_cuda_gemm_try(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int *done,
@@ -297,13 +289,7 @@ extern "C" int krn_cuda_gemm_try_acc(dev_stream *s, float *y, const krn_weight *
     if (min_b <= 0 || B < min_b || !krn_cuda_gemm_eligible(W, y, x))
         return 0;
     *done = 1;
-    cudaStream_t st;
-    int prev = -1, rc = gemm_enter(s, &st, &prev, err);
-    if (!rc)
-        rc = gemm_enqueue(s, st, y, W, x, B, acc, err);
-    if (prev >= 0)
-        gemm_leave(prev);
-    return rc;
+    return gemm_run(s, y, W, x, B, acc, err);
 }
 
 extern "C" int krn_cuda_gemm_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B,
@@ -312,13 +298,7 @@ extern "C" int krn_cuda_gemm_async(dev_stream *s, float *y, const krn_weight *W,
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_gemm_async: B=%d, or W (type %d) / y / x not eligible "
                            "(allowed: B >= 1; f32, f16, bf16; n_in %% 8 == 0; W, y 16-byte aligned, f32 x too)",
                            B, W ? W->type : -1);
-    cudaStream_t st;
-    int prev = -1, rc = gemm_enter(s, &st, &prev, err);
-    if (!rc)
-        rc = gemm_enqueue(s, st, y, W, x, B, 0, err);
-    if (prev >= 0)
-        gemm_leave(prev);
-    return rc;
+    return gemm_run(s, y, W, x, B, 0, err);
 }
 
 extern "C" int krn_cuda_gemm_prepare(dev_stream *s, dev_err *err) {
@@ -326,10 +306,10 @@ extern "C" int krn_cuda_gemm_prepare(dev_stream *s, dev_err *err) {
         return 0;
     cudaStream_t st;
     gemm_state *g = NULL;
-    int prev = -1, rc = gemm_enter(s, &st, &prev, err);
-    if (!rc)
-        rc = gemm_state_get(s, st, &g, err);
-    if (prev >= 0)
-        gemm_leave(prev);
+    int prev, rc = krn_cuda_enter(s, &st, &prev, err);
+    if (rc)
+        return rc;
+    rc = gemm_state_get(s, st, &g, err);
+    krn_cuda_leave(prev);
     return rc;
 }

@@ -281,27 +281,12 @@ static void mm_scalar_nb(const mm_args *a, int nb, cudaStream_t st) {
 #undef MM_SCALAR
 }
 
-/* Elements and bytes per block of the types this file handles; 0 when unsupported. */
-static int mm_type_layout(int t, int *be, int *bb) {
-    switch (t) {
-    case KRN_F32: *be = 1; *bb = 4; return 1;
-    case KRN_F16: *be = 1; *bb = 2; return 1;
-    case KRN_BF16: *be = 1; *bb = 2; return 1;
-    case KRN_Q4_0: *be = 32; *bb = 18; return 1;
-    case KRN_Q4_1: *be = 32; *bb = 20; return 1;
-    case KRN_Q8_0: *be = 32; *bb = 34; return 1;
-    case KRN_Q4_K: *be = 256; *bb = 144; return 1;
-    case KRN_Q6_K: *be = 256; *bb = 210; return 1;
-    default: return 0;
-    }
-}
-
 /* Host checks of one part; sets *vec when the part can go through the vec kernel. */
 static int mm_check(const float *y, const krn_weight *W, const float *x, int B, int *vec, dev_err *err) {
     if (!W)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W is NULL");
-    int be = 0, bb = 0;
-    if (!mm_type_layout(W->type, &be, &bb))
+    const int be = krn_type_block_elems(W->type); /* 0: unsupported */
+    if (be == 0)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_matmul: weight type %d unsupported (allowed: f32, f16, bf16, q8_0, q4_0, "
                            "q4_1, q4_k, q6_k)", W->type);
@@ -339,37 +324,44 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     return 0;
 }
 
-/* One part, rows [b0, b0 + nb) of x, by type. */
-static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int vec, int acc, cudaStream_t st) {
+/* Parts [0, n) of one float type, rows [b0, b0 + nb) of x, in one vec launch walking their rows as one list. */
+static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0, int nb, int acc, cudaStream_t st) {
+    const krn_weight *W0 = parts[0].W;
+    mm_list l = {};
+    int end = 0;
+    for (int i = 0; i < KRN_MM_PARTS; i++) {
+        if (i < n) {
+            l.W[i] = (const uint8_t *)parts[i].W->data;
+            l.y[i] = parts[i].y + (size_t)b0 * parts[i].W->n_out;
+            end += parts[i].W->n_out;
+        }
+        l.end[i] = end;
+    }
+    const size_t rb = krn_row_bytes(W0->type, W0->n_in);
+    const float *xb = x + (size_t)b0 * W0->n_in;
+    switch (W0->type) {
+    case KRN_F32: mm_vec_nb<KRN_F32>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+    case KRN_F16: mm_vec_nb<KRN_F16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+    default: mm_vec_nb<KRN_BF16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+    }
+}
+
+/* One part that is not vec-able (unaligned or odd float rows, block types, planes), rows [b0, b0 + nb). */
+static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int acc, cudaStream_t st) {
     const krn_weight *W = p->W;
-    int be = 0, bb = 0;
-    mm_type_layout(W->type, &be, &bb);
     mm_args a;
     a.y = p->y + (size_t)b0 * W->n_out;
     a.W = (const uint8_t *)W->data;
     a.x = x + (size_t)b0 * W->n_in;
     a.n_out = W->n_out;
     a.n_in = W->n_in;
-    a.row_bytes = (size_t)(W->n_in / be) * bb;
     a.acc = acc;
     if (W->layout == KRN_LAYOUT_PLANES) {
         a.row_bytes = krn_planes_qrow(W->type, W->n_in);
         mm_p_launch(W->type, &a, nb, st);
         return;
     }
-    if (vec) {
-        mm_list l = {};
-        l.W[0] = a.W;
-        l.y[0] = a.y;
-        for (int i = 0; i < KRN_MM_PARTS; i++)
-            l.end[i] = a.n_out;
-        switch (W->type) {
-        case KRN_F32: mm_vec_nb<KRN_F32>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
-        case KRN_F16: mm_vec_nb<KRN_F16>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
-        default: mm_vec_nb<KRN_BF16>(&l, a.x, nb, a.n_in, a.row_bytes, acc, st); break;
-        }
-        return;
-    }
+    a.row_bytes = krn_row_bytes(W->type, W->n_in);
     switch (W->type) {
     case KRN_F32: mm_scalar_nb<KRN_F32>(&a, nb, st); break;
     case KRN_F16: mm_scalar_nb<KRN_F16>(&a, nb, st); break;
@@ -398,27 +390,14 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
     const krn_weight *W0 = parts[0].W;
     for (int b0 = 0; b0 < B; b0 += MM_MAX_B) {
         const int nb = B - b0 < MM_MAX_B ? B - b0 : MM_MAX_B;
-        if (all_vec && n > 1) { /* one launch walks every part's rows */
-            mm_list l = {};
-            int end = 0;
-            for (int i = 0; i < KRN_MM_PARTS; i++) {
-                if (i < n) {
-                    l.W[i] = (const uint8_t *)parts[i].W->data;
-                    l.y[i] = parts[i].y + (size_t)b0 * parts[i].W->n_out;
-                    end += parts[i].W->n_out;
-                }
-                l.end[i] = end;
-            }
-            const size_t rb = (size_t)W0->n_in * (W0->type == KRN_F32 ? 4 : 2);
-            const float *xb = x + (size_t)b0 * W0->n_in;
-            switch (W0->type) {
-            case KRN_F32: mm_vec_nb<KRN_F32>(&l, xb, nb, W0->n_in, rb, acc, st); break;
-            case KRN_F16: mm_vec_nb<KRN_F16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
-            default: mm_vec_nb<KRN_BF16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
-            }
+        if (all_vec) { /* one launch walks every part's rows */
+            mm_vec_parts(parts, n, x, b0, nb, acc, st);
         } else {
             for (int i = 0; i < n; i++)
-                mm_one(&parts[i], x, b0, nb, vec[i], acc, st);
+                if (vec[i])
+                    mm_vec_parts(&parts[i], 1, x, b0, nb, acc, st);
+                else
+                    mm_one(&parts[i], x, b0, nb, acc, st);
         }
         int rc = krn_cuda_launch_check(err, "krn_cuda_matmul");
         if (rc)

@@ -306,9 +306,3 @@ extern "C" int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const k
     const krn_mm_part p = {y, W};
     return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, B, 0, err);
 }
-
-/* The caller (kernels/krn.c) made s's device current. */
-extern "C" int krn_cuda_matmul_planes(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
-    void *h = s ? dev_stream_native(s) : NULL;
-    return h ? krn_cuda_matmul_planes_async(h, y, W, x, B, NULL) : MEMRA_E_INVAL;
-}

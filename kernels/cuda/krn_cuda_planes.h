@@ -24,10 +24,10 @@ int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const krn_weight *
 int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
                                  dev_err *err);
 
-/* dev_stream adapters (kernels/krn.c calls them with s's device current): the _async forms above on
- * dev_stream_native(s), err = NULL. */
+/* dev_stream adapter (kernels/krn.c): krn_cuda_repack_async on dev_stream_native(s), err = NULL, with s's
+ * device made current for the launch and the caller's restored. (The planes GEMV is reached through
+ * krn_cuda_matmul, like every layout.) */
 int krn_cuda_repack(dev_stream *s, krn_weight *dst, const krn_weight *src);
-int krn_cuda_matmul_planes(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
 #ifdef __cplusplus
 }

@@ -81,8 +81,12 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
     return 0;
 }
 
-/* The caller (kernels/krn.c) made s's device current. */
 extern "C" int krn_cuda_repack(dev_stream *s, krn_weight *dst, const krn_weight *src) {
-    void *h = s ? dev_stream_native(s) : NULL;
-    return h ? krn_cuda_repack_async(h, dst, src, NULL) : MEMRA_E_INVAL;
+    cudaStream_t st;
+    int prev, rc = krn_cuda_enter(s, &st, &prev, NULL);
+    if (rc)
+        return rc;
+    rc = krn_cuda_repack_async(st, dst, src, NULL);
+    krn_cuda_leave(prev);
+    return rc;
 }

@@ -124,6 +124,13 @@ static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) {
 #define KRN_TUNE_UNREAD (-1000000)
 int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache);
 
+/* Make s's device current on the calling thread for host-side CUDA work on s: *st = its native stream,
+ * *prev = the caller's device, to give back with krn_cuda_leave(*prev) once done (kernels/cuda_dispatch.cu).
+ * 0, MEMRA_E_INVAL (s is not a CUDA stream) or MEMRA_E_DEVICE, err (may be NULL) saying which; after a
+ * failure the caller's device is still current and nothing is to be given back. */
+int krn_cuda_enter(dev_stream *s, cudaStream_t *st, int *prev, dev_err *err);
+void krn_cuda_leave(int prev);
+
 /* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
 int krn_cuda_pdl_enabled(void);
 
