@@ -154,11 +154,9 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         const int cuda = dev_platform_kind(plat) == DEV_KIND_CUDA;
         if (!(wcost = malloc((size_t)(n_layer + 1) * sizeof *wcost)))
             goto nomem;
-        int r = p.synth ? mdl_synth_weight_cost(p.synth, cuda, wcost, n_layer + 1)
+        int r = p.synth ? mdl_synth_weight_cost(p.synth, cuda, wcost, n_layer + 1, err)
                         : mdl_model_peek_weight_cost(model_path, cuda, wcost, n_layer + 1, err);
-        if (r < 0 || (p.synth && r != n_layer)) {
-            if (p.synth)
-                dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: no weight sizes for this synthetic shape");
+        if (r < 0) {
             free(wcost);
             goto fail;
         }

@@ -38,11 +38,12 @@ int mdl_synth_named(const char *name, int type, mdl_gguf_synth *p)
     return 0;
 }
 
-int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int cap)
+int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int cap, dev_err *err)
 {
     if (!sp || !cost || sp->n_layer < 1 || cap < sp->n_layer + 1 || sp->n_head < 1 || sp->n_head_kv < 1 ||
         sp->n_embd % sp->n_head)
-        return MEMRA_E_INVAL;
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_synth_weight_cost: %d entries for %d layers + head, or an "
+                           "inconsistent shape", cap, sp ? sp->n_layer : 0);
     const int t = sp->type;
     const int64_t E = sp->n_embd, hd = sp->n_embd / sp->n_head, Q = sp->n_head * hd, KV = sp->n_head_kv * hd;
     const int64_t F = sp->n_ff;
@@ -51,7 +52,8 @@ int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int 
                          2.0 * krn_weight_cost(t, KV, E, cuda) + krn_weight_cost(t, E, Q, cuda) +
                          2.0 * krn_weight_cost(t, F, E, cuda) + krn_weight_cost(t, E, F, cuda);
     if (!(layer > 0.0))
-        return MEMRA_E_INVAL;
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_synth_weight_cost: type %s does not fit the rows",
+                           krn_type_name(t));
     for (int il = 0; il < sp->n_layer; il++)
         cost[il] = layer;
     cost[sp->n_layer] = krn_weight_cost(KRN_F32, 1, E, cuda) + krn_weight_cost(t, sp->n_vocab, E, cuda);

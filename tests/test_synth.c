@@ -124,7 +124,7 @@ static void test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape(void *
         for (int cuda = 0; cuda < 2; cuda++) {
             double a[6], b[6];
             assert_int_equal(mdl_model_peek_weight_cost(path, cuda, a, 6, &err), 5);
-            assert_int_equal(mdl_synth_weight_cost(&p, cuda, b, 6), 5);
+            assert_int_equal(mdl_synth_weight_cost(&p, cuda, b, 6, &err), 5);
             for (int i = 0; i < 6; i++)
                 if (fabs(a[i] - b[i]) > 1e-9 * b[i])
                     fail_msg("type %s cuda=%d entry %d: GGUF %g, synthetic %g", krn_type_name(tt[k]), cuda, i,

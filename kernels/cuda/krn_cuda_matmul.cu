@@ -299,19 +299,16 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     if (W->n_in % be != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: n_in=%d is not a multiple of %d (type %d blocks)",
                            W->n_in, be, W->type);
+    int rc = krn_layout_check(W, 1, err); /* a known layout; planes only of q8_0, q4_0, q4_1 */
+    if (rc)
+        return rc;
     if (W->layout == KRN_LAYOUT_PLANES) { /* repacked on its device (krn_cuda_matmul_p.cu) */
         *vec = 0;
-        if (!krn_planes_supported(W->type))
-            return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: layout planes of type %s (allowed: q8_0, q4_0, "
-                               "q4_1)", krn_type_name(W->type));
         if (!krn_cuda_aligned(W->data, 16) || !krn_cuda_aligned(x, 16))
             return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: planes W->data %p and x %p must be 16-byte "
                                "aligned", W->data, (const void *)x);
         return 0;
     }
-    if (W->layout != KRN_LAYOUT_BLOCKS)
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: weight layout %d unknown (allowed: %d blocks, %d "
-                           "planes)", W->layout, KRN_LAYOUT_BLOCKS, KRN_LAYOUT_PLANES);
     const unsigned walign = W->type == KRN_F32 ? 4 : 2;
     if (!krn_cuda_aligned(W->data, walign) || !krn_cuda_aligned(x, 4))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W->data %p must be %u-byte aligned, x %p 4-byte",

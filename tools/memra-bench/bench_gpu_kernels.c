@@ -7,7 +7,7 @@
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
  * MEMRA_CUDA_GEMM_MIN_B. After the block-type rows, the planar layouts of q8_0, q4_1, q4_0 ("q8_0/p" rows:
- * repacked on the device, krn_cuda_matmul_planes_async). Reports only; asserts nothing. */
+ * repacked on the device, read through krn_cuda_matmul_async). Reports only; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +64,41 @@ static uint64_t gk_next(void) {
         }                                                                                                      \
     } while (0)
 
+/* Average seconds per matmul over max(iters, copies) launches rotating over the weight copies w[0..copies):
+ * every copy once untimed, then the timed launches between two events on st. cublas != NULL: through the
+ * cuBLAS path on that dev_stream (krn_cuda_gemm_async; its native stream is st); else the GEMV on st.
+ * Returns 0 or -1 (message printed). */
+static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int copies, float *dy, const float *dx,
+                   int B, int iters, double *sec) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    dev_err err = {0};
+    int rc = -1;
+    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
+    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
+    const int launches = iters > copies ? iters : copies;
+    for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
+        if (i == 0)
+            GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
+        const krn_weight *W = &w[(i + copies) % copies];
+        if ((cublas ? krn_cuda_gemm_async(cublas, dy, W, dx, B, &err) : krn_cuda_matmul_async(st, dy, W, dx, B, &err))) {
+            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+            goto fail;
+        }
+    }
+    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
+    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float ms = 0.0f;
+    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    *sec = (double)ms / 1e3 / launches;
+    rc = 0;
+fail:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    return rc;
+}
+
 /* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1 repacked on
  * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
  * are made finite first. Returns 0 or -1 (message printed). */
@@ -81,7 +116,6 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     float *hx = malloc(sizeof(float) * (size_t)B * n_in);
     float *dx = NULL, *dy = NULL;
     void *blocks = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
     dev_err err = {0};
     int rc = -1;
     if (!w || !hw || !hx) {
@@ -120,29 +154,11 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
     GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
-    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
-    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
-    const int launches = iters > copies ? iters : copies;
-    for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
-        if (i == 0)
-            GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
-        if (krn_cuda_matmul_async(st, dy, &w[(i + copies) % copies], dx, B, &err) != 0) {
-            fprintf(stderr, "gpu-kernels: %s\n", err.msg);
-            goto fail;
-        }
-    }
-    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
-    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0.0f;
-    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    *sec = (double)ms / 1e3 / launches;
+    if (gk_time(st, NULL, w, copies, dy, dx, B, iters, sec))
+        goto fail;
     *bytes = (double)wbytes + 4.0 * B * ((double)n_in + (double)n_out);
     rc = 0;
 fail:
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(blocks);
@@ -189,41 +205,6 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
 static const int GG_B[] = {1, 8, 16, 32, 64, 128, 256, 512};
 #define GG_NB ((int)(sizeof GG_B / sizeof GG_B[0]))
 
-/* Average seconds per matmul of one path (cublas = 1: krn_cuda_gemm_async) over iters launches. */
-static int gg_time(dev_stream *s, int cublas, krn_weight *W, void **w, int copies, float *dy, const float *dx,
-                   int B, int iters, double *sec) {
-    cudaStream_t st = (cudaStream_t)dev_stream_native(s);
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    dev_err err = {0};
-    int rc = -1;
-    GK_CK(cudaEventCreate(&e0), "cudaEventCreate");
-    GK_CK(cudaEventCreate(&e1), "cudaEventCreate");
-    const int launches = iters > copies ? iters : copies;
-    for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
-        if (i == 0)
-            GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
-        W->data = w[(i + copies) % copies];
-        const int r = cublas ? krn_cuda_gemm_async(s, dy, W, dx, B, &err)
-                             : krn_cuda_matmul_async(st, dy, W, dx, B, &err);
-        if (r) {
-            fprintf(stderr, "gpu-kernels --gemm: %s\n", err.msg);
-            goto fail;
-        }
-    }
-    GK_CK(cudaEventRecord(e1, st), "cudaEventRecord");
-    GK_CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float ms = 0.0f;
-    GK_CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-    *sec = (double)ms / 1e3 / launches;
-    rc = 0;
-fail:
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    return rc;
-}
-
 /* Weights of one (type, shape): copies of random finite values in [-1, 1) (time does not depend on them). */
 static int gg_upload(int type, int esz, size_t n, void **w, int copies) {
     const size_t wbytes = n * (size_t)esz;
@@ -261,9 +242,10 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     int copies = (int)((((size_t)400 << 20) + wbytes - 1) / wbytes), rc = -1;
     copies = copies < 2 ? 2 : copies;
     void **w = calloc((size_t)copies, sizeof *w);
+    krn_weight *ws = calloc((size_t)copies, sizeof *ws);
     float *hx = malloc(sizeof(float) * (size_t)maxb * n_in), *dx = NULL, *dy = NULL;
     *first_win = 0;
-    if (!w || !hx) {
+    if (!w || !ws || !hx) {
         fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
         goto fail;
     }
@@ -274,11 +256,13 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)maxb * n_in), "cudaMalloc(x)");
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)maxb * n_out), "cudaMalloc(y)");
     GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)maxb * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+    for (int c = 0; c < copies; c++)
+        ws[c] = (krn_weight){type, n_out, n_in, w[c], KRN_LAYOUT_BLOCKS};
+    cudaStream_t st = (cudaStream_t)dev_stream_native(s);
     for (int bi = 0; bi < GG_NB; bi++) {
         const int B = GG_B[bi];
-        krn_weight W = {type, n_out, n_in, w[0], KRN_LAYOUT_BLOCKS};
         double tg = 0.0, tc = 0.0;
-        if (gg_time(s, 0, &W, w, copies, dy, dx, B, iters, &tg) || gg_time(s, 1, &W, w, copies, dy, dx, B, iters, &tc))
+        if (gk_time(st, NULL, ws, copies, dy, dx, B, iters, &tg) || gk_time(st, s, ws, copies, dy, dx, B, iters, &tc))
             goto fail;
         const double fl = 2.0 * B * (double)n_out * n_in;
         char shape[32];
@@ -298,6 +282,7 @@ fail:
         for (int c = 0; c < copies; c++)
             cudaFree(w[c]);
     free(w);
+    free(ws);
     free(hx);
     return rc;
 }
