@@ -95,16 +95,23 @@ static int read_int(const mdl_gguf_kv *kv, int *neg, uint64_t *u, int64_t *s)
     return 0;
 }
 
-int mdl_gguf_get_u32(const mdl_gguf *g, const char *key, uint32_t *out, dev_err *err)
+/* The integer value of key (any integer type), as read_int gives it; MEMRA_E_FORMAT + err when the key is
+ * missing or not an integer. */
+static int get_int(const mdl_gguf *g, const char *key, int *neg, uint64_t *u, int64_t *s, dev_err *err)
 {
     const mdl_gguf_kv *kv = get_kv(g, key, err);
-    int neg;
-    uint64_t u = 0;
-    int64_t s = 0;
     if (!kv)
         return MEMRA_E_FORMAT;
-    if (read_int(kv, &neg, &u, &s) != 0)
-        return wrong_type(g, kv, "an integer", err);
+    return read_int(kv, neg, u, s) != 0 ? wrong_type(g, kv, "an integer", err) : 0;
+}
+
+int mdl_gguf_get_u32(const mdl_gguf *g, const char *key, uint32_t *out, dev_err *err)
+{
+    int neg = 0, rc;
+    uint64_t u = 0;
+    int64_t s = 0;
+    if ((rc = get_int(g, key, &neg, &u, &s, err)) != 0)
+        return rc;
     if (neg || u > UINT32_MAX)
         return dev_err_set(err, MEMRA_E_FORMAT, "%s: key '%s' = %s%llu does not fit in u32", g->path, key,
                            neg ? "-" : "", neg ? (unsigned long long)(-(s + 1)) + 1ull : (unsigned long long)u);
@@ -114,14 +121,11 @@ int mdl_gguf_get_u32(const mdl_gguf *g, const char *key, uint32_t *out, dev_err 
 
 int mdl_gguf_get_i64(const mdl_gguf *g, const char *key, int64_t *out, dev_err *err)
 {
-    const mdl_gguf_kv *kv = get_kv(g, key, err);
-    int neg;
+    int neg = 0, rc;
     uint64_t u = 0;
     int64_t s = 0;
-    if (!kv)
-        return MEMRA_E_FORMAT;
-    if (read_int(kv, &neg, &u, &s) != 0)
-        return wrong_type(g, kv, "an integer", err);
+    if ((rc = get_int(g, key, &neg, &u, &s, err)) != 0)
+        return rc;
     if (!neg && u > (uint64_t)INT64_MAX)
         return dev_err_set(err, MEMRA_E_FORMAT, "%s: key '%s' = %llu does not fit in i64", g->path, key,
                            (unsigned long long)u);

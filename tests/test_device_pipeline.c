@@ -14,22 +14,11 @@
 #include <cmocka.h>
 
 #include "device/dev.h"
+#include "support/jitter.h"
 
 enum { STAGES = 3, K = 2, W = 64, STEPS = 48, RUNS = 8 };
 
-static unsigned long hook_counter;
-
-static void jitter_hook(void *ctx, dev_stream *s, const char *op)
-{
-    unsigned long x = __atomic_add_fetch(&hook_counter, 0x9E3779B97F4A7C15ul, __ATOMIC_RELAXED);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ul;
-    x ^= x >> 29;
-    if (x % 4)
-        return;
-    struct timespec ts = { 0, (long)(x % 100) * 1000 };
-    nanosleep(&ts, NULL);
-}
+static const test_jitter jitter = { 1, 4, 100 }; /* sleep probability num/den, max us */
 
 /* Kernels only touch memory when g_touch (the broken variant must not race for real: TSan). Written by
  * the main thread while every stream is idle. */
@@ -87,7 +76,7 @@ static void pipe_open(pipe *pp)
     }
     pp->out = dev_malloc(pp->d[STAGES - 1], STEPS * W * sizeof(float), &err);
     assert_non_null(pp->out);
-    dev_set_op_hook(pp->p, jitter_hook, NULL);
+    dev_set_op_hook(pp->p, test_jitter_hook, (void *)&jitter);
 }
 
 static void pipe_close(pipe *pp)

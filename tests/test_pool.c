@@ -14,6 +14,7 @@
 #include "device/dev.h"
 #include "mem/host.h"
 #include "mem/pool.h"
+#include "support/jitter.h"
 
 typedef struct gate {
     pthread_mutex_t m;
@@ -152,19 +153,7 @@ static void test_size_classes_are_powers_of_two_from_256(void **st)
 
 /* ---- soak: several streams churning one pool, workers delayed at random ---- */
 
-static unsigned long hook_counter;
-
-static void jitter_hook(void *ctx, dev_stream *s, const char *op)
-{
-    unsigned long x = __atomic_add_fetch(&hook_counter, 0x9E3779B97F4A7C15ul, __ATOMIC_RELAXED);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ul;
-    x ^= x >> 29;
-    if (x % 3)
-        return;
-    struct timespec ts = { 0, (long)(x % 80) * 1000 };
-    nanosleep(&ts, NULL);
-}
+static const test_jitter jitter = { 1, 3, 80 }; /* sleep probability num/den, max us */
 
 enum { SOAK_WORDS = 512 };
 
@@ -191,7 +180,7 @@ static void test_pool_churn_over_streams_keeps_blocks_private_and_race_free(void
     dev_err err = { 0, "" };
     dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
     dev_device *d = dev_platform_device(p, 0);
-    dev_set_op_hook(p, jitter_hook, NULL);
+    dev_set_op_hook(p, test_jitter_hook, (void *)&jitter);
     enum { NS = 3, ITERS = 150 };
     dev_stream *s[NS];
     int *bad[NS];

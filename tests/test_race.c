@@ -11,23 +11,11 @@
 #include <cmocka.h>
 
 #include "device/dev.h"
+#include "support/jitter.h"
 
 enum { LOOPS = 50, N = 1024 };
 
-/* Hook: sleep 0..150 us on some ops (xorshift over an atomic counter, so workers never share a seed). */
-static unsigned long hook_counter;
-
-static void jitter_hook(void *ctx, dev_stream *s, const char *op)
-{
-    unsigned long x = __atomic_add_fetch(&hook_counter, 0x9E3779B97F4A7C15ul, __ATOMIC_RELAXED);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ul;
-    x ^= x >> 29;
-    if (x % 3 == 0)
-        return;
-    struct timespec ts = { 0, (long)(x % 150) * 1000 };
-    nanosleep(&ts, NULL);
-}
+static const test_jitter jitter = { 2, 3, 150 }; /* sleep probability num/den, max us */
 
 typedef struct fill_args { float *dst; const float *src; int n; } fill_args;
 
@@ -77,7 +65,7 @@ static int setup(void **st)
     f->a = dev_stream_create(f->d0, "stage0", &err);
     f->b = dev_stream_create(f->d0, "stage1", &err);
     f->ev = dev_event_create(f->d0, &err);
-    dev_set_op_hook(f->p, jitter_hook, NULL);
+    dev_set_op_hook(f->p, test_jitter_hook, (void *)&jitter);
     *st = f;
     return f->a && f->b && f->ev ? 0 : -1;
 }
