@@ -27,14 +27,24 @@ static inline int krn_cuda_call_check(dev_err *err, cudaError_t e, const char *w
     return dev_err_set(err, MEMRA_E_DEVICE, "%s: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-/* Multiprocessors of the current device (0 when unknown). */
+/* Multiprocessors of the current device (0 when unknown). Asked of the driver once per device ordinal (< 64)
+ * and kept: the GEMV launchers size their grids with it on every launch. A racing first call stores the
+ * same value (relaxed atomics). */
 static inline int krn_cuda_sm_count(void) {
+    static int cache[64];
     int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
+    if (dev >= 0 && dev < 64 && (n = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED)) > 0)
+        return n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < 64)
+        __atomic_store_n(&cache[dev], n, __ATOMIC_RELAXED);
     return n;
 }
 
