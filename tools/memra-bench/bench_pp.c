@@ -24,6 +24,7 @@ typedef struct run_result {
     int N;
     double busy[64];
     double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
+    int fence[65];     /* stage s runs layers [fence[s], fence[s+1]) */
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
 } run_result;
 
@@ -102,6 +103,8 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     if (rc != 0)
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
     out->N = act_pp_stages(rt);
+    for (int s = 0; s <= out->N && s < 65; s++)
+        out->fence[s] = act_pp_fence(rt)[s];
     out->wall_s = wall;
     out->tok_s = done / wall;
     for (int s = 0; s < out->N && s < 64; s++) {
@@ -174,6 +177,9 @@ int bench_pp_scaling(int argc, char **argv)
                    rr[i]->weight_bytes * rr[i]->tok_s / 1e9);
             for (int s = 0; s < rr[i]->N; s++)
                 printf(" s%d %5.1f%%", s, rr[i]->busy[s]);
+            printf("  layers");
+            for (int s = 0; s < rr[i]->N; s++)
+                printf("%s%d", s ? "|" : " ", rr[i]->fence[s + 1] - rr[i]->fence[s]);
             printf("\n");
         }
         printf("host enqueue us/step (PP-%d, the walk's layers):", rn.N);
