@@ -7,6 +7,9 @@
  * Determinism: each lane accumulates in a fixed order, then a butterfly shuffle sum in a fixed order; no
  * atomics. The order does not depend on B, so a row's result has the same bits in any batch.
  * Shared mutable state: none. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/krn_cuda_matmul.cuh"
 
 /* Sum of 4 products in a fixed order, starting from t. */
@@ -152,7 +155,8 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
  * the grid nor the other parts, so a row has the same bits in any batch and any list. */
 template <int T, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
-    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
+    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y,
+                        int pf) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int nrows = l.end[KRN_MM_PARTS - 1];
     const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
@@ -161,6 +165,8 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     const uint8_t *rp = mm_row_ptr(l, row_bytes, row); /* the row being loaded; resolved once per row */
     mm_f8<T> cur[MM_U], nxt[MM_U];
     mm_issue<T>(cur, rp, n_in, 0, lane);
+    if (lane < pf && row + lane * rstride < nrows) /* this warp's first pf rows, one bulk prefetch per lane */
+        krn_prefetch_l2(mm_row_ptr(l, row_bytes, row + lane * rstride), row_bytes);
     if (row >= nrows) { /* no rows for this warp (the grid's last block) */
         krn_pdl_enter();
         return;
@@ -225,6 +231,16 @@ static int mm_occupancy(K k, int *cache) {
     return n;
 }
 
+int mm_prefetch_items(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1, 2, 4, 8};
+    const int v = krn_cuda_tune("MEMRA_CUDA_MM_PREFETCH", allowed, 5, &cache);
+    if (v != 0)
+        return v;
+    const char *e = getenv("MEMRA_CUDA_MM_PREFETCH"); /* 0 is "off"; unset (also read as 0) the default */
+    return e && !strcmp(e, "0") ? 0 : MM_PF_DEFAULT;
+}
+
 /* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows; 1 a block per row group (the
  * hardware balances blocks over SMs as they finish). A tuning knob for memra-bench; same bits either way. */
 static int mm_grid_mode(void) {
@@ -244,7 +260,7 @@ static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row
         blocks = (groups + rounds - 1) / rounds;
     }
     krn_launch(mm_float_vec_kernel<T, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
-               row_bytes, acc);
+               row_bytes, acc, mm_prefetch_items());
 }
 
 template <int T>
@@ -353,6 +369,7 @@ static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int acc
     a.n_out = W->n_out;
     a.n_in = W->n_in;
     a.acc = acc;
+    a.pf = mm_prefetch_items();
     if (W->layout == KRN_LAYOUT_PLANES) {
         a.row_bytes = krn_planes_qrow(W->type, W->n_in);
         mm_p_launch(W->type, &a, nb, st);

@@ -114,8 +114,29 @@ static __device__ __forceinline__ float krn_block_max(float v, float *red) {
  * same way). Without the launch attribute both are no-ops. */
 static __device__ __forceinline__ void krn_pdl_enter(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if MEMRA_CUDA_PDL_LATE
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+    /* The next kernel may be scheduled as soon as every block of this one is resident: it then waits for
+     * this one to complete, which implies the one before completed too (each waits for its predecessor), so
+     * the ordering is transitive. A small kernel (rope, attention) thus has its successor GEMV resident and
+     * streaming weights during it, not only during its tail. No deadlock: the successor launches only once
+     * all of this kernel's blocks are resident and have passed this line. */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#endif
+}
+
+/* Ask L2 to fetch [p, p + n) of immutable data (weights) from HBM now, without waiting or writing a
+ * register (sm_90 bulk prefetch; a hint). Skipped unless p is 16-byte aligned; n is rounded down to 16. */
+static __device__ __forceinline__ void krn_prefetch_l2(const void *p, size_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    n &= ~(size_t)15;
+    if (n == 0 || n > 0xFFFFFFF0u || ((uintptr_t)p & 15))
+        return;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((uint32_t)n) : "memory");
 #endif
 }
 

@@ -23,6 +23,7 @@ typedef struct run_result {
     double tok_s, wall_s, weight_bytes;
     int N;
     double busy[64];
+    double step_us[64]; /* device time per walk (busy / walks) */
     double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
     int fence[65];     /* stage s runs layers [fence[s], fence[s+1]) */
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
@@ -111,6 +112,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         act_pp_stage_stats ss;
         act_pp_get_stage_stats(rt, s, &ss);
         out->busy[s] = 100.0 * (double)ss.busy_ns / (wall * 1e9);
+        out->step_us[s] = ss.walks ? (double)ss.busy_ns / 1e3 / (double)ss.walks : 0.0;
         out->enq_us[s] = ss.enqueues ? (double)ss.enqueue_ns / 1e3 / (double)ss.enqueues : 0.0;
     }
     act_pp_counters c;
@@ -180,6 +182,16 @@ int bench_pp_scaling(int argc, char **argv)
             printf("  layers");
             for (int s = 0; s < rr[i]->N; s++)
                 printf("%s%d", s ? "|" : " ", rr[i]->fence[s + 1] - rr[i]->fence[s]);
+            printf("\n");
+        }
+        /* The stage stream's own time per step (walk-begin to walk-end markers): without the host's turn
+         * between steps, so PP-1's weight bytes over it is the weight-streaming rate of one stage (P2). */
+        for (int i = no_pp1; i < 2; i++) {
+            printf("device us/step PP-%d:", rr[i]->N);
+            for (int s = 0; s < rr[i]->N; s++)
+                printf(" s%d %.1f", s, rr[i]->step_us[s]);
+            if (rr[i]->N == 1 && rr[i]->step_us[0] > 0)
+                printf("  (weights / step time: %.1f GB/s)", rr[i]->weight_bytes / (rr[i]->step_us[0] * 1e3));
             printf("\n");
         }
         printf("host enqueue us/step (PP-%d, the walk's layers):", rn.N);
