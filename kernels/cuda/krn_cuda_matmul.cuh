@@ -16,14 +16,7 @@ typedef struct mm_args {
     int n_out, n_in;
     size_t row_bytes;
     int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */
-    int pf;  /* row groups per block (vec: rows per warp) whose weights are L2-prefetched before the PDL wait */
 } mm_args;
-
-/* MEMRA_CUDA_MM_PREFETCH (0, 1, 2, 4, 8; a tuning knob, same bits for any value): how many of its first
- * row groups (vec kernel: rows) each block (warp) asks L2 to fetch in bulk before its PDL wait, so HBM
- * streams the weights while the predecessor kernel runs. Unset: MM_PF_DEFAULT. */
-#define MM_PF_DEFAULT 1
-int mm_prefetch_items(void);
 
 /* The end of a row group in the block kernels (krn_cuda_matmul_q.cu, _p.cu): each warp's butterfly totals of
  * the group's R rows x NB rows of x go to red[buf][warp], then one thread per (row, x row) adds the warp
@@ -53,15 +46,6 @@ static __device__ __forceinline__ void mm_group_store(float (&red)[2][MM_WARPS][
             y[(size_t)b * n_out + row] = acc_y ? y[(size_t)b * n_out + row] + t : t;
         }
     }
-}
-
-/* Before the PDL wait of a row-group kernel: thread k < pf of the block asks L2 for the rows of group
- * blockIdx.x + k * gridDim.x, the k-th group it will walk (rows of a group are contiguous: R * row_bytes). */
-static __device__ __forceinline__ void mm_prefetch_groups(const uint8_t *W, size_t row_bytes, int R, int n_out,
-                                                          int pf) {
-    const int g = (int)blockIdx.x + (int)threadIdx.x * (int)gridDim.x;
-    if ((int)threadIdx.x < pf && g * R < n_out)
-        krn_prefetch_l2(W + (size_t)g * R * row_bytes, (size_t)min(R, n_out - g * R) * row_bytes);
 }
 
 /* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a block-type W (q4_0, q4_1, q8_0, q4_k, q6_k) on st.

@@ -189,7 +189,7 @@ static __device__ __forceinline__ void mp_compute(const mp_item<R, U> &it, const
 template <int T, int NB, int R, int U, int MB>
 __global__ void __launch_bounds__(MP_THREADS, MB)
     mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out, int n_in,
-              int acc_y, int pf) {
+              int acc_y) {
     enum { VE = mp_layout<T>::VE };
     __shared__ float red[2][MM_WARPS][R * NB];
     const int t = threadIdx.x;
@@ -199,7 +199,6 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
     mp_item<R, U> cur;
     if ((int)blockIdx.x < ngroups)
         mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
-    mm_prefetch_groups(W, (size_t)nvec * 16, R, n_out, pf); /* the quant plane's rows (the scales: 1/8..1/16) */
     krn_pdl_enter_after_loads(); /* x is written by the previous kernel: read only after this */
     int buf = 0;
     for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
@@ -242,7 +241,7 @@ static void mp_go(const mm_args *a, cudaStream_t st) {
         blocks = (ngroups + rounds - 1) / rounds;
     }
     krn_launch(mp_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
-               a->n_out, a->n_in, a->acc, a->pf);
+               a->n_out, a->n_in, a->acc);
 }
 
 /* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2 (at B = 1,

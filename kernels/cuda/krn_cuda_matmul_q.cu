@@ -333,7 +333,7 @@ static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const 
 template <int T, int NB, int R, int MB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes, int acc_y, int pf) {
+                    int n_in, size_t row_bytes, int acc_y) {
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
         __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
@@ -347,7 +347,6 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     int off[R], nv[R], nbc = 0;
     if (active && (int)blockIdx.x < ngroups)
         nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, blockIdx.x, warp, lane);
-    mm_prefetch_groups(W, row_bytes, R, n_out, pf);
     /* The first chunk's weight loads fly before the PDL wait: W is immutable during a forward (written at load,
      * then the loading stream synced), only x comes from the predecessor kernel. */
     krn_pdl_enter_after_loads();
@@ -423,7 +422,7 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
     }
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
     krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes,
-               a->acc, a->pf);
+               a->acc);
 }
 
 /* B = 1: 4 blocks per SM at 128 registers (measured faster than 5 at 96 on every type and 8B shape, H200,

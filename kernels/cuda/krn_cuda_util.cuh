@@ -108,6 +108,14 @@ static __device__ __forceinline__ float krn_block_max(float v, float *red) {
     return t;
 }
 
+/* rmsnorm's sum of squares (rmsnorm_vec_kernel, and the GEMV that folds it in, mm_norm_scale): a block of
+ * KRN_RMS_THREADS, each adding up to KRN_RMS_V4 float4s; both follow this layout so their bits agree. */
+#define KRN_RMS_THREADS 256
+#define KRN_RMS_V4 8
+static __device__ __forceinline__ float krn_rms_scale(float sum_sq, int n, float eps) {
+    return 1.0f / sqrtf(sum_sq / (float)n + eps);
+}
+
 /* MEMRA_PDL, device side: the first statement of every kernel of the table. Waits until the kernel this one
  * depends on (its predecessor on the stream, when launched with programmatic stream serialization) has
  * completed and its writes are visible, then lets the next kernel's blocks be scheduled (they wait the
@@ -126,17 +134,6 @@ static __device__ __forceinline__ void krn_pdl_enter(void) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-#endif
-}
-
-/* Ask L2 to fetch [p, p + n) of immutable data (weights) from HBM now, without waiting or writing a
- * register (sm_90 bulk prefetch; a hint). Skipped unless p is 16-byte aligned; n is rounded down to 16. */
-static __device__ __forceinline__ void krn_prefetch_l2(const void *p, size_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    n &= ~(size_t)15;
-    if (n == 0 || n > 0xFFFFFFF0u || ((uintptr_t)p & 15))
-        return;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((uint32_t)n) : "memory");
 #endif
 }
 
