@@ -2,6 +2,8 @@
  *
  * Shared mutable state and who touches it:
  *   act_pp.inflight / inflight_cv      submitter (inc), readback actor (dec), drain (waits)   [inflight_lock]
+ *   act_pp.unfinished                  submitter (inc), readback actor (dec before it completes the
+ *                                      pending), the same-device refusal (reads)              [atomic]
  *   act_pp.active_mask, counters       stage streams' marker callbacks (device side)          [atomics]
  *   pp_stage.queue, credit, out_next   that stage's actor thread only
  *   pp_stage.staging ring              stage 0's actor thread only (each entry ordered by its event)
@@ -128,6 +130,9 @@ struct act_pp {
     pthread_mutex_t inflight_lock;
     pthread_cond_t inflight_cv;
     int inflight;
+    /* steps whose pending is not completed yet: inflight drops only after the readback actor is done with
+     * the step, so a caller that waited its pending and submits at once could still see it counted */
+    _Atomic int unfinished;
     uint64_t next_id;
     pthread_mutex_t pool_lock;
     act_pending *pool;

@@ -197,6 +197,7 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
         atomic_fetch_add(&rt->ctr.prime_batches, 1);
     if (status == 0)
         atomic_fetch_add(&rt->ctr.steps_done, 1);
+    atomic_fetch_sub(&rt->unfinished, 1); /* before the waiter can wake: its next submit must not see this step */
     pp_pending_finish(rec->pending, status, err);
     pp_rec_free(rec);
     pp_inflight_add(rt, -1);

@@ -221,7 +221,8 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         (r = act_refuse_unsplit_if_remote(&rt->cfg, path, alt, err)) != 0)
         return r;
     if (same_device_refusal(rt, &seams)) {
-        if (pp_inflight_add(rt, 0))
+        /* ordered by the pending: a step its caller has waited for is no longer counted here */
+        if (atomic_load(&rt->unfinished) > 0)
             return dev_err_set(err, MEMRA_E_REFUSED,
                                "pipelined arm refused: %d stage streams share one CUDA device (the seed's unresolved "
                                "same-device race); wait each step before the next, or place stages on distinct "
@@ -242,11 +243,13 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         return err->code;
     }
     pp_inflight_add(rt, 1);
+    atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
         atomic_fetch_sub(&rt->posted, 1);
+        atomic_fetch_sub(&rt->unfinished, 1);
         pp_inflight_add(rt, -1);
         act_pending_release(p);
         act_pending_release(p);

@@ -100,28 +100,6 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
     DISPATCH(s, matmul_parts, parts, n, x, B);
 }
 
-int krn_norm_matmul_async(dev_stream *s, const krn_mm_part *parts, int n, float *t, const float *x,
-                          const float *norm, float eps, float *glu, int B)
-{
-    if (!s || !parts || n < 1 || n > KRN_MM_PARTS || !t || !x || !norm || B <= 0 || !(eps >= 0.0f) ||
-        !parts[0].W || (glu && (n != 2 || !parts[1].W || parts[1].W->n_out != parts[0].W->n_out)))
-        return MEMRA_E_INVAL;
-#if KRN_CUDA
-    if (on_cuda(s)) {
-        int done = 0, rc = krn_cuda_norm_matmul_fused(s, parts, n, t, x, norm, eps, glu, B, &done);
-        if (done || rc)
-            return rc;
-    }
-#endif
-    const int n_in = parts[0].W->n_in;
-    int rc = krn_rmsnorm_async(s, t, x, norm, B, n_in, eps);
-    if (!rc)
-        rc = krn_matmul_parts_async(s, parts, n, t, B);
-    if (!rc && glu)
-        rc = krn_swiglu_async(s, glu, parts[0].y, parts[1].y, B, parts[0].W->n_out);
-    return rc;
-}
-
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
     if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||

@@ -80,17 +80,6 @@ typedef struct krn_mm_part {
  * and 16-byte alignment; otherwise one per part (an error then may leave earlier parts enqueued). */
 int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
 
-/* The input side of an attention or feed-forward block:
- *   t (B, n_in) = rmsnorm(x) * norm                     (krn_rmsnorm_async)
- *   y_i (B, W_i n_out) = t @ W_i^T for i < n           (krn_matmul_parts_async)
- *   glu != NULL (n = 2, equal n_out): glu (B, n_out) = silu(y_0) * y_1     (krn_swiglu_async)
- * The same bits as those ops in that order. t, and with glu the parts' y, are scratch whose contents
- * afterwards are unspecified: on CUDA at B = 1 with float weights it is ONE launch (the GEMV computes the
- * norm's scale itself and stores the swiglu pair) that writes neither. Otherwise the ops above, enqueued one
- * after the other (an error may leave earlier ones enqueued). */
-int krn_norm_matmul_async(dev_stream *s, const krn_mm_part *parts, int n, float *t, const float *x,
-                          const float *norm, float eps, float *glu, int B);
-
 /* y (B, n_out) += x (B, n_in) @ W^T: the same bits as krn_matmul_async into t, then krn_add_async(y, t). */
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 

@@ -71,11 +71,10 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     float *kc = kv->layer[il].k, *vc = kv->layer[il].v;
 
-    /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend
-     * (norm + q/k/v: one op, one CUDA launch at B = 1) */
+    /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
     const krn_mm_part qkv[3] = { { sc->q, &L->wq }, { sc->k, &L->wk }, { sc->v, &L->wv } };
-    ENQ(krn_norm_matmul_async(s, qkv, 3, sc->xb, x, L->attn_norm, hp->rms_eps, NULL, B),
-        "attn_norm + attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
+    ENQ(krn_matmul_parts_async(s, qkv, 3, sc->xb, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
     if (L->bq) {
         ENQ(krn_add_bias_async(s, sc->q, L->bq, B, q_dim), "attn_q.bias");
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
@@ -92,11 +91,11 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     /* x += Wo att   (the residual add fused into the GEMV's store) */
     ENQ(krn_matmul_acc_async(s, x, &L->wo, sc->att, B), "attn_output + residual"); /* x (B, n_embd) */
 
-    /* feed-forward: xb = rmsnorm(x) * ffn_norm; hb = silu(W_gate xb) * W_up xb; x += W_down hb
-     * (norm + gate/up + swiglu: one op, one CUDA launch at B = 1) */
+    /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
     const krn_mm_part gate_up[2] = { { sc->hb, &L->w_gate }, { sc->hb2, &L->w_up } };
-    ENQ(krn_norm_matmul_async(s, gate_up, 2, sc->xb, x, L->ffn_norm, hp->rms_eps, sc->hb, B),
-        "ffn_norm + ffn_gate/up + swiglu"); /* hb (B, n_ff) */
+    ENQ(krn_matmul_parts_async(s, gate_up, 2, sc->xb, B), "ffn_gate/up"); /* (B, n_ff) each */
+    ENQ(krn_swiglu_async(s, sc->hb, sc->hb, sc->hb2, B, hp->n_ff), "swiglu");
     ENQ(krn_matmul_acc_async(s, x, &L->w_down, sc->hb, B), "ffn_down + residual"); /* x (B, n_embd) */
     return 0;
 }
@@ -134,8 +133,7 @@ int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, c
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: B = %d rows; allowed 1..%d (the "
                            "scratch's max_rows)", B, sc->max_rows);
     const int il = m->hp.n_layer; /* named "layer n_layer" in messages: the head */
-    const krn_mm_part head = { logits, &m->lm_head };
-    ENQ(krn_norm_matmul_async(s, &head, 1, sc->xb, x, m->output_norm, m->hp.rms_eps, NULL, B),
-        "output_norm + lm_head"); /* (B, n_vocab) */
+    ENQ(krn_rmsnorm_async(s, sc->xb, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");
+    ENQ(krn_matmul_async(s, logits, &m->lm_head, sc->xb, B), "lm_head"); /* (B, n_vocab) */
     return 0;
 }

@@ -1,6 +1,6 @@
 /* The CUDA op table (kernels/cuda/krn_cuda.h) against plain C references on random inputs: every weight
  * type of the fused GEMV (several shapes, odd n_out, B = 1, 3, 8, 11, an unaligned tensor), rmsnorm, rope
- * (normal and neox), kv_store, the rmsnorm + GEMV + swiglu fusion, attention (one-kernel and split-K paths, GQA), swiglu, add, add_bias and
+ * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA), swiglu, add, add_bias and
  * argmax (ties). Determinism: every op runs twice on two streams and the bits must match; matmul rows must
  * also match bit for bit between a batch and the row alone. References are computed in double from the
  * same inputs; the dequantizers (tests/support/cuda_ref.c) are written from the GGUF block layouts,
@@ -208,95 +208,6 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
             CK(cudaFree((void *)W[i].data));
         CK(cudaFree((void *)Wm.data));
     }
-}
-
-/* krn_norm_matmul_async's one-launch path (rmsnorm folded into the GEMV's x, swiglu into its store) gives
- * the bits of rmsnorm, parts and swiglu launched one after the other: f32/f16/bf16, n_in 1024 and 8192 (the
- * largest it takes), q/k/v-like parts (odd row counts), a gate/up pair with swiglu, one part (the head). It
- * declines (nothing enqueued) at B = 2, for a block type and for an unaligned t. */
-static void check_norm_matmul(const cuda_ref_type *t, int n_in, int n, const int *n_out, int glu) {
-    const size_t rb = krn_row_bytes(t->type, n_in);
-    krn_weight W[3];
-    float *y[3], *yr[3];
-    for (int i = 0; i < n; i++) {
-        uint8_t *hw = malloc(rb * (size_t)n_out[i]);
-        for (int r = 0; r < n_out[i]; r++)
-            cuda_ref_rand_row(t, hw + (size_t)r * rb, n_in);
-        W[i] = (krn_weight){t->type, n_out[i], n_in, dupload(hw, rb * (size_t)n_out[i]), KRN_LAYOUT_BLOCKS};
-        free(hw);
-        y[i] = dalloc(sizeof(float) * n_out[i]);
-        yr[i] = dalloc(sizeof(float) * n_out[i]);
-    }
-    float *hx = malloc(sizeof(float) * n_in), *hn = malloc(sizeof(float) * n_in);
-    cuda_ref_rand_floats(hx, n_in);
-    cuda_ref_rand_floats(hn, n_in);
-    float *dx = dupload(hx, sizeof(float) * n_in), *dn = dupload(hn, sizeof(float) * n_in);
-    float *dt = dalloc(sizeof(float) * n_in), *dtr = dalloc(sizeof(float) * n_in);
-    float *dg = dalloc(sizeof(float) * n_out[0]), *dgr = dalloc(sizeof(float) * n_out[0]);
-    const float eps = 1e-5f;
-    krn_mm_part parts[3], ref[3];
-    for (int i = 0; i < n; i++)
-        parts[i] = (krn_mm_part){y[i], &W[i]}, ref[i] = (krn_mm_part){yr[i], &W[i]};
-    dev_err err = {0};
-    int done = 0;
-    assert_int_equal(krn_cuda_norm_matmul_fused_async(g_s1, parts, n, dt, dx, dn, eps, glu ? dg : NULL, 1, &done,
-                                                      &err), 0);
-    assert_int_equal(done, 1);
-    assert_int_equal(krn_cuda_rmsnorm_async(g_s2, dtr, dx, dn, 1, n_in, eps, &err), 0);
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s2, ref, n, dtr, 1, 0, &err), 0);
-    if (glu)
-        assert_int_equal(krn_cuda_swiglu_async(g_s2, dgr, yr[0], yr[1], 1, n_out[0], &err), 0);
-    sync_both();
-    for (int i = 0; i < (glu ? 1 : n); i++) {
-        const int m = glu ? n_out[0] : n_out[i];
-        float *a = malloc(sizeof(float) * m), *b = malloc(sizeof(float) * m);
-        download(a, glu ? dg : y[i], sizeof(float) * m);
-        download(b, glu ? dgr : yr[i], sizeof(float) * m);
-        for (int r = 0; r < m; r++)
-            if (memcmp(&a[r], &b[r], sizeof(float)) != 0)
-                fail_msg("norm_matmul %s n_in=%d, %d part(s), glu=%d: %s %d row %d = %.9g, composed ops %.9g",
-                         t->name, n_in, n, glu, glu ? "glu" : "part", i, r, a[r], b[r]);
-        free(a);
-        free(b);
-    }
-    /* declined: two rows of x; t off 16-byte alignment (the composed rmsnorm would take another kernel) */
-    done = 1;
-    assert_int_equal(krn_cuda_norm_matmul_fused_async(g_s1, parts, n, dt, dx, dn, eps, NULL, 2, &done, &err), 0);
-    assert_int_equal(done, 0);
-    done = 1;
-    assert_int_equal(krn_cuda_norm_matmul_fused_async(g_s1, parts, n, dt + 1, dx, dn, eps, NULL, 1, &done, &err), 0);
-    assert_int_equal(done, 0);
-    for (int i = 0; i < n; i++)
-        CK(cudaFree((void *)W[i].data)), CK(cudaFree(y[i])), CK(cudaFree(yr[i]));
-    CK(cudaFree(dx)), CK(cudaFree(dn)), CK(cudaFree(dt)), CK(cudaFree(dtr)), CK(cudaFree(dg)), CK(cudaFree(dgr));
-    free(hx);
-    free(hn);
-}
-
-static void test_norm_matmul_fused_has_the_bits_of_rmsnorm_parts_and_swiglu(void **state) {
-    (void)state;
-    static const int qkv[3] = {613, 130, 77}, pair[2] = {517, 517}, head[1] = {1001};
-    for (size_t ti = 0; ti < 3; ti++) { /* f32, f16, bf16 */
-        const cuda_ref_type *t = &CUDA_REF_TYPES[ti];
-        for (int n_in = 1024; n_in <= 8192; n_in *= 8) {
-            check_norm_matmul(t, n_in, 3, qkv, 0);
-            check_norm_matmul(t, n_in, 2, pair, 1);
-            check_norm_matmul(t, n_in, 1, head, 0);
-        }
-    }
-    /* a block type: declined, the caller composes */
-    const cuda_ref_type *q = &CUDA_REF_TYPES[3];
-    uint8_t *hw = calloc(1, krn_row_bytes(q->type, 1024) * 8);
-    krn_weight Wq = {q->type, 8, 1024, dupload(hw, krn_row_bytes(q->type, 1024) * 8), KRN_LAYOUT_BLOCKS};
-    float *d = dalloc(sizeof(float) * 4096);
-    const krn_mm_part p = {d + 2048, &Wq};
-    int done = 1;
-    dev_err err = {0};
-    assert_int_equal(krn_cuda_norm_matmul_fused_async(g_s1, &p, 1, d + 1024, d, d + 3072, 1e-5f, NULL, 1, &done,
-                                                      &err), 0);
-    assert_int_equal(done, 0);
-    CK(cudaFree((void *)Wq.data)), CK(cudaFree(d));
-    free(hw);
 }
 
 static void test_matmul_reads_a_misaligned_tensor_without_its_neighbours(void **state) {
@@ -754,7 +665,6 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_reference_for_every_type_shape_and_batch),
         cmocka_unit_test(test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops),
-        cmocka_unit_test(test_norm_matmul_fused_has_the_bits_of_rmsnorm_parts_and_swiglu),
         cmocka_unit_test(test_matmul_reads_a_misaligned_tensor_without_its_neighbours),
         cmocka_unit_test(test_matmul_rejects_bad_types_and_shapes_with_a_message),
         cmocka_unit_test(test_rmsnorm_matches_reference_and_is_deterministic),

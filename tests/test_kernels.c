@@ -270,8 +270,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     free(x_host);
 }
 
-/* The fused forms the forward uses: parts = one matmul per part, acc = matmul then add, norm_matmul =
- * rmsnorm, parts (and swiglu of a pair), bit for bit. */
+/* The fused forms the forward uses: parts = one matmul per part, acc = matmul then add, bit for bit. */
 static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **state)
 {
     (void)state;
@@ -320,33 +319,6 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
     for (int i = 0; i < 3; i++)
         assert_memory_equal(y[i], yref[i], sizeof(float) * B * n_out[i]);
     assert_memory_equal(z, zref, sizeof(float) * B * N0);
-    /* norm_matmul: rmsnorm then parts (then swiglu of a pair) */
-    float *nw = dev_malloc(d, sizeof(float) * NIN, &err), *nwh = rand_vec(NIN, 1.0f);
-    float *tn = dev_malloc(d, sizeof(float) * B * NIN, &err), *tr = dev_malloc(d, sizeof(float) * B * NIN, &err);
-    float *g = dev_malloc(d, sizeof(float) * B * N0, &err), *gr = dev_malloc(d, sizeof(float) * B * N0, &err);
-    float *u = dev_malloc(d, sizeof(float) * B * N0, &err);
-    assert_int_equal(dev_copy_h2d_sync(d, nw, nwh, sizeof(float) * NIN, &err), 0);
-    assert_int_equal(krn_norm_matmul_async(s, parts, 3, tn, x, nw, 1e-5f, NULL, B), 0);
-    assert_int_equal(krn_rmsnorm_async(s, tr, x, nw, B, NIN, 1e-5f), 0);
-    const krn_mm_part pair[2] = { { y[0], &W[0] }, { u, &W[0] } }; /* equal n_out: a gate/up pair */
-    assert_int_equal(krn_norm_matmul_async(s, pair, 2, tn, x, nw, 1e-5f, g, B), 0);
-    assert_int_equal(krn_matmul_async(s, gr, &W[0], tr, B), 0);
-    assert_int_equal(krn_swiglu_async(s, gr, gr, gr, B, N0), 0);
-    assert_int_equal(dev_stream_sync(s, &err), 0);
-    for (int i = 1; i < 3; i++) { /* parts 1, 2 of the first call: matmul of the normed x */
-        float *ref = dev_malloc(d, sizeof(float) * B * n_out[i], &err);
-        assert_int_equal(krn_matmul_async(s, ref, &W[i], tr, B), 0);
-        assert_int_equal(dev_stream_sync(s, &err), 0);
-        assert_memory_equal(y[i], ref, sizeof(float) * B * n_out[i]);
-        dev_free(d, ref);
-    }
-    assert_memory_equal(g, gr, sizeof(float) * B * N0);
-    /* refused: glu with unequal n_out, glu with 3 parts, no norm weight */
-    assert_int_equal(krn_norm_matmul_async(s, parts, 2, tn, x, nw, 1e-5f, g, B), MEMRA_E_INVAL);
-    assert_int_equal(krn_norm_matmul_async(s, parts, 3, tn, x, nw, 1e-5f, g, B), MEMRA_E_INVAL);
-    assert_int_equal(krn_norm_matmul_async(s, parts, 3, tn, x, NULL, 1e-5f, NULL, B), MEMRA_E_INVAL);
-    dev_free(d, nw), dev_free(d, tn), dev_free(d, tr), dev_free(d, g), dev_free(d, gr), dev_free(d, u);
-    free(nwh);
     /* refused: no parts, too many, n_in that differ */
     assert_int_equal(krn_matmul_parts_async(s, parts, 0, x, B), MEMRA_E_INVAL);
     assert_int_equal(krn_matmul_parts_async(s, parts, KRN_MM_PARTS + 1, x, B), MEMRA_E_INVAL);

@@ -50,15 +50,6 @@ int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, cons
 int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, int B, int acc,
                                 dev_err *err);
 
-/* krn_norm_matmul_async's one-launch path: when B == 1, every part is vec-able (f32/f16/bf16 of one type,
- * 16-byte aligned, n_in % 8 == 0, n_in <= 8192) and t, norm are 16-byte aligned (glu: n == 2, equal n_out),
- * enqueues one GEMV that computes the rmsnorm scale itself and (glu) stores silu(y_0) * y_1 into glu, the
- * bits of the composed ops, and sets *done = 1; t is not written, nor (glu) the parts' y. Otherwise *done = 0
- * and nothing is enqueued: the caller composes. Returns 0 or MEMRA_E_DEVICE (launch failed). */
-int krn_cuda_norm_matmul_fused_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *t,
-                                     const float *x, const float *norm, float eps, float *glu, int B, int *done,
-                                     dev_err *err);
-
 /* y (B, n) += bias (n,) */
 int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float *bias, int B, int n, dev_err *err);
 
@@ -107,8 +98,6 @@ int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, in
 int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
 int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
-int krn_cuda_norm_matmul_fused(dev_stream *s, const krn_mm_part *parts, int n, const float *t, const float *x,
-                               const float *norm, float eps, float *glu, int B, int *done);
 int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                   float freq_base, float freq_scale, int neox);

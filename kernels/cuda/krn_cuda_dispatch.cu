@@ -114,12 +114,6 @@ extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W,
     ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
 }
 
-extern "C" int krn_cuda_norm_matmul_fused(dev_stream *s, const krn_mm_part *parts, int n, const float *t,
-                                          const float *x, const float *norm, float eps, float *glu, int B, int *done) {
-    *done = 0;
-    ADAPT(krn_cuda_norm_matmul_fused_async(st, parts, n, t, x, norm, eps, glu, B, done, NULL));
-}
-
 extern "C" int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a) {
     ADAPT(krn_cuda_rope_store_async(st, a, NULL));
 }

@@ -6,7 +6,7 @@
 #include "kernels/cuda/krn_cuda_util.cuh"
 
 #define EW_THREADS 256   /* threads per block of the element-wise kernels */
-#define ROW_THREADS KRN_RMS_THREADS /* threads per row of rmsnorm and argmax (8 warps) */
+#define ROW_THREADS 256  /* threads per row of rmsnorm and argmax (8 warps) */
 
 static unsigned ew_blocks(size_t n) { return (unsigned)((n + EW_THREADS - 1) / EW_THREADS); }
 
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *__restrict_
  * per row at n = 4096 on an H200 (ncu), ~40 % of a decode step's non-GEMV time. Same order as that loop
  * for a thread's own elements is not kept: thread t adds its float4s j = 0, 1, ... (x, y, z, w), then the
  * fixed block tree; deterministic. */
-#define RMS_V4 KRN_RMS_V4
+#define RMS_V4 8
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restrict__ y, const float *__restrict__ x,
                                                                    const float *__restrict__ w, int n, float eps) {
     __shared__ float red[32];
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restr
         ss = fmaf(xv[j].w, xv[j].w, ss);
     }
     ss = krn_block_sum(ss, red);
-    const float scale = krn_rms_scale(ss, n, eps);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
 #pragma unroll
     for (int j = 0; j < RMS_V4; j++) {
         const int i = threadIdx.x + j * ROW_THREADS;

@@ -53,6 +53,16 @@ template <int T> static __device__ __forceinline__ float ld_f1(const uint8_t *ro
     return T == KRN_F16 ? krn_h2f(h) : krn_bf2f(h);
 }
 
+template <int NB>
+static __device__ __forceinline__ void fma8(const float (&w)[8], const float *x, int n_in, int e, float (&acc)[NB]) {
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const float *xr = x + (size_t)b * n_in + e;
+        const float4 a = krn_ld_f4(xr), c = krn_ld_f4(xr + 4);
+        acc[b] = dot4(dot4(acc[b], w[0], w[1], w[2], w[3], a), w[4], w[5], w[6], w[7], c);
+    }
+}
+
 /* Unaligned or n_in % 8 != 0: one warp per row, lane reads weights lane + 32*j one by one. */
 template <int T, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
@@ -131,113 +141,39 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
     }
 }
 
-/* Fusions of the vec kernel (F, a bit set; NB = 1 only, krn_norm_matmul_async at B = 1):
- * MM_F_NORM: the GEMV reads t = rmsnorm(x) * norm instead of x, computing the scale itself (every block, from
- *   x in L2) with the bits of rmsnorm_vec_kernel; the rmsnorm launch and t's round trip are gone.
- * MM_F_GLU: the list is (gate, up) of equal n_out; a warp computes gate row u, then up row u, and stores
- *   glu[u] = silu(gate . x) * (up . x) with swiglu_kernel's expression; the swiglu launch is gone. */
-#define MM_F_NORM 1
-#define MM_F_GLU 2
-typedef struct mm_fuse {
-    const float *norm; /* (n_in,) MM_F_NORM */
-    float eps;
-    float *glu; /* (n_out,) MM_F_GLU */
-} mm_fuse;
-
-/* The rmsnorm scale of x (n floats, n % 4 == 0, n <= 4 * KRN_RMS_V4 * KRN_RMS_THREADS, 16-byte aligned)
- * with the bits of rmsnorm_vec_kernel: its KRN_RMS_THREADS threads' partial sums (thread v adds its float4s
- * j = 0, 1, ... in order), each warp's butterfly, the warp totals added in warp order. This block's
- * MM_WARPS * 32 threads emulate them (thread t adds for v = t, t + 128, ...). Every thread of the block
- * must call it (barrier); red has room for KRN_RMS_THREADS / 32 floats. */
-static __device__ __forceinline__ float mm_norm_scale(const float *x, int n, float eps, float *red) {
-    enum { V = KRN_RMS_THREADS / (MM_WARPS * KRN_WARP) /* virtual threads per thread */ };
-    static_assert(KRN_RMS_THREADS % (MM_WARPS * KRN_WARP) == 0, "whole virtual warps per warp");
-    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP, n4 = n / 4;
-    const float4 *x4 = (const float4 *)x;
-#pragma unroll
-    for (int h = 0; h < V; h++) {
-        const int v = threadIdx.x + h * MM_WARPS * KRN_WARP;
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < KRN_RMS_V4; j++) {
-            const int i = v + j * KRN_RMS_THREADS;
-            const float4 a = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            ss = fmaf(a.x, a.x, ss);
-            ss = fmaf(a.y, a.y, ss);
-            ss = fmaf(a.z, a.z, ss);
-            ss = fmaf(a.w, a.w, ss);
-        }
-        ss = krn_warp_sum(ss);
-        if (lane == 0)
-            red[warp + h * MM_WARPS] = ss;
-    }
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < KRN_RMS_THREADS / KRN_WARP; i++)
-        t += red[i];
-    return krn_rms_scale(t, n, eps);
-}
-
-/* x[e, e+8) for the dot: as stored, or (F & MM_F_NORM) x * scale * norm, rmsnorm_vec_kernel's expression. */
-template <int F>
-static __device__ __forceinline__ void mm_ld_x8(const float *xr, const float *norm, float scale, int e, float4 &a,
-                                                float4 &c) {
-    a = krn_ld_f4(xr + e);
-    c = krn_ld_f4(xr + e + 4);
-    if (F & MM_F_NORM) {
-        const float4 g = krn_ld_f4(norm + e), h = krn_ld_f4(norm + e + 4);
-        a = make_float4(a.x * scale * g.x, a.y * scale * g.y, a.z * scale * g.z, a.w * scale * g.w);
-        c = make_float4(c.x * scale * h.x, c.y * scale * h.y, c.z * scale * h.z, c.w * scale * h.w);
-    }
-}
-
-/* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks units u = (k + i*gridDim.x)*MM_WARPS
- * + w, i = 0, 1, ...: unit u is list row u (the rows of every part, one after the other), or with MM_F_GLU
- * the pair gate row u, up row u. Lane l reads weights [8*(l + 32*j), +8) of a row, MM_U loads per batch.
- * The walk is software pipelined: the next batch's loads (the rest of this row or the start of the next)
- * are issued before the current batch is multiplied and before a finished row is reduced, so memory stays
- * busy across rows; the first two batches (one with MM_F_NORM, whose scale needs x) are issued BEFORE the
- * PDL wait (W is immutable during a forward: written at load, then the loading stream synced; only x and y
- * are touched by the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel
- * before it drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on
- * neither B, the grid, the fusion nor the other parts, so a row has the same bits in any batch and list. */
-template <int T, int NB, int F>
+/* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks list rows (k + i*gridDim.x)*MM_WARPS
+ * + w, i = 0, 1, ... (the rows of every part, one after the other); lane l reads weights [8*(l + 32*j), +8)
+ * of a row, MM_U loads per batch. The walk is software pipelined: the next batch's loads (the rest of this
+ * row or the start of the next) are issued before the current batch is multiplied and before a finished row
+ * is reduced, so memory stays busy across rows; the first two batches are issued BEFORE the PDL wait (W is
+ * immutable during a forward: written at load, then the loading stream synced; only x and y are touched by
+ * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
+ * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
+ * the grid nor the other parts, so a row has the same bits in any batch and any list. */
+template <int T, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
-    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y,
-                        const mm_fuse fz) {
-    static_assert(F == 0 || NB == 1, "fusions are built for one row of x");
-    enum { G = (F & MM_F_GLU) ? 2 : 1 /* rows per unit */ };
-    __shared__ float red[KRN_RMS_THREADS / KRN_WARP];
+    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
-    const int nunits = G == 2 ? l.end[0] : l.end[KRN_MM_PARTS - 1];
+    const int nrows = l.end[KRN_MM_PARTS - 1];
     const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
-    const int ustride = gridDim.x * MM_WARPS;
-    int unit = blockIdx.x * MM_WARPS + warp, half = 0, t = 0; /* list row: unit + half * l.end[0] */
-    const uint8_t *rp = mm_row_ptr(l, row_bytes, unit); /* the row being loaded; resolved once per row */
+    const int rstride = gridDim.x * MM_WARPS;
+    int row = blockIdx.x * MM_WARPS + warp, t = 0;
+    const uint8_t *rp = mm_row_ptr(l, row_bytes, row); /* the row being loaded; resolved once per row */
     mm_f8<T> cur[MM_U], nxt[MM_U];
     mm_issue<T>(cur, rp, n_in, 0, lane);
-    bool waited = false;
-    float scale = 1.0f, gate = 0.0f;
-    if (F & MM_F_NORM) { /* every thread: the scale's barrier */
-        krn_pdl_enter_after_loads();
-        waited = true;
-        scale = mm_norm_scale(x, n_in, fz.eps, red);
-    }
-    if (unit >= nunits) { /* no rows for this warp (the grid's last block) */
-        if (!waited)
-            krn_pdl_enter();
+    if (row >= nrows) { /* no rows for this warp (the grid's last block) */
+        krn_pdl_enter();
         return;
     }
+    bool waited = false;
     float acc[NB];
 #pragma unroll
     for (int b = 0; b < NB; b++)
         acc[b] = 0.0f;
-    while (unit < nunits) {
-        const bool last = t + 1 == nbatch; /* the row ends with this batch */
-        const int nhalf = last ? (half + 1) % G : half, nunit = last && nhalf == 0 ? unit + ustride : unit;
-        const int nt = last ? 0 : t + 1;
-        if (last)
-            rp = mm_row_ptr(l, row_bytes, nunit + nhalf * l.end[0]);
+    while (row < nrows) {
+        const int nrow = t + 1 < nbatch ? row : row + rstride, nt = t + 1 < nbatch ? t + 1 : 0;
+        if (nt == 0)
+            rp = mm_row_ptr(l, row_bytes, nrow);
         mm_issue<T>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
         if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
             krn_pdl_enter_after_loads();
@@ -249,24 +185,12 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
             if (e < n_in) {
                 float w[8];
                 cvt_f8<T>(cur[u], w);
-#pragma unroll
-                for (int b = 0; b < NB; b++) {
-                    float4 a, c;
-                    mm_ld_x8<F>(x + (size_t)b * n_in, fz.norm, scale, e, a, c);
-                    acc[b] = dot4(dot4(acc[b], w[0], w[1], w[2], w[3], a), w[4], w[5], w[6], w[7], c);
-                }
+                fma8<NB>(w, x, n_in, e, acc);
             }
         }
-        if (last && G == 2) { /* gate row done: keep it; up row done: store the pair */
-            const float r = krn_warp_sum(acc[0]);
-            if (half == 0)
-                gate = r;
-            else if (lane == 0)
-                fz.glu[unit] = gate / (1.0f + expf(-gate)) * r;
-            acc[0] = 0.0f;
-        } else if (last) {
+        if (nt == 0) { /* row done */
             int local;
-            const int row = unit, p = mm_part(l, row, &local);
+            const int p = mm_part(l, row, &local);
             const int n_out = mm_pick(l.end[0], l.end[1] - l.end[0], l.end[2] - l.end[1], p);
             float *yp = mm_pick(l.y[0], l.y[1], l.y[2], p) + local;
 #pragma unroll
@@ -277,8 +201,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
                 acc[b] = 0.0f;
             }
         }
-        unit = nunit;
-        half = nhalf;
+        row = nrow;
         t = nt;
 #pragma unroll
         for (int u = 0; u < MM_U; u++)
@@ -310,20 +233,18 @@ static int mm_grid_mode(void) {
     return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 2, &cache);
 }
 
-template <int T, int NB, int F = 0>
-static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row_bytes, int acc, cudaStream_t st,
-                          const mm_fuse &fz = mm_fuse{}) {
-    const int units = (F & MM_F_GLU) ? l->end[0] : l->end[KRN_MM_PARTS - 1];
-    const int groups = (units + MM_WARPS - 1) / MM_WARPS;
+template <int T, int NB>
+static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
+    const int groups = (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS;
     static int occ = 0;
-    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, NB, F>, &occ) * krn_cuda_sm_count();
+    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, NB>, &occ) * krn_cuda_sm_count();
     int blocks = groups;
     if (cap > 0 && groups > cap) { /* every block resident at once; the row groups spread evenly over rounds */
         const int rounds = (groups + cap - 1) / cap;
         blocks = (groups + rounds - 1) / rounds;
     }
-    krn_launch(mm_float_vec_kernel<T, NB, F>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
-               row_bytes, acc, fz);
+    krn_launch(mm_float_vec_kernel<T, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
+               row_bytes, acc);
 }
 
 template <int T>
@@ -400,8 +321,9 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     return 0;
 }
 
-/* The list of parts [0, n), their y at row b0 (unused parts: end = the row count, no row maps to them). */
-static mm_list mm_list_of(const krn_mm_part *parts, int n, int b0) {
+/* Parts [0, n) of one float type, rows [b0, b0 + nb) of x, in one vec launch walking their rows as one list. */
+static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0, int nb, int acc, cudaStream_t st) {
+    const krn_weight *W0 = parts[0].W;
     mm_list l = {};
     int end = 0;
     for (int i = 0; i < KRN_MM_PARTS; i++) {
@@ -412,13 +334,6 @@ static mm_list mm_list_of(const krn_mm_part *parts, int n, int b0) {
         }
         l.end[i] = end;
     }
-    return l;
-}
-
-/* Parts [0, n) of one float type, rows [b0, b0 + nb) of x, in one vec launch walking their rows as one list. */
-static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0, int nb, int acc, cudaStream_t st) {
-    const krn_weight *W0 = parts[0].W;
-    const mm_list l = mm_list_of(parts, n, b0);
     const size_t rb = krn_row_bytes(W0->type, W0->n_in);
     const float *xb = x + (size_t)b0 * W0->n_in;
     switch (W0->type) {
@@ -426,47 +341,6 @@ static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0
     case KRN_F16: mm_vec_nb<KRN_F16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
     default: mm_vec_nb<KRN_BF16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
     }
-}
-
-/* krn_norm_matmul_async's one-launch path (see krn_cuda.h). */
-extern "C" int krn_cuda_norm_matmul_fused_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *t,
-                                                const float *x, const float *norm, float eps, float *glu, int B,
-                                                int *done, dev_err *err) {
-    *done = 0;
-    static int no_fuse = KRN_TUNE_UNREAD; /* MEMRA_CUDA_NO_FUSE=1: always compose (an A/B knob, same bits) */
-    static const int allowed[] = {0, 1};
-    if (krn_cuda_tune("MEMRA_CUDA_NO_FUSE", allowed, 2, &no_fuse) == 1)
-        return 0;
-    /* t, x, norm 16-byte aligned: the composed path's rmsnorm would take rmsnorm_vec_kernel, whose bits we keep */
-    if (B != 1 || !parts || n < 1 || n > KRN_MM_PARTS || !norm || !t || !krn_cuda_aligned(norm, 16) ||
-        !krn_cuda_aligned(t, 16) || !(eps >= 0.0f))
-        return 0;
-    for (int i = 0; i < n; i++) {
-        int vec = 0;
-        if (mm_check(parts[i].y, parts[i].W, x, B, &vec, NULL) || !vec || parts[i].W->type != parts[0].W->type ||
-            parts[i].W->n_in != parts[0].W->n_in)
-            return 0;
-    }
-    const krn_weight *W0 = parts[0].W;
-    if (W0->n_in > 4 * KRN_RMS_V4 * KRN_RMS_THREADS || (glu && (n != 2 || parts[1].W->n_out != W0->n_out)))
-        return 0;
-    mm_list l = mm_list_of(parts, n, 0);
-    const size_t rb = krn_row_bytes(W0->type, W0->n_in);
-    const mm_fuse fz = {norm, eps, glu};
-    cudaStream_t st = (cudaStream_t)cuda_stream;
-#define MM_FUSED(T_)                                                                                            \
-    (glu ? mm_vec_launch<T_, 1, MM_F_NORM | MM_F_GLU>(&l, x, W0->n_in, rb, 0, st, fz)                             \
-         : mm_vec_launch<T_, 1, MM_F_NORM>(&l, x, W0->n_in, rb, 0, st, fz))
-    switch (W0->type) {
-    case KRN_F32: MM_FUSED(KRN_F32); break;
-    case KRN_F16: MM_FUSED(KRN_F16); break;
-    default: MM_FUSED(KRN_BF16); break;
-    }
-#undef MM_FUSED
-    *done = 1;
-    int rc = krn_cuda_launch_check(err, "krn_cuda_norm_matmul");
-    return rc ? (dev_err_wrap(err, "type %d, %dx%d, %d part(s)%s", W0->type, W0->n_out, W0->n_in, n,
-                              glu ? " + swiglu" : ""), rc) : 0;
 }
 
 /* One part that is not vec-able (unaligned or odd float rows, block types, planes), rows [b0, b0 + nb). */

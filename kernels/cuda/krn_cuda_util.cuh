@@ -108,32 +108,14 @@ static __device__ __forceinline__ float krn_block_max(float v, float *red) {
     return t;
 }
 
-/* rmsnorm's sum of squares (rmsnorm_vec_kernel, and the GEMV that folds it in, mm_norm_scale): a block of
- * KRN_RMS_THREADS, each adding up to KRN_RMS_V4 float4s; both follow this layout so their bits agree. */
-#define KRN_RMS_THREADS 256
-#define KRN_RMS_V4 8
-static __device__ __forceinline__ float krn_rms_scale(float sum_sq, int n, float eps) {
-    return 1.0f / sqrtf(sum_sq / (float)n + eps);
-}
-
 /* MEMRA_PDL, device side: the first statement of every kernel of the table. Waits until the kernel this one
  * depends on (its predecessor on the stream, when launched with programmatic stream serialization) has
  * completed and its writes are visible, then lets the next kernel's blocks be scheduled (they wait the
  * same way). Without the launch attribute both are no-ops. */
 static __device__ __forceinline__ void krn_pdl_enter(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#if MEMRA_CUDA_PDL_LATE
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#else
-    /* The next kernel may be scheduled as soon as every block of this one is resident: it then waits for
-     * this one to complete, which implies the one before completed too (each waits for its predecessor), so
-     * the ordering is transitive. A small kernel (rope, attention) thus has its successor GEMV resident and
-     * streaming weights during it, not only during its tail. No deadlock: the successor launches only once
-     * all of this kernel's blocks are resident and have passed this line. */
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 #endif
 }
 
