@@ -121,13 +121,37 @@ void mdl_sampler_accept(mdl_sampler *s, int32_t token)
         s->hist_n++;
 }
 
+/* Two passes the compiler vectorizes (16 running maxima, then the first 16-block holding the largest), time
+ * spent between one decode step and the next (memra-bench sample, docs/bench/cpu.md). A NaN
+ * compares false, so it never becomes a maximum; -0.0 == +0.0, so of equal values the lowest index wins, as
+ * in a one-pass scan. Only -infinity and NaN everywhere -> no index holds `best` > -inf: the second pass
+ * then finds the first -infinity, or none (-1). */
 int32_t mdl_argmax(const float *x, int32_t n)
 {
-    int32_t best = -1;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] == x[i] && (best < 0 || x[i] > x[best]))
-            best = i;
-    return best;
+    enum { L = 16 };
+    float m[L];
+    for (int k = 0; k < L; k++)
+        m[k] = -INFINITY;
+    int32_t i = 0;
+    for (; i + L <= n; i += L)
+        for (int k = 0; k < L; k++)
+            m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+    float best = -INFINITY;
+    for (int k = 0; k < L; k++)
+        best = m[k] > best ? m[k] : best;
+    for (; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    for (i = 0; i + L <= n; i += L) { /* the first block holding best (an OR over 16 compares), then in it */
+        int hit = 0;
+        for (int k = 0; k < L; k++)
+            hit |= x[i + k] == best;
+        if (hit)
+            break;
+    }
+    for (; i < n; i++)
+        if (x[i] == best)
+            return i;
+    return -1; /* n <= 0, or every value NaN */
 }
 
 /* a ranks before b: higher logit, then lower id */
@@ -182,12 +206,18 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
         return MEMRA_E_INVAL;
     const mdl_sampler_params *p = &s->p;
     int32_t n = s->n_vocab;
+    const int penalize =
+        s->hist_n && (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f);
+    if (p->temperature <= 0.0f && !penalize) { /* greedy on the logits as they are: no candidate list */
+        int32_t best = mdl_argmax(logits, n);
+        return best < 0 || logits[best] == -INFINITY ? MEMRA_E_INVAL : best;
+    }
     cand *c = s->c;
     for (int32_t i = 0; i < n; i++)
         c[i] = (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i};
 
     /* 1. penalties */
-    if (s->hist_n && (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f)) {
+    if (penalize) {
         for (int32_t i = 0; i < s->hist_n; i++)
             s->count[s->hist[i]]++;
         for (int32_t i = 0; i < s->hist_n; i++) {

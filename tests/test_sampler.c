@@ -257,12 +257,38 @@ static void test_nan_never_wins_and_all_masked_is_an_error(void **state)
 {
     float x[4] = {NAN, 1.0f, NAN, 0.5f};
     assert_int_equal(mdl_argmax(x, 4), 1);
+    /* the edges of the two-pass argmax: ties (lowest index, -0.0 == +0.0), -infinity only, all NaN, a tail
+     * past the 16-wide blocks, the maximum in the tail, n <= 0 */
+    float v[37];
+    for (int i = 0; i < 37; i++)
+        v[i] = (float)(i % 5);
+    assert_int_equal(mdl_argmax(v, 37), 4);
+    v[36] = 9.0f;
+    assert_int_equal(mdl_argmax(v, 37), 36);
+    float z[19] = {NAN, -INFINITY, NAN, -0.0f, 0.0f, -0.0f};
+    for (int i = 6; i < 19; i++)
+        z[i] = -1.0f;
+    assert_int_equal(mdl_argmax(z, 19), 3);
+    float w[18];
+    for (int i = 0; i < 18; i++)
+        w[i] = i == 0 ? NAN : -INFINITY;
+    assert_int_equal(mdl_argmax(w, 18), 1);
+    for (int i = 0; i < 18; i++)
+        w[i] = NAN;
+    assert_int_equal(mdl_argmax(w, 18), -1);
+    assert_int_equal(mdl_argmax(w, 0), -1);
     mdl_sampler *s = make(plain(1.0f), 4);
     for (int i = 0; i < 100; i++) {
         int32_t t = mdl_sampler_sample(s, x);
         assert_true(t == 1 || t == 3);
     }
     float y[4] = {-INFINITY, NAN, -INFINITY, NAN};
+    assert_int_equal(mdl_sampler_sample(s, y), MEMRA_E_INVAL);
+    assert_int_equal(mdl_sampler_sample(s, NULL), MEMRA_E_INVAL);
+    mdl_sampler_destroy(s);
+    /* greedy without penalties (the argmax shortcut): the same answers */
+    s = make(plain(0.0f), 4);
+    assert_int_equal(mdl_sampler_sample(s, x), 1);
     assert_int_equal(mdl_sampler_sample(s, y), MEMRA_E_INVAL);
     assert_int_equal(mdl_sampler_sample(s, NULL), MEMRA_E_INVAL);
     mdl_sampler_destroy(s);

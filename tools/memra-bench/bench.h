@@ -8,6 +8,7 @@ int bench_decode(int argc, char **argv);      /* single-stage prefill/decode tok
 int bench_hop(int argc, char **argv);         /* one boundary hop per transport and slot count (transport/) */
 int bench_pp_scaling(int argc, char **argv);  /* PP-1 vs PP-N with S sequences in flight (actors/pp) */
 int bench_prime(int argc, char **argv);       /* chunked prefill: unsplit vs PP-N chunk pipeline */
+int bench_sample(int argc, char **argv);      /* host time to pick one token (model/sampler) */
 int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
 
 /* One flag of a subcommand: a string (sval) or an integer in [lo, hi] (ival). */

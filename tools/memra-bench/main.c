@@ -14,6 +14,7 @@ static const struct {
     {"hop", bench_hop, "one boundary hop (copy + ev_tx + cross-stream wait) per transport and slot count"},
     {"pp-scaling", bench_pp_scaling, "PP-1 vs PP-N tokens/s with S sequences in flight, busy/bubble per stage"},
     {"prime", bench_prime, "chunked prefill of a long prompt: unsplit walk vs PP-N chunk pipeline"},
+    {"sample", bench_sample, "host time to pick a token from a vocabulary of logits (argmax, sampler)"},
     {"gpu-kernels", bench_gpu_kernels, "CUDA GEMV bandwidth per weight type on an 8B-shaped layer"},
 };
 
