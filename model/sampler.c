@@ -163,39 +163,45 @@ static int cmp_cand(const void *x, const void *y)
     return before(a, b) ? -1 : before(b, a) ? 1 : 0;
 }
 
-/* Keep the k best of c[0..n) in c[0..k), sorted best first: a min-heap of k, O(n log k). */
-static void top_k_sorted(cand *c, int32_t n, int32_t k)
+/* Keep the k best of n candidates in c[0..k), sorted best first: a min-heap of k, O(n log k). The candidates
+ * are c[0..n) in id order (c[i].id == i, in place), or with logits != NULL logit i as candidate i (NaN as
+ * -inf): the same answer without first copying a whole vocabulary into c. Candidate i comes after every id
+ * in the heap, so it beats the root only with a strictly larger logit (a tie goes to the lower id, and a
+ * NaN compares false): one float compare rejects most of a vocabulary. */
+static void top_k_sorted(cand *c, const float *logits, int32_t n, int32_t k)
 {
-    for (int32_t i = 0; i < n; i++) { /* heap in c[0..k): root = worst kept */
-        cand x = c[i];
-        int32_t j;
-        if (i < k) {
-            j = i;
-            while (j > 0 && before(&c[(j - 1) / 2], &x)) {
-                c[j] = c[(j - 1) / 2];
-                j = (j - 1) / 2;
-            }
-            c[j] = x;
-            continue;
+    for (int32_t i = 0; i < k; i++) { /* heap in c[0..k): root = worst kept */
+        const cand x = logits ? (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i} : c[i];
+        int32_t j = i;
+        while (j > 0 && before(&c[(j - 1) / 2], &x)) {
+            c[j] = c[(j - 1) / 2];
+            j = (j - 1) / 2;
         }
-        if (!before(&x, &c[0]))
+        c[j] = x;
+    }
+    float root = c[0].l;
+    for (int32_t i = k; i < n; i++) {
+        const float l = logits ? logits[i] : c[i].l;
+        if (!(l > root))
             continue;
-        j = 0;
-        for (;;) {
-            int32_t l = 2 * j + 1, m = j;
+        const cand x = {l, i};
+        int32_t j = 0;
+        for (;;) { /* sift x down from the root */
+            int32_t ch = 2 * j + 1, m = j;
             const cand *w = &x;
-            if (l < k && before(w, &c[l])) {
-                m = l;
-                w = &c[l];
+            if (ch < k && before(w, &c[ch])) {
+                m = ch;
+                w = &c[ch];
             }
-            if (l + 1 < k && before(w, &c[l + 1]))
-                m = l + 1;
+            if (ch + 1 < k && before(w, &c[ch + 1]))
+                m = ch + 1;
             if (m == j)
                 break;
             c[j] = c[m];
             j = m;
         }
         c[j] = x;
+        root = c[0].l;
     }
     qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
@@ -213,6 +219,17 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
         return best < 0 || logits[best] == -INFINITY ? MEMRA_E_INVAL : best;
     }
     cand *c = s->c;
+    int32_t keep = p->min_keep < n ? p->min_keep : n, best = 0;
+    int sorted = 0;
+    if (!penalize && p->top_k > 0 && p->top_k < n) { /* steps 1-3 at once: top-k straight from the logits */
+        const int32_t k = p->top_k > keep ? p->top_k : keep;
+        top_k_sorted(c, logits, n, k);
+        if (c[0].l == -INFINITY)
+            return MEMRA_E_INVAL;
+        n = k;
+        sorted = 1;
+        goto top_p;
+    }
     for (int32_t i = 0; i < n; i++)
         c[i] = (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i};
 
@@ -232,7 +249,6 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
         }
     }
     /* 2. greedy */
-    int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
         if (before(&c[i], &c[best]))
             best = i;
@@ -241,15 +257,15 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
     if (p->temperature <= 0.0f)
         return c[best].id;
 
-    int32_t keep = p->min_keep < n ? p->min_keep : n;
-    int sorted = 0;
     /* 3. top-k */
     if (p->top_k > 0 && p->top_k < n) {
         int32_t k = p->top_k > keep ? p->top_k : keep;
-        top_k_sorted(c, n, k);
+        top_k_sorted(c, NULL, n, k);
         n = k;
         sorted = 1;
+        best = 0; /* c was reordered: the best is first */
     }
+top_p:
     /* 4. top-p */
     if (p->top_p < 1.0f) {
         if (!sorted)

@@ -253,6 +253,40 @@ static void test_repetition_penalty_demotes_tokens_inside_its_window_only(void *
     mdl_sampler_destroy(s);
 }
 
+/* Without penalties, top-k is taken straight from the logits (no candidate list of the vocabulary); with a
+ * penalty that changes no logit (freq 1e-30 on a token whose logit is 5.0) the candidate path runs. Both must
+ * draw the same tokens from the same seed: the defaults, min_keep above top_k, top_k = n - 1; NaN and -inf
+ * logits; many ties (logits on a 0.001 grid). */
+static void test_top_k_from_the_logits_draws_what_the_candidate_path_draws(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    static float x[N];
+    mdl_sampler_params a = mdl_sampler_default_params();
+    for (int variant = 0; variant < 3; variant++) {
+        if (variant == 1)
+            a.min_keep = 64;
+        if (variant == 2)
+            a.top_k = N - 1, a.top_p = 1.0f;
+        mdl_sampler_params b = a;
+        b.freq_penalty = 1e-30f;
+        mdl_sampler *sa = make(a, N), *sb = make(b, N);
+        mdl_sampler_accept(sa, 7);
+        mdl_sampler_accept(sb, 7);
+        for (uint32_t k = 0; k < 200; k++) {
+            fill_logits(x, N, k + 1);
+            x[7] = 5.0f;
+            if (k % 3 == 0)
+                x[100 + k] = NAN, x[101 + k] = -INFINITY;
+            const int32_t ta = mdl_sampler_sample(sa, x), tb = mdl_sampler_sample(sb, x);
+            assert_true(ta >= 0);
+            assert_int_equal(ta, tb);
+        }
+        mdl_sampler_destroy(sa);
+        mdl_sampler_destroy(sb);
+    }
+}
+
 static void test_nan_never_wins_and_all_masked_is_an_error(void **state)
 {
     float x[4] = {NAN, 1.0f, NAN, 0.5f};
@@ -327,6 +361,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_returns_the_argmax),
+        cmocka_unit_test(test_top_k_from_the_logits_draws_what_the_candidate_path_draws),
         cmocka_unit_test(test_top_k_of_one_equals_greedy_at_any_temperature),
         cmocka_unit_test(test_same_seed_gives_the_same_tokens),
         cmocka_unit_test(test_different_seeds_give_different_tokens),
