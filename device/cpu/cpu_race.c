@@ -140,8 +140,8 @@ void cpu_race_access__(cpu_platform *p, cpu_alloc *a, const void *ptr, size_t by
     r->write = w;
     r->slot = slot;
     r->tick = tick;
-    snprintf(r->stream, sizeof r->stream, "%s", stream);
-    snprintf(r->op, sizeof r->op, "%s", op);
+    cpu_name_copy(r->stream, sizeof r->stream, stream);
+    cpu_name_copy(r->op, sizeof r->op, op);
 }
 
 void cpu_race_enable(dev_platform *bp, int on)

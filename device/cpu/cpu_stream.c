@@ -22,7 +22,7 @@ static cpu_mark *mark_new(const char *stream)
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->m, NULL);
     pthread_cond_init(&m->c, NULL);
-    snprintf(m->stream, sizeof m->stream, "%s", stream);
+    cpu_name_copy(m->stream, sizeof m->stream, stream);
     return m;
 }
 
@@ -143,7 +143,7 @@ static cpu_op *op_new(cpu_stream *s, int kind, const char *name)
         return NULL;
     }
     op->kind = kind;
-    snprintf(op->name, sizeof op->name, "%s", name);
+    cpu_name_copy(op->name, sizeof op->name, name);
     return op;
 }
 
