@@ -22,4 +22,9 @@ typedef struct bench_flag {
 /* Parse argv[1..) against flags; returns 0, or 2 after printing what was wrong and the usage line. */
 int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n, const char *usage);
 
+/* Seconds on CLOCK_MONOTONIC (the wall clock every subcommand times with). */
+double bench_now_s(void);
+/* Sort v[0..n) ascending (for medians and percentiles). */
+void bench_sort(double *v, int n);
+
 #endif

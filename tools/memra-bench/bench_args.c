@@ -1,8 +1,10 @@
-/* Flag parsing shared by the memra-bench subcommands: every value checked, nothing silently ignored. */
+/* Shared by the memra-bench subcommands: flag parsing (every value checked, nothing silently ignored), the
+ * clock and a sort for medians. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 
@@ -38,4 +40,22 @@ int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags,
         *f->ival = (int)x;
     }
     return 0;
+}
+
+double bench_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void bench_sort(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
 }

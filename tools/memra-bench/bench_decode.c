@@ -5,20 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "device/dev.h"
 #include "kernels/krn.h"
 #include "model/llama.h"
-
-int bench_decode(int argc, char **argv);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "bench.h"
 
 static void usage(FILE *f)
 {
@@ -93,7 +84,7 @@ int bench_decode(int argc, char **argv)
     int32_t *pos_h = ids_h + C, *tok_h = ids_h + 2 * C; /* pinned: positions, the decoded token */
     /* prompt: a fixed pseudo-random token sequence (the speed does not depend on the ids) */
     uint32_t r = 12345;
-    const double t0 = now_s();
+    const double t0 = bench_now_s();
     for (int i = 0; i < P; i += C) {
         const int B = P - i < C ? P - i : C;
         int32_t toks[C];
@@ -112,7 +103,7 @@ int bench_decode(int argc, char **argv)
             (i + B == P && dev_copy_d2h_async(s, tok_h, am_d, sizeof(int32_t))) || dev_stream_sync(s, &err))
             goto out;
     }
-    const double t1 = now_s();
+    const double t1 = bench_now_s();
     for (int t = 0; t < D; t++) {
         pos_h[0] = P + t;
         ids_h[0] = 0;
@@ -123,7 +114,7 @@ int bench_decode(int argc, char **argv)
             dev_copy_d2h_async(s, tok_h, am_d, sizeof(int32_t)) || dev_stream_sync(s, &err))
             goto out;
     }
-    const double t2 = now_s();
+    const double t2 = bench_now_s();
     printf("memra-bench decode: %s (%s, %d layers, n_embd %d), CPU backend, 1 stream, chunk %d rows\n", path,
            mdl_model_arch_name(m), hp->n_layer, hp->n_embd, C);
     printf("| phase   | tokens | seconds | tokens/s |\n|---------|-------:|--------:|---------:|\n");

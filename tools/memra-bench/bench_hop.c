@@ -5,23 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
 #include "transport/boundary.h"
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + 1e-3 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int hop_case(dev_platform *plat, int peer, int K, size_t bytes, int R, double *med, double *p99)
 {
@@ -35,16 +21,16 @@ static int hop_case(dev_platform *plat, int peer, int K, size_t bytes, int R, do
     int rc = (!b || !sp || !sc || !src || !dst || !done || !lat) ? 2 : 0;
     for (int i = 0; i < R && rc == 0; i++) {
         int k = bnd_next_slot(b, 1);
-        double t0 = now_us();
+        double t0 = 1e6 * bench_now_s();
         /* one thread plays both actors: the consumer enqueues its recv (and so ev_rx[k]) before the
          * producer's next send of slot k — the credit protocol, serialized */
         if (bnd_send_async(b, k, sp, src, bytes) || bnd_recv_async(b, k, sc, dst, bytes) ||
             dev_event_record_async(done, sc) || dev_event_sync(done, &err))
             rc = 2;
-        lat[i] = now_us() - t0;
+        lat[i] = 1e6 * bench_now_s() - t0;
     }
     if (rc == 0) {
-        qsort(lat, (size_t)R, sizeof *lat, cmp_d);
+        bench_sort(lat, R);
         *med = lat[R / 2];
         *p99 = lat[(size_t)(R * 0.99)];
     } else

@@ -4,20 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "actors/pp.h"
 #include "bench.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 #include "model/sampler.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct run_result {
     double tok_s, wall_s, weight_bytes;
@@ -71,7 +63,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     }
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int done = 0, total = S * T;
     int32_t seq_ids[64];
     for (int s = 0; s < S; s++)
@@ -99,7 +91,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
             rc = act_pp_submit(rt, &st, &pd[k], &err);
         }
     }
-    double wall = now_s() - t0;
+    double wall = bench_now_s() - t0;
     out->weight_bytes = model_weight_bytes(act_pp_model(rt));
     if (rc != 0)
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);

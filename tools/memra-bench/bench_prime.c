@@ -4,18 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "actors/pp.h"
 #include "bench.h"
 #include "model/llama.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Prime the prompt once on rt; unsplit = 1 runs the reference arm. Returns seconds, < 0 on error. */
 static double prime_once(act_pp *rt, const int32_t *prompt, int P, int C, int unsplit, float *last, dev_err *err)
@@ -23,7 +15,7 @@ static double prime_once(act_pp *rt, const int32_t *prompt, int P, int C, int un
     int n_chunks = (P + C - 1) / C;
     act_pending **pd = calloc((size_t)n_chunks, sizeof *pd);
     int32_t *seq = calloc((size_t)C, sizeof *seq), *pos = malloc((size_t)C * sizeof *pos);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int r = 0;
     for (int c = 0; c < n_chunks && r == 0; c++) {
         int n = P - c * C < C ? P - c * C : C;
@@ -42,7 +34,7 @@ static double prime_once(act_pp *rt, const int32_t *prompt, int P, int C, int un
             r = r ? r : w;
             act_pending_release(pd[c]);
         }
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     free(pd), free(seq), free(pos);
     return r ? -1 : t;
 }

@@ -5,17 +5,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "bench.h"
 #include "model/sampler.h"
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
 
 static int32_t scan_argmax(const float *x, int32_t n) /* the one-pass scan, for comparison */
 {
@@ -57,16 +49,12 @@ int bench_sample(int argc, char **argv)
     for (int k = 0; k < 4; k++) {
         double t[5];
         for (int run = 0; run < 5; run++) {
-            double t0 = now_us();
+            double t0 = bench_now_s();
             for (int i = 0; i < reps; i++)
                 sink += k == 0 ? mdl_argmax(x, n) : k == 1 ? scan_argmax(x, n) : mdl_sampler_sample(k == 2 ? sg : sd, x);
-            t[run] = (now_us() - t0) / reps;
+            t[run] = (bench_now_s() - t0) * 1e6 / reps;
         }
-        for (int a = 0; a < 5; a++) /* insertion sort of 5 */
-            for (int b = a; b > 0 && t[b] < t[b - 1]; b--) {
-                double s = t[b];
-                t[b] = t[b - 1], t[b - 1] = s;
-            }
+        bench_sort(t, 5);
         printf("%-28s %8.2f\n", names[k], t[2]);
     }
     mdl_sampler_destroy(sg);
