@@ -154,6 +154,12 @@ int32_t mdl_argmax(const float *x, int32_t n)
     return -1; /* n <= 0, or every value NaN */
 }
 
+/* Logit i as a candidate: NaN counts as -inf. */
+static cand cand_of(const float *logits, int32_t i)
+{
+    return (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i};
+}
+
 /* a ranks before b: higher logit, then lower id */
 static int before(const cand *a, const cand *b) { return a->l > b->l || (a->l == b->l && a->id < b->id); }
 
@@ -171,7 +177,7 @@ static int cmp_cand(const void *x, const void *y)
 static void top_k_sorted(cand *c, const float *logits, int32_t n, int32_t k)
 {
     for (int32_t i = 0; i < k; i++) { /* heap in c[0..k): root = worst kept */
-        const cand x = logits ? (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i} : c[i];
+        const cand x = logits ? cand_of(logits, i) : c[i];
         int32_t j = i;
         while (j > 0 && before(&c[(j - 1) / 2], &x)) {
             c[j] = c[(j - 1) / 2];
@@ -228,44 +234,41 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
             return MEMRA_E_INVAL;
         n = k;
         sorted = 1;
-        goto top_p;
-    }
-    for (int32_t i = 0; i < n; i++)
-        c[i] = (cand){logits[i] == logits[i] ? logits[i] : -INFINITY, i};
-
-    /* 1. penalties */
-    if (penalize) {
-        for (int32_t i = 0; i < s->hist_n; i++)
-            s->count[s->hist[i]]++;
-        for (int32_t i = 0; i < s->hist_n; i++) {
-            int32_t t = s->hist[i];
-            uint32_t cnt = s->count[t];
-            if (!cnt)
-                continue; /* already penalized */
-            float l = c[t].l;
-            l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            c[t].l = l - (float)cnt * p->freq_penalty - p->presence_penalty;
-            s->count[t] = 0;
+    } else {
+        for (int32_t i = 0; i < n; i++)
+            c[i] = cand_of(logits, i);
+        /* 1. penalties */
+        if (penalize) {
+            for (int32_t i = 0; i < s->hist_n; i++)
+                s->count[s->hist[i]]++;
+            for (int32_t i = 0; i < s->hist_n; i++) {
+                int32_t t = s->hist[i];
+                uint32_t cnt = s->count[t];
+                if (!cnt)
+                    continue; /* already penalized */
+                float l = c[t].l;
+                l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+                c[t].l = l - (float)cnt * p->freq_penalty - p->presence_penalty;
+                s->count[t] = 0;
+            }
+        }
+        /* 2. greedy */
+        for (int32_t i = 1; i < n; i++)
+            if (before(&c[i], &c[best]))
+                best = i;
+        if (c[best].l == -INFINITY)
+            return MEMRA_E_INVAL;
+        if (p->temperature <= 0.0f)
+            return c[best].id;
+        /* 3. top-k */
+        if (p->top_k > 0 && p->top_k < n) {
+            int32_t k = p->top_k > keep ? p->top_k : keep;
+            top_k_sorted(c, NULL, n, k);
+            n = k;
+            sorted = 1;
+            best = 0; /* c was reordered: the best is first */
         }
     }
-    /* 2. greedy */
-    for (int32_t i = 1; i < n; i++)
-        if (before(&c[i], &c[best]))
-            best = i;
-    if (c[best].l == -INFINITY)
-        return MEMRA_E_INVAL;
-    if (p->temperature <= 0.0f)
-        return c[best].id;
-
-    /* 3. top-k */
-    if (p->top_k > 0 && p->top_k < n) {
-        int32_t k = p->top_k > keep ? p->top_k : keep;
-        top_k_sorted(c, NULL, n, k);
-        n = k;
-        sorted = 1;
-        best = 0; /* c was reordered: the best is first */
-    }
-top_p:
     /* 4. top-p */
     if (p->top_p < 1.0f) {
         if (!sorted)
