@@ -131,6 +131,7 @@ typedef struct cpu_stream {
 } cpu_stream;
 
 static inline cpu_platform *cpu_plat(dev_platform *p) { return (cpu_platform *)p; }
+static inline cpu_device *cpu_dev(dev_device *d) { return (cpu_device *)d; }
 
 /* dst (cap bytes) = src, cut to cap - 1 and NUL-terminated: the per-op name copies (op names, the race
  * checker's records). snprintf("%s") cost ~10 % of a small model's CPU profile doing this. */
@@ -140,7 +141,6 @@ static inline void cpu_name_copy(char *dst, size_t cap, const char *src)
     memcpy(dst, src, n);
     dst[n] = '\0';
 }
-static inline cpu_device *cpu_dev(dev_device *d) { return (cpu_device *)d; }
 
 /* cpu_platform.c */
 cpu_alloc *cpu_alloc_find__(cpu_platform *p, const void *ptr); /* reg_lock held; NULL if not in a live alloc */
