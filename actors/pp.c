@@ -34,6 +34,16 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 
 /* ---- create / destroy ---- */
 
+mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err)
+{
+    mdl_scratch *sc = mdl_scratch_create(rt->model, d, rt->max_rows, err);
+    if (sc && mdl_scratch_reserve_attention(sc, rt->n_ctx, err) != 0) {
+        mdl_scratch_destroy(sc);
+        return NULL;
+    }
+    return sc;
+}
+
 static int stage_init(act_pp *rt, int s, dev_err *err)
 {
     pp_stage *st = &rt->stage[s];
@@ -44,7 +54,7 @@ static int stage_init(act_pp *rt, int s, dev_err *err)
     snprintf(name, sizeof name, "stage%d", s);
     if (!(st->stream = dev_stream_create(st->dev, name, err)))
         return err->code;
-    if (!(st->scratch = mdl_scratch_create(rt->model, st->dev, rt->max_rows, err)))
+    if (!(st->scratch = pp_scratch_new(rt, st->dev, err)))
         return err->code;
     if (!(st->frame = dev_malloc(st->dev, pp_frame_bytes(rt, rt->max_rows), err)))
         return err->code;

@@ -170,6 +170,9 @@ static inline size_t pp_frame_bytes(const act_pp *rt, int B)
  * done; waiters in act_pp_drain are woken) and return the new count. [inflight_lock] */
 int pp_inflight_add(act_pp *rt, int delta);
 
+/* A stage's (or the reference arm's) scratch on d, with attention's workspace reserved for rt->n_ctx. */
+mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err);
+
 /* Fill a host frame [x | pos | seq] for rec's rows (embedding rows gathered on the host). */
 int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);
 

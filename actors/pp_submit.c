@@ -64,7 +64,7 @@ static int ref_init(act_pp *rt, dev_err *err)
         return 0;
     size_t fb = pp_frame_bytes(rt, rt->max_rows);
     if ((!rt->ref_stream && !(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err))) ||
-        (!rt->ref_scratch && !(rt->ref_scratch = mdl_scratch_create(rt->model, rt->primary, rt->max_rows, err))) ||
+        (!rt->ref_scratch && !(rt->ref_scratch = pp_scratch_new(rt, rt->primary, err))) ||
         (!rt->ref_frame && !(rt->ref_frame = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_slot && !(rt->ref_slot = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_logits_d &&

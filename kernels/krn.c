@@ -178,10 +178,36 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const float *
                         const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                         int n_ctx)
 {
+    return krn_attention_ws_async(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx,
+                                  NULL, 0);
+}
+
+size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
+{
+    enum { CHUNK = 256 }; /* KRN_CUDA_ATT_CHUNK (kernels/cuda/krn_cuda.h; the CUDA build checks they agree) */
+    if (B <= 0 || n_head <= 0 || head_dim <= 0 || n_ctx <= CHUNK)
+        return 0;
+    return (size_t)B * (size_t)n_head * (size_t)((n_ctx + CHUNK - 1) / CHUNK) * (size_t)(head_dim + 2) *
+           sizeof(float);
+}
+
+int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                           int n_ctx, float *ws, size_t ws_bytes)
+{
     if (!s || !out || !q || !k_cache || !v_cache || !seq || !pos || B <= 0 || n_head <= 0 ||
         n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
-    DISPATCH(s, attention, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+#if KRN_CUDA
+    if (on_cuda(s))
+        return krn_cuda_attention(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws,
+                                  ws_bytes);
+#else
+    if (on_cuda(s))
+        return MEMRA_E_UNSUPPORTED;
+#endif
+    (void)ws, (void)ws_bytes;
+    return krn_cpu_attention_async(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
 }
 
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)

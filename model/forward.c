@@ -28,6 +28,8 @@ mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows,
     }
     sc->dev = d;
     sc->max_rows = max_rows;
+    sc->n_head = hp->n_head;
+    sc->head_dim = hp->head_dim;
     if (!(sc->block = dev_malloc(d, total * sizeof(float), err))) {
         free(sc);
         return NULL;
@@ -43,10 +45,27 @@ mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows,
     return sc;
 }
 
+int mdl_scratch_reserve_attention(mdl_scratch *sc, int n_ctx, dev_err *err)
+{
+    if (!sc || n_ctx <= 0 || sc->att_ws)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_reserve_attention: need a scratch without a workspace "
+                           "and n_ctx > 0 (got %d)", n_ctx);
+    const int rows = sc->max_rows < MDL_ATT_WS_ROWS ? sc->max_rows : MDL_ATT_WS_ROWS;
+    const size_t bytes = krn_attention_ws_bytes(rows, sc->n_head, sc->head_dim, n_ctx);
+    if (bytes == 0)
+        return 0;
+    if (!(sc->att_ws = dev_malloc(sc->dev, bytes, err)))
+        return dev_err_wrap(err, "attention workspace: %d rows x %d heads at n_ctx %d", rows, sc->n_head, n_ctx);
+    sc->att_ws_bytes = bytes;
+    return 0;
+}
+
 void mdl_scratch_destroy(mdl_scratch *sc)
 {
     if (!sc)
         return;
+    if (sc->att_ws)
+        dev_free(sc->dev, sc->att_ws);
     dev_free(sc->dev, sc->block);
     free(sc);
 }
@@ -86,8 +105,8 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
                                 .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
                                 .freq_scale = hp->rope_freq_scale };
     ENQ(krn_rope_store_async(s, &rs), "rope q, k + kv_store");
-    ENQ(krn_attention_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
-                            kv->n_ctx), "attention");
+    ENQ(krn_attention_ws_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
+                               kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
     ENQ(krn_matmul_acc_async(s, x, &L->wo, sc->att, B), "attn_output + residual"); /* x (B, n_embd) */
 

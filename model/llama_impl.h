@@ -52,12 +52,15 @@ struct mdl_kv {
 struct mdl_scratch {
     dev_device *dev;
     int max_rows;
+    int n_head, head_dim;       /* for the attention workspace's size */
     void *block;                /* one allocation; the buffers below point into it */
     float *xb;                  /* (B, n_embd): normed input, then a matmul output */
     float *q;                   /* (B, n_head*head_dim) */
     float *k, *v;               /* (B, kv_dim) */
     float *att;                 /* (B, n_head*head_dim) */
     float *hb, *hb2;            /* (B, n_ff): gate (then swiglu), up */
+    float *att_ws;              /* attention's split-K workspace (mdl_scratch_reserve_attention), or NULL */
+    size_t att_ws_bytes;
 };
 
 #endif

@@ -422,19 +422,33 @@ static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void
 }
 
 /* Attention over caches with n_ctx slots; q (B, nh*hd); returns out (host, caller frees). */
+/* ws_mode: 0 the kernel allocates its split workspace; 1 a given one of exactly krn_attention_ws_bytes;
+ * 2 a given one 4 bytes too small (the kernel must allocate its own instead). */
+static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
+                               const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx, int ws_mode);
 static float *run_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
                             const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx) {
+    return run_attention_ws(s, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx, 0);
+}
+static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
+                               const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx, int ws_mode) {
     const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
     float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc), *dv = dupload(vc, sizeof(float) * nc);
     int32_t *ds = dupload(seq, sizeof(int32_t) * B), *dp = dupload(pos, sizeof(int32_t) * B);
     float *dout = dalloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq);
     dev_err err = {0};
-    const int rc = krn_cuda_attention_async(s, dout, dq, dk, dv, ds, dp, B, nh, nkv, hd, n_ctx, &err);
+    const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx) - (ws_mode == 2 ? 4 : 0);
+    float *ws = ws_mode && wb > 0 ? dalloc(wb) : NULL;
+    if (ws)
+        CK(cudaMemset(ws, 0xFF, wb)); /* NaN patterns: a read of an unwritten partial would show */
+    const int rc = krn_cuda_attention_ws_async(s, dout, dq, dk, dv, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
     if (rc != 0)
         fail_msg("attention: rc %d: %s", rc, err.msg);
     CK(cudaStreamSynchronize(s));
     download(out, dout, sizeof(float) * nq);
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp); cudaFree(dout);
+    if (ws)
+        cudaFree(ws);
     return out;
 }
 
@@ -514,6 +528,18 @@ static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void *
     float *o1 = run_attention(g_s1, q, ks, vs, seq, pos, B, nh, nkv, hd, n_seq, small);
     float *o2 = run_attention(g_s1, q, kb, vb, seq, pos, B, nh, nkv, hd, n_seq, big);
     TWICE_CHECK("attention one-kernel vs split", o1, o2, nq);
+    /* rows over several chunks: a given workspace (exact size) and a too-small one (the kernel allocates)
+     * give the bits of the allocating path */
+    cuda_ref_rand_floats(kb, (size_t)big * kvd);
+    cuda_ref_rand_floats(vb, (size_t)big * kvd);
+    const int32_t far[2] = {300, 1500};
+    float *a0 = run_attention_ws(g_s1, q, kb, vb, seq, far, B, nh, nkv, hd, n_seq, big, 0);
+    float *a1 = run_attention_ws(g_s1, q, kb, vb, seq, far, B, nh, nkv, hd, n_seq, big, 1);
+    float *a2 = run_attention_ws(g_s1, q, kb, vb, seq, far, B, nh, nkv, hd, n_seq, big, 2);
+    TWICE_CHECK("attention given workspace vs allocated", a0, a1, nq);
+    TWICE_CHECK("attention too-small workspace vs allocated", a0, a2, nq);
+    check_attention_ref(a1, q, kb, vb, seq, far, B, nh, nkv, hd, big);
+    free(a0); free(a1); free(a2);
     free(o1); free(o2); free(q); free(ks); free(vs); free(kb); free(vb);
 }
 

@@ -586,6 +586,30 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
 static void post_sem(void *sem) { sem_post(sem); }
 static void wait_sem(void *sem) { sem_wait(sem); }
 
+/* A scratch reserves attention's workspace once (CPU: the forward ignores it; the bits do not change). */
+static void test_scratch_reserves_the_attention_workspace_once(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q8_0, 0, 29);
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    dev_device *d = dev_platform_device(p, 0);
+    mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err);
+    assert_non_null(m);
+    mdl_scratch *sc = mdl_scratch_create(m, d, 4, &err);
+    assert_non_null(sc);
+    assert_int_equal(mdl_scratch_reserve_attention(sc, 100, &err), 0); /* one chunk: nothing to reserve */
+    assert_int_equal(mdl_scratch_reserve_attention(sc, 1024, &err), 0);
+    assert_int_equal(mdl_scratch_reserve_attention(sc, 1024, &err), MEMRA_E_INVAL); /* once */
+    assert_non_null(strstr(err.msg, "without a workspace"));
+    assert_int_equal(mdl_scratch_reserve_attention(NULL, 1024, &err), MEMRA_E_INVAL);
+    mdl_scratch_destroy(sc);
+    mdl_model_free(m);
+    dev_platform_close(p);
+    unlink(tm.path);
+}
+
 static void test_a_stage_that_skips_its_event_wait_is_reported_as_a_race(void **state)
 {
     (void)state;
@@ -666,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
         cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
         cmocka_unit_test(test_a_stage_that_skips_its_event_wait_is_reported_as_a_race),
+        cmocka_unit_test(test_scratch_reserves_the_attention_workspace_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -340,6 +340,16 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
     free(xh);
 }
 
+/* Attention's split workspace: B * n_head * ceil(n_ctx / 256) * (head_dim + 2) floats, none up to 256 keys. */
+static void test_attention_workspace_size(void **state)
+{
+    (void)state;
+    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 256), 0);
+    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 257), (size_t)32 * 2 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(3, 32, 128, 1024), (size_t)3 * 32 * 4 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(0, 32, 128, 1024), 0);
+}
+
 static void test_bad_shapes_are_refused_before_enqueue(void **state)
 {
     (void)state;
@@ -378,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_swiglu_add_bias_add_and_argmax_match_their_definitions),
         cmocka_unit_test(test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads),
         cmocka_unit_test(test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops),
+        cmocka_unit_test(test_attention_workspace_size),
         cmocka_unit_test(test_bad_shapes_are_refused_before_enqueue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

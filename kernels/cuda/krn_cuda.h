@@ -72,6 +72,11 @@ int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_er
 int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
                              const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
                              int n_head_kv, int head_dim, int n_ctx, dev_err *err);
+/* The same with the split path's workspace given (see krn_attention_ws_async): ws of ws_bytes >=
+ * krn_attention_ws_bytes(...) is used and nothing is allocated; NULL or smaller: allocated per call. */
+int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
+                                const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
+                                int n_head_kv, int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
 
 /* y (B, n) = silu(gate) * up */
 int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const float *up, int B, int n,
@@ -106,7 +111,7 @@ int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float
                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
 int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
                        const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                       int n_ctx);
+                       int n_ctx, float *ws, size_t ws_bytes);
 int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);

@@ -150,9 +150,19 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+static_assert(KRN_CUDA_ATT_CHUNK == 256, "krn_attention_ws_bytes (kernels/krn.c) assumes 256-key chunks");
+
 extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
                                         const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
                                         int n_head, int n_head_kv, int head_dim, int n_ctx, dev_err *err) {
+    return krn_cuda_attention_ws_async(cuda_stream, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv,
+                                       head_dim, n_ctx, NULL, 0, err);
+}
+
+extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
+                                           const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
+                                           int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
+                                           size_t given_bytes, dev_err *err) {
     if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_attention: B=%d n_head=%d n_head_kv=%d n_ctx=%d (need B >= 0, n_ctx > 0, "
@@ -180,7 +190,8 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
     }
     float *ws = NULL;
     const size_t ws_bytes = (size_t)B * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
-    const cudaError_t ce = cudaMallocAsync((void **)&ws, ws_bytes, st);
+    const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
+    const cudaError_t ce = own ? cudaMallocAsync((void **)&ws, ws_bytes, st) : (ws = given, cudaSuccess);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: clear it so the next launch check does not see it */
         return dev_err_set(err, ce == cudaErrorMemoryAllocation ? MEMRA_E_NOMEM : MEMRA_E_DEVICE,
@@ -196,7 +207,8 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
             n_head, head_dim, n_ctx, n_split);
         rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
     }
-    /* ordered by st: the free runs after both kernels */
-    const int frc = krn_cuda_call_check(err, cudaFreeAsync(ws, st), "krn_cuda_attention: cudaFreeAsync");
+    /* ordered by st: the free runs after both kernels (a given workspace is reused by the next call on st,
+     * which st orders after these kernels too) */
+    const int frc = own ? krn_cuda_call_check(err, cudaFreeAsync(ws, st), "krn_cuda_attention: cudaFreeAsync") : 0;
     return rc ? rc : frc;
 }
