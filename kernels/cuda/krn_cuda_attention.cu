@@ -18,13 +18,40 @@
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
 
+/* Before the PDL wait: the keys [t0, min(t0 + CHUNK, p)) of chunk c of row b, K and V, pulled into L2 with
+ * prefetch.global.L2 (a hint: no registers, no effect on any value read later), so the scores' and the
+ * values' loads after the wait hit L2 instead of HBM. pos and seq are final here (the stage's frame copy
+ * wrote them before the walk's first kernel); rows before p were written by earlier steps or by the
+ * predecessor (a prime chunk's own rows): a prefetch of a line being written reads nothing into a result.
+ * Key row p, written right now by rope_store, is skipped. */
+static __device__ __forceinline__ void att_prefetch(const float *kc, const float *vc, const int32_t *seq,
+                                                    const int32_t *pos, int n_head, int n_head_kv, int hd,
+                                                    int n_ctx) {
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int p = pos[b];
+    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int t0 = c * KRN_CUDA_ATT_CHUNK, t1 = min(t0 + KRN_CUDA_ATT_CHUNK, p);
+    if (t0 >= t1)
+        return;
+    const int kv_dim = n_head_kv * hd, lines = (hd + 31) / 32; /* 128-byte lines per key row */
+    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)(h / (n_head / n_head_kv)) * hd;
+    const int n = (t1 - t0) * lines;
+    for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) {
+        const int j = i < n ? i : i - n;
+        const float *a = (i < n ? kc : vc) + cache0 + (size_t)(t0 + j / lines) * kv_dim + (j % lines) * 32;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+}
+
 /* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < CHUNK): write out.
  * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
 __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale) {
+                     float scale, int pf) {
+    if (pf)
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx);
     krn_pdl_enter();
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float red[32];
@@ -150,6 +177,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+/* MEMRA_CUDA_NO_ATT_PREFETCH=1: no L2 prefetch before the PDL wait (the A/B knob; same bits either way). */
+static int att_pf(void) {
+    static int off = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1};
+    return !krn_cuda_tune("MEMRA_CUDA_NO_ATT_PREFETCH", allowed, 2, &off);
+}
+
 static_assert(KRN_CUDA_ATT_CHUNK == 256, "krn_attention_ws_bytes (kernels/krn.c) assumes 256-key chunks");
 
 extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
@@ -185,7 +219,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
         krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, NULL, q, k_cache, v_cache, seq, pos, n_head,
-            n_head_kv, head_dim, n_ctx, 1, scale);
+            n_head_kv, head_dim, n_ctx, 1, scale, att_pf());
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -200,7 +234,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     }
     int rc;
     krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, ws, q, k_cache, v_cache, seq, pos, n_head,
-        n_head_kv, head_dim, n_ctx, n_split, scale);
+        n_head_kv, head_dim, n_ctx, n_split, scale, att_pf());
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
         krn_launch(att_combine_kernel, dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st, out, ws, pos,
