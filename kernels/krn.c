@@ -184,7 +184,8 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const float *
 
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
 {
-    enum { CHUNK = 256 }; /* KRN_CUDA_ATT_CHUNK (kernels/cuda/krn_cuda.h; the CUDA build checks they agree) */
+    enum { CHUNK = 64 }; /* KRN_CUDA_ATT_MIN_CHUNK (kernels/cuda/krn_cuda.h; the CUDA build checks they agree):
+                          * room for the smallest MEMRA_CUDA_ATT_CHUNK */
     if (B <= 0 || n_head <= 0 || head_dim <= 0 || n_ctx <= CHUNK)
         return 0;
     return (size_t)B * (size_t)n_head * (size_t)((n_ctx + CHUNK - 1) / CHUNK) * (size_t)(head_dim + 2) *

@@ -114,7 +114,8 @@ int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
 int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
                         const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                         int n_ctx);
-/* The same, with a workspace for CUDA's split-K path (n_ctx > 256 keys: per-chunk partial results): ws is
+/* The same, with a workspace for CUDA's split-K path (n_ctx > one chunk of 64..256 keys, MEMRA_CUDA_ATT_CHUNK:
+ * per-chunk partial results): ws is
  * device memory of s's device of ws_bytes >= krn_attention_ws_bytes(B, n_head, head_dim, n_ctx), touched
  * only by ops on s, in order (a stage's scratch). NULL or smaller: a workspace is allocated and freed on s
  * per call (cudaMallocAsync/cudaFreeAsync: two more nodes in a captured graph, and breaks between the
@@ -122,7 +123,8 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const float *
 int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
                            const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                            int n_ctx, float *ws, size_t ws_bytes);
-/* Bytes of that workspace: B * n_head * ceil(n_ctx / 256) * (head_dim + 2) floats when n_ctx > 256, else 0. */
+/* Bytes of that workspace for the smallest chunk: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats when
+ * n_ctx > 64, else 0. */
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
 
 /* y (B, n) = silu(gate) * up */

@@ -512,11 +512,12 @@ static void test_attention_matches_reference_on_both_paths_with_gqa(void **state
     }
 }
 
-/* The one-kernel path (n_ctx <= 256) and the split path (n_ctx > 256) give the same bits for keys < 256. */
+/* The one-kernel path (n_ctx <= the chunk) and the split path (n_ctx > the chunk) give the same bits for
+ * keys below one chunk (the default chunk: this process sets no MEMRA_CUDA_ATT_CHUNK). */
 static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void **state) {
     (void)state;
-    const int B = 2, nh = 4, nkv = 4, hd = 64, n_seq = 1, small = 256, big = 2048;
-    const int32_t seq[2] = {0, 0}, pos[2] = {37, 255};
+    const int B = 2, nh = 4, nkv = 4, hd = 64, n_seq = 1, small = KRN_CUDA_ATT_CHUNK_DEFAULT, big = 2048;
+    const int32_t seq[2] = {0, 0}, pos[2] = {37, small - 1};
     const size_t nq = (size_t)B * nh * hd, kvd = (size_t)nkv * hd;
     float *q = malloc(sizeof(float) * nq), *ks = malloc(sizeof(float) * small * kvd), *vs = malloc(sizeof(float) * small * kvd);
     float *kb = calloc((size_t)big * kvd, sizeof(float)), *vb = calloc((size_t)big * kvd, sizeof(float));

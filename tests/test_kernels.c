@@ -340,13 +340,13 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
     free(xh);
 }
 
-/* Attention's split workspace: B * n_head * ceil(n_ctx / 256) * (head_dim + 2) floats, none up to 256 keys. */
+/* Attention's split workspace: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats, none up to 64 keys. */
 static void test_attention_workspace_size(void **state)
 {
     (void)state;
-    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 256), 0);
-    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 257), (size_t)32 * 2 * 130 * 4);
-    assert_int_equal(krn_attention_ws_bytes(3, 32, 128, 1024), (size_t)3 * 32 * 4 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 64), 0);
+    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 65), (size_t)32 * 2 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(3, 32, 128, 1024), (size_t)3 * 32 * 16 * 130 * 4);
     assert_int_equal(krn_attention_ws_bytes(0, 32, 128, 1024), 0);
 }
 

@@ -1,11 +1,11 @@
 /* Causal GQA decode/prefill attention on CUDA, f32 caches (n_seq, n_ctx, kv_dim).
  *
- * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of
- * KRN_CUDA_ATT_CHUNK; block (chunk c, head h, row b) computes the chunk's scores into shared memory (one
+ * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of ck keys
+ * (MEMRA_CUDA_ATT_CHUNK, fixed per process); block (chunk c, head h, row b) computes the chunk's scores into shared memory (one
  * warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c), l_c = sum p (fixed
  * tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine kernel then merges
  * the chunks of each (b, h) in chunk order: M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
- * When a row's keys fit one chunk (n_ctx <= KRN_CUDA_ATT_CHUNK, or pos < KRN_CUDA_ATT_CHUNK at run time:
+ * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time:
  * short decode contexts) the first kernel writes o/l directly and the combine skips that row; that is the
  * same arithmetic as the combine of one chunk (e^0 = 1 exactly), so every path gives the same bits.
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
@@ -18,7 +18,7 @@
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
 
-/* Before the PDL wait: the keys [t0, min(t0 + CHUNK, p)) of chunk c of row b, K and V, pulled into L2 with
+/* Before the PDL wait: the keys [t0, min(t0 + ck, p)) of chunk c of row b, K and V, pulled into L2 with
  * prefetch.global.L2 (a hint: no registers, no effect on any value read later), so the scores' and the
  * values' loads after the wait hit L2 instead of HBM. pos and seq are final here (the stage's frame copy
  * wrote them before the walk's first kernel); rows before p were written by earlier steps or by the
@@ -26,11 +26,11 @@
  * Key row p, written right now by rope_store, is skipped. */
 static __device__ __forceinline__ void att_prefetch(const float *kc, const float *vc, const int32_t *seq,
                                                     const int32_t *pos, int n_head, int n_head_kv, int hd,
-                                                    int n_ctx) {
+                                                    int n_ctx, int ck) {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int p = pos[b];
     p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
-    const int t0 = c * KRN_CUDA_ATT_CHUNK, t1 = min(t0 + KRN_CUDA_ATT_CHUNK, p);
+    const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
         return;
     const int kv_dim = n_head_kv * hd, lines = (hd + 31) / 32; /* 128-byte lines per key row */
@@ -43,25 +43,25 @@ static __device__ __forceinline__ void att_prefetch(const float *kc, const float
     }
 }
 
-/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < CHUNK): write out.
+/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < ck): write out.
  * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
 __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int pf) {
+                     float scale, int ck, int pf) {
     if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx);
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck);
     krn_pdl_enter();
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float red[32];
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int p = pos[b];
     p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
-    const int t0 = c * KRN_CUDA_ATT_CHUNK;
+    const int t0 = c * ck;
     if (t0 > p)
-        return; /* the combine reads only chunks 0 .. p / CHUNK */
-    const int t1 = min(t0 + KRN_CUDA_ATT_CHUNK, p + 1), L = t1 - t0;
+        return; /* the combine reads only chunks 0 .. p / ck */
+    const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
     const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
     const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
     const float *kb = kc + cache0, *vb = vc + cache0;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (; i < L; i++)
             a0 = fmaf(sc[i], __ldg(vb + (size_t)(t0 + i) * kv_dim + d), a0);
         const float o = (a0 + a1) + (a2 + a3);
-        if (ws == NULL || p < KRN_CUDA_ATT_CHUNK) { /* the only chunk: the combine of one chunk, done here */
+        if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
             out[((size_t)b * n_head + h) * hd + d] = o / l;
         } else {
             float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
@@ -150,15 +150,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-/* Merge the chunks 0 .. pos[b]/CHUNK of (b = blockIdx.y, h = blockIdx.x) in chunk order. */
+/* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x) in chunk order. */
 __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(float *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
-                       int n_head, int hd, int n_ctx, int n_split) {
+                       int n_head, int hd, int n_ctx, int n_split, int ck) {
     krn_pdl_enter();
     const int h = blockIdx.x, b = blockIdx.y;
     int p = pos[b];
     p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
-    const int nc = p / KRN_CUDA_ATT_CHUNK + 1;
+    const int nc = p / ck + 1;
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
     const size_t stride = (size_t)(hd + 2);
@@ -184,7 +184,16 @@ static int att_pf(void) {
     return !krn_cuda_tune("MEMRA_CUDA_NO_ATT_PREFETCH", allowed, 2, &off);
 }
 
-static_assert(KRN_CUDA_ATT_CHUNK == 256, "krn_attention_ws_bytes (kernels/krn.c) assumes 256-key chunks");
+static_assert(KRN_CUDA_ATT_MIN_CHUNK == 64, "krn_attention_ws_bytes (kernels/krn.c) sizes for 64-key chunks");
+
+/* MEMRA_CUDA_ATT_CHUNK: keys per split (64, 128, 256; unset: KRN_CUDA_ATT_CHUNK_DEFAULT). Fixed for the
+ * process, so a row's bits depend on neither the GPU, n_ctx nor the stage, only on this setting. */
+static int att_chunk(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {64, 128, 256};
+    const int v = krn_cuda_tune("MEMRA_CUDA_ATT_CHUNK", allowed, 3, &cache);
+    return v ? v : KRN_CUDA_ATT_CHUNK_DEFAULT;
+}
 
 extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
                                         const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
@@ -215,11 +224,11 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: B=%d n_head=%d (at most 65535 each)", B, n_head);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    const int n_split = (n_ctx + KRN_CUDA_ATT_CHUNK - 1) / KRN_CUDA_ATT_CHUNK;
+    const int ck = att_chunk(), n_split = (n_ctx + ck - 1) / ck;
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
         krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, NULL, q, k_cache, v_cache, seq, pos, n_head,
-            n_head_kv, head_dim, n_ctx, 1, scale, att_pf());
+            n_head_kv, head_dim, n_ctx, 1, scale, ck, att_pf());
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -234,11 +243,11 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     }
     int rc;
     krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, ws, q, k_cache, v_cache, seq, pos, n_head,
-        n_head_kv, head_dim, n_ctx, n_split, scale, att_pf());
+        n_head_kv, head_dim, n_ctx, n_split, scale, ck, att_pf());
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
         krn_launch(att_combine_kernel, dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st, out, ws, pos,
-            n_head, head_dim, n_ctx, n_split);
+            n_head, head_dim, n_ctx, n_split, ck);
         rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
     }
     /* ordered by st: the free runs after both kernels (a given workspace is reused by the next call on st,
