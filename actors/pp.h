@@ -110,6 +110,14 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *step, float *logits_out, d
 /* Host waits until the step's logits are in host memory. *logits (rows x n_vocab floats) stays valid until
  * act_pending_release. Returns 0 or the step's error. */
 int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err);
+/* Where a finished step's host time went (CLOCK_MONOTONIC ns; 0 for a point the step did not pass, all 0
+ * before it finished or for a synchronous seam): stage 0 took the STEP message; the last stage had
+ * enqueued its walk, head and completion event; the readback actor took the step; its stream sync (device
+ * work + D2H) returned; the pending was completed. For benchmarks (memra-bench pp-scaling). */
+typedef struct act_pending_times {
+    uint64_t stage0_ns, enqueued_ns, readback_ns, synced_ns, done_ns;
+} act_pending_times;
+void act_pending_get_times(act_pending *p, act_pending_times *out);
 /* 1 when the logits are ready (wait would not block), 0 otherwise. */
 int act_pending_ready(act_pending *p);
 /* Drop the pending; safe without waiting (its buffers free stream-ordered once the readback ran). */

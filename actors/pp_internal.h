@@ -44,6 +44,9 @@ typedef struct pp_mark {
     uint64_t t0_ns; /* set by walk-begin on the stream's worker, read by walk-end on the same worker */
 } pp_mark;
 
+/* CLOCK_MONOTONIC in ns (the markers' busy time, the pendings' host times). */
+uint64_t pp_now_ns(void);
+
 struct pp_rec {
     uint64_t id;
     act_step_kind kind;
@@ -70,6 +73,9 @@ struct act_pending {
     dev_event *ev_done;      /* recorded on the last stage's stream after the head */
     float *host;             /* pinned, cap_rows * n_vocab floats */
     uint64_t *stamps;        /* pinned, 2 per stage: walk begin/end device timestamps (stamped steps) */
+    act_pending_times times; /* host clock at the points the step passed; each written by the one thread
+                              * that passes it, read by the caller after the wait (ordered by the mailbox
+                              * hand-offs, then by lock) */
     int cap_rows, rows;
     act_pending *next_free;  /* pool link [rt->pool_lock] */
 };

@@ -111,6 +111,7 @@ act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
     p->refs = 2; /* the caller and the pipeline */
     p->done = 0;
     p->status = 0;
+    p->times = (act_pending_times){0};
     dev_err_clear(&p->err);
     p->rows = rows;
     return p;
@@ -177,6 +178,14 @@ int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *e
     return st;
 }
 
+void act_pending_get_times(act_pending *p, act_pending_times *out)
+{
+    /* ordered by p->lock: every writer passed its point before the readback actor set done under it */
+    pthread_mutex_lock(&p->lock);
+    *out = p->done ? p->times : (act_pending_times){0};
+    pthread_mutex_unlock(&p->lock);
+}
+
 int act_pending_ready(act_pending *p)
 {
     pthread_mutex_lock(&p->lock);
@@ -198,6 +207,7 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
     if (status == 0)
         atomic_fetch_add(&rt->ctr.steps_done, 1);
     atomic_fetch_sub(&rt->unfinished, 1); /* before the waiter can wake: its next submit must not see this step */
+    rec->pending->times.done_ns = pp_now_ns();
     pp_pending_finish(rec->pending, status, err);
     pp_rec_free(rec);
     pp_inflight_add(rt, -1);
@@ -225,6 +235,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         return 0;
     }
     act_pending *p = rec->pending;
+    p->times.readback_ns = pp_now_ns();
     /* ordered by ev_done: the last stage recorded it after the head (and, through the ev_tx chain, after
      * every earlier stage's work for this step) */
     r = dev_stream_wait_event_async(rt->rb_stream, p->ev_done);
@@ -235,6 +246,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         mem_pool_free_async(rt->head_pool, rt->rb_stream, rec->logits_d);
     if (r == 0)
         r = dev_stream_sync(rt->rb_stream, &e);
+    p->times.synced_ns = pp_now_ns();
     if (r == 0)
         r = dev_event_sync(p->ev_done, &e); /* the last stage's stream error, if any */
     /* ordered by ev_done: every stage's stamps of this step were written before it (the ev_tx chain) */

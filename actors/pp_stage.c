@@ -12,7 +12,7 @@
 #include <time.h>
 
 
-static uint64_t now_ns(void)
+uint64_t pp_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -28,9 +28,9 @@ void pp_walk_begin(void *arg)
     uint64_t bit = 1ull << st->s;
     if (st->s == 0 && atomic_load(&rt->hold_start)) { /* test hook: the gate is still posting its steps */
         int ms = atomic_load(&rt->rendezvous_ms);
-        uint64_t deadline = now_ns() + (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
+        uint64_t deadline = pp_now_ns() + (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
         struct timespec nap = {0, 20000};
-        while (atomic_load(&rt->hold_start) && now_ns() < deadline)
+        while (atomic_load(&rt->hold_start) && pp_now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     uint64_t before = atomic_fetch_or(&rt->active_mask, bit);
@@ -40,7 +40,7 @@ void pp_walk_begin(void *arg)
             atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
     }
     atomic_fetch_add(&st->begins, 1);
-    mk->t0_ns = now_ns();
+    mk->t0_ns = pp_now_ns();
 }
 
 /* Walk-end marker: busy time, the rendezvous test hook, and (last stage of a split) the split counters. */
@@ -59,16 +59,16 @@ void pp_walk_end(void *arg)
      * Holds only wait on work that needs nothing from the holder, so they cannot form a cycle. */
     uint64_t w = atomic_load(&st->begins) - 1; /* index of the step we are walking (never reset) */
     if (rv_ms > 0) {
-        uint64_t deadline = now_ns() + (uint64_t)rv_ms * 1000000u;
+        uint64_t deadline = pp_now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
         int up = st->s > 0 && atomic_load(&rt->posted) >= w + 2;
         int down = st->s + 1 < rt->N && w >= 1;
         while (((up && atomic_load(&rt->stage[st->s - 1].begins) < w + 2) ||
                 (down && atomic_load(&rt->stage[st->s + 1].begins) < w)) &&
-               now_ns() < deadline)
+               pp_now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
-    atomic_fetch_add(&st->busy_ns, now_ns() - mk->t0_ns);
+    atomic_fetch_add(&st->busy_ns, pp_now_ns() - mk->t0_ns);
     atomic_fetch_add(&st->walks, 1);
     atomic_fetch_and(&rt->active_mask, ~bit);
     if (st->s == rt->N - 1 && rt->N >= 2)
@@ -246,11 +246,11 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     /* stamped (CUDA): the GPU writes its clock into the step's pinned record, no host callback on the stream */
     if (rec->stamped && (r = dev_stamp_async(st->stream, &rec->pending->stamps[2 * st->s])) != 0)
         return dev_err_set(err, r, "stage %d: walk stamp", st->s);
-    uint64_t t_enq = now_ns();
+    uint64_t t_enq = pp_now_ns();
     const int pdl_prev = krn_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
     r = stage_layers(st, rec, x, pos, seq, err);
     if (r == 0) {
-        atomic_fetch_add(&st->enqueue_ns, now_ns() - t_enq);
+        atomic_fetch_add(&st->enqueue_ns, pp_now_ns() - t_enq);
         atomic_fetch_add(&st->enqueues, 1);
         if (kout < 0) /* the head is part of the last stage's walk */
             r = last_stage_head(st, rec, x, err);
@@ -268,6 +268,7 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     if (kout < 0) { /* completion: recorded after the walk end, so the counters are in before the readback */
         if ((r = dev_event_record_async(rec->pending->ev_done, st->stream)) != 0)
             return dev_err_set(err, r, "stage %d: completion event record failed", st->s);
+        rec->pending->times.enqueued_ns = pp_now_ns();
         return 0;
     }
     if ((r = bnd_send_async(st->out, kout, st->stream, st->frame, bytes)) != 0)
@@ -357,6 +358,7 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
     case PP_MSG_STEP: {
         pp_rec *rec;
         memcpy(&rec, m->payload, sizeof rec);
+        rec->pending->times.stage0_ns = pp_now_ns();
         if (stage_enqueue(st, (pp_item){rec, -1}) != 0) {
             pp_rec_fail(rec, MEMRA_E_NOMEM, "stage queue", NULL);
             stage_forward(st, rec, -1);

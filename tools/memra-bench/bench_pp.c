@@ -19,7 +19,19 @@ typedef struct run_result {
     double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
     int fence[65];     /* stage s runs layers [fence[s], fence[s+1]) */
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
+    /* one sequence only: where each token's turn goes (us per token, summed then divided; HT_* below) */
+    double turn_us[7];
+    int turns;
 } run_result;
+
+/* The host turn of one sequence's token, in order (act_pending_times between the caller's submit and
+ * the caller's next submit). */
+enum { HT_TO_STAGE0, HT_ENQUEUE, HT_TO_READBACK, HT_WAIT, HT_TO_DONE, HT_TO_CALLER, HT_CALLER, HT_N };
+static const char *const HT_NAMES[HT_N] = {"submit->stage actor", "enqueue (walk, head)", "->readback actor",
+                                           "device + D2H wait", "->pending done", "->caller awake",
+                                           "caller (argmax, submit)"};
+
+static uint64_t bench_now_ns(void) { return (uint64_t)(bench_now_s() * 1e9); }
 
 
 /* Bytes of weights one token's decode step reads (every layer matrix and the head; the embedding row is
@@ -88,12 +100,18 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                           .logits = ACT_LOGITS_ALL};
         rc = act_pp_submit(rt, &st, &pd[s], &err);
     }
+    uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown */
+    act_pending_times pt = {0};
     for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
         if (!pd[k])
             continue;
         const float *l;
         if ((rc = act_pending_wait(pd[k], &l, NULL, &err)) != 0)
             break;
+        if (S == 1) {
+            t_woke = bench_now_ns();
+            act_pending_get_times(pd[k], &pt);
+        }
         tok[k] = mdl_argmax(l, n_vocab);
         act_pending_release(pd[k]);
         pd[k] = NULL;
@@ -102,6 +120,15 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         if (pos[k] - start < T) {
             act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[k], .seq = &seq_ids[k], .pos = &pos[k],
                               .logits = ACT_LOGITS_ALL};
+            const uint64_t t_next = bench_now_ns();
+            if (S == 1 && pt.stage0_ns && pt.enqueued_ns && pt.done_ns) {
+                const uint64_t pts[HT_N + 1] = {t_sub, pt.stage0_ns, pt.enqueued_ns, pt.readback_ns, pt.synced_ns,
+                                                pt.done_ns, t_woke, t_next};
+                for (int h = 0; h < HT_N; h++)
+                    out->turn_us[h] += (double)(int64_t)(pts[h + 1] - pts[h]) / 1e3;
+                out->turns++;
+            }
+            t_sub = t_next;
             rc = act_pp_submit(rt, &st, &pd[k], &err);
         }
     }
@@ -188,6 +215,14 @@ int bench_pp_scaling(int argc, char **argv)
             printf("  layers");
             for (int s = 0; s < rr[i]->N; s++)
                 printf("%s%d", s ? "|" : " ", rr[i]->fence[s + 1] - rr[i]->fence[s]);
+            printf("\n");
+        }
+        for (int i = no_pp1; i < 2; i++) { /* one sequence: where the wall time of a token goes */
+            if (rr[i]->turns == 0)
+                continue;
+            printf("host turn us/token PP-%d (%d tokens):", rr[i]->N, rr[i]->turns);
+            for (int h = 0; h < HT_N; h++)
+                printf(" %s%s %.1f", h ? "| " : "", HT_NAMES[h], rr[i]->turn_us[h] / rr[i]->turns);
             printf("\n");
         }
         /* The stage stream's own time per step (walk-begin to walk-end markers): without the host's turn
