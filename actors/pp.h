@@ -40,6 +40,10 @@ typedef enum act_logits_mode {
     ACT_LOGITS_ALL = 0,  /* logits of every row */
     ACT_LOGITS_LAST = 1, /* logits of the last row only (prefill chunks) */
     ACT_LOGITS_NONE = 2, /* no head at all (a prompt chunk that is not the last) */
+    ACT_LOGITS_ARGMAX = 3, /* no logits to the host: each row's index of its largest logit (ties -> the lowest
+                            * index), computed by krn_argmax_async on the device that ran the head; B int32
+                            * read back instead of B x n_vocab floats (greedy decoding without the copy and
+                            * the host's scan). Read with act_pending_wait_tokens. */
 } act_logits_mode;
 
 /* One step: B rows, each a token of sequence slot seq[b] at position pos[b]. Copied at submit. */
@@ -108,8 +112,12 @@ int act_pp_submit(act_pp *rt, const act_pp_step *step, act_pending **out, dev_er
 int act_pp_run_unsplit(act_pp *rt, const act_pp_step *step, float *logits_out, dev_err *err);
 
 /* Host waits until the step's logits are in host memory. *logits (rows x n_vocab floats) stays valid until
- * act_pending_release. Returns 0 or the step's error. */
+ * act_pending_release. Returns 0 or the step's error; MEMRA_E_INVAL for an ACT_LOGITS_ARGMAX step (its
+ * result is tokens: act_pending_wait_tokens), the pending then still usable. */
 int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err);
+/* The same for an ACT_LOGITS_ARGMAX step: *tokens (rows int32, one per row of the step) stays valid until
+ * act_pending_release. MEMRA_E_INVAL for a step of another logits mode. */
+int act_pending_wait_tokens(act_pending *p, const int32_t **tokens, int *rows, dev_err *err);
 /* Where a finished step's host time went (CLOCK_MONOTONIC ns; 0 for a point the step did not pass, all 0
  * before it finished or for a synchronous seam): stage 0 took the STEP message; the last stage had
  * enqueued its walk, head and completion event; the readback actor took the step; its stream sync (device

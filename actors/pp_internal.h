@@ -52,6 +52,7 @@ struct pp_rec {
     act_step_kind kind;
     int B;
     int out_rows;            /* rows of logits: B, 1 or 0 */
+    int argmax;              /* ACT_LOGITS_ARGMAX: the last stage reduces each row to its argmax on the device */
     int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */
     act_pp_seams seams;      /* snapshot read by the submitter for this step */
     int32_t *tokens, *seq, *pos; /* (B,) each, owned */
@@ -77,6 +78,7 @@ struct act_pending {
                               * that passes it, read by the caller after the wait (ordered by the mailbox
                               * hand-offs, then by lock) */
     int cap_rows, rows;
+    int argmax;              /* the step asked ACT_LOGITS_ARGMAX: host holds rows int32, not floats */
     act_pending *next_free;  /* pool link [rt->pool_lock] */
 };
 
@@ -171,6 +173,26 @@ static inline size_t pp_frame_bytes(const act_pp *rt, int B)
 {
     return (size_t)B * ((size_t)rt->n_embd * sizeof(float) + 2 * sizeof(int32_t));
 }
+
+/* The head's device output for `rows` rows: the logits (rows x n_vocab f32), then with argmax room for
+ * rows int32 (each row's argmax, ACT_LOGITS_ARGMAX). */
+static inline size_t pp_logits_bytes(const act_pp *rt, int rows, int argmax)
+{
+    return (size_t)rows * ((size_t)rt->n_vocab * sizeof(float) + (argmax ? sizeof(int32_t) : 0));
+}
+/* What the host receives of step rec, and where it sits in the head's output d: the argmax int32 or the
+ * logits. */
+static inline size_t pp_result_bytes(const act_pp *rt, const pp_rec *rec)
+{
+    return (size_t)rec->out_rows * (rec->argmax ? sizeof(int32_t) : (size_t)rt->n_vocab * sizeof(float));
+}
+static inline const void *pp_result_src(const act_pp *rt, const pp_rec *rec, const void *d)
+{
+    return rec->argmax ? (const void *)((const float *)d + (size_t)rec->out_rows * (size_t)rt->n_vocab) : d;
+}
+/* ACT_LOGITS_ARGMAX: enqueue each row's argmax over the logits at d into its int32 slot (pp_result_src) on
+ * s, after the head on the same stream; 0 and nothing enqueued for the other modes. */
+int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, dev_err *err);
 
 /* Steps in flight through the stage actors: add delta (the submitter +1, the readback actor -1 when a step is
  * done; waiters in act_pp_drain are woken) and return the new count. [inflight_lock] */

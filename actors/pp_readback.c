@@ -111,6 +111,7 @@ act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
     p->refs = 2; /* the caller and the pipeline */
     p->done = 0;
     p->status = 0;
+    p->argmax = 0;
     p->times = (act_pending_times){0};
     dev_err_clear(&p->err);
     p->rows = rows;
@@ -159,10 +160,12 @@ void pp_pending_finish(act_pending *p, int status, const dev_err *err)
     pending_unref(p);
 }
 
-int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err)
+/* Wait for p; its status, or MEMRA_E_INVAL when the step's result is not of the kind asked (argmax). */
+static int pending_wait_kind(act_pending *p, int argmax, const void **out, int *rows, dev_err *err)
 {
+    static const char *const fn[2] = {"act_pending_wait", "act_pending_wait_tokens"};
     if (!p)
-        return dev_err_set(err, MEMRA_E_INVAL, "act_pending_wait: NULL pending");
+        return dev_err_set(err, MEMRA_E_INVAL, "%s: NULL pending", fn[argmax]);
     pthread_mutex_lock(&p->lock);
     /* ordered by p->lock: the readback actor set done after its readback stream synced */
     while (!p->done)
@@ -170,11 +173,32 @@ int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *e
     int st = p->status;
     if (st != 0)
         dev_err_set(err, st, "%s", p->err.msg);
+    else if (p->argmax != argmax)
+        st = dev_err_set(err, MEMRA_E_INVAL, "%s: the step's logits mode is %s (read it with %s)", fn[argmax],
+                         p->argmax ? "ARGMAX" : "ALL or LAST", fn[p->argmax]);
     pthread_mutex_unlock(&p->lock);
-    if (logits)
-        *logits = st == 0 ? p->host : NULL;
+    if (out)
+        *out = st == 0 ? p->host : NULL;
     if (rows)
         *rows = st == 0 ? p->rows : 0;
+    return st;
+}
+
+int act_pending_wait(act_pending *p, const float **logits, int *rows, dev_err *err)
+{
+    const void *o = NULL;
+    int st = pending_wait_kind(p, 0, &o, rows, err);
+    if (logits)
+        *logits = o;
+    return st;
+}
+
+int act_pending_wait_tokens(act_pending *p, const int32_t **tokens, int *rows, dev_err *err)
+{
+    const void *o = NULL;
+    int st = pending_wait_kind(p, 1, &o, rows, err);
+    if (tokens)
+        *tokens = o;
     return st;
 }
 
@@ -240,8 +264,8 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
      * every earlier stage's work for this step) */
     r = dev_stream_wait_event_async(rt->rb_stream, p->ev_done);
     if (r == 0 && rec->out_rows > 0)
-        r = dev_copy_d2h_async(rt->rb_stream, p->host, rec->logits_d,
-                               (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float));
+        r = dev_copy_d2h_async(rt->rb_stream, p->host, pp_result_src(rt, rec, rec->logits_d),
+                               pp_result_bytes(rt, rec));
     if (rec->logits_d) /* freed on this stream whatever happened: the pool reuses it behind this point */
         mem_pool_free_async(rt->head_pool, rt->rb_stream, rec->logits_d);
     if (r == 0)

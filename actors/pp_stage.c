@@ -155,14 +155,23 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
     act_pp *rt = st->rt;
     int r;
     if (rec->out_rows > 0) {
-        size_t bytes = (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float);
+        size_t bytes = pp_logits_bytes(rt, rec->out_rows, rec->argmax);
         if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
             return err->code;
         const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
         if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)))
             return r;
+        return pp_argmax_async(rt, rec, st->stream, rec->logits_d, err);
     }
     return 0;
+}
+
+int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, dev_err *err)
+{
+    if (!rec->argmax || rec->out_rows == 0)
+        return 0;
+    int r = krn_argmax_async(s, (int32_t *)pp_result_src(rt, rec, d), d, rec->out_rows, rt->n_vocab);
+    return r ? dev_err_set(err, r, "step: argmax of %d rows of logits failed", rec->out_rows) : 0;
 }
 
 /* The walk's layers [fence[s], fence[s+1]) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph)

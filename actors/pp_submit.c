@@ -11,8 +11,9 @@ static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
     if (!st || st->B < 1 || st->B > rt->max_rows || !st->tokens || !st->seq || !st->pos)
         return dev_err_set(err, MEMRA_E_INVAL, "step: B=%d rows (allowed 1..%d) with tokens, seq and pos arrays",
                            st ? st->B : 0, rt->max_rows);
-    if (st->logits < ACT_LOGITS_ALL || st->logits > ACT_LOGITS_NONE)
-        return dev_err_set(err, MEMRA_E_INVAL, "step: logits mode %d (allowed ALL, LAST, NONE)", (int)st->logits);
+    if (st->logits < ACT_LOGITS_ALL || st->logits > ACT_LOGITS_ARGMAX)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: logits mode %d (allowed ALL, LAST, NONE, ARGMAX)",
+                           (int)st->logits);
     for (int b = 0; b < st->B; b++) {
         if (st->tokens[b] < 0 || st->tokens[b] >= rt->n_vocab)
             return dev_err_set(err, MEMRA_E_INVAL, "step: row %d token %d outside the vocabulary 0..%d", b,
@@ -29,7 +30,9 @@ static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
 
 static int out_rows_of(const act_pp_step *st)
 {
-    return st->logits == ACT_LOGITS_ALL ? st->B : st->logits == ACT_LOGITS_LAST ? 1 : 0;
+    return st->logits == ACT_LOGITS_ALL || st->logits == ACT_LOGITS_ARGMAX ? st->B
+           : st->logits == ACT_LOGITS_LAST                                  ? 1
+                                                                            : 0;
 }
 
 static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *seams, dev_err *err)
@@ -46,6 +49,7 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
     rec->kind = st->kind;
     rec->B = st->B;
     rec->out_rows = out_rows_of(st);
+    rec->argmax = st->logits == ACT_LOGITS_ARGMAX;
     rec->seams = *seams;
     rec->tokens = arr;
     rec->seq = arr + st->B;
@@ -68,7 +72,7 @@ static int ref_init(act_pp *rt, dev_err *err)
         (!rt->ref_frame && !(rt->ref_frame = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_slot && !(rt->ref_slot = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_logits_d &&
-         !(rt->ref_logits_d = dev_malloc(rt->primary, (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float), err))) ||
+         !(rt->ref_logits_d = dev_malloc(rt->primary, pp_logits_bytes(rt, rt->max_rows, 1), err))) ||
         !(rt->ref_host = dev_host_alloc(rt->plat, fb > (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float)
                                                        ? fb
                                                        : (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float),
@@ -121,9 +125,10 @@ static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float
     }
     if (rec->out_rows > 0) {
         const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
-        size_t lb = (size_t)rec->out_rows * (size_t)rt->n_vocab * sizeof(float);
+        const size_t lb = pp_result_bytes(rt, rec);
+        const void *src = pp_result_src(rt, rec, rt->ref_logits_d);
         if ((r = mdl_forward_head_async(rt->model, rt->ref_scratch, s, xh, rt->ref_logits_d, rec->out_rows, err)) ||
-            (r = dev_copy_d2h_async(s, rt->ref_host, rt->ref_logits_d, lb)))
+            (r = pp_argmax_async(rt, rec, s, rt->ref_logits_d, err)) || (r = dev_copy_d2h_async(s, rt->ref_host, src, lb)))
             return r;
         if ((r = dev_stream_sync(s, err)) != 0)
             return r;
@@ -148,6 +153,9 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev
         return r;
     if (out_rows_of(st) > 0 && !logits_out)
         return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits_out is NULL but the step wants logits");
+    if (st->logits == ACT_LOGITS_ARGMAX)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits mode ARGMAX (the reference arm returns "
+                                               "logits; allowed ALL, LAST, NONE)");
     act_pp_seams seams = act_pp_seams_default();
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
@@ -165,6 +173,7 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
     act_pending *p = pp_pending_get(rt, rec->out_rows, err);
     if (!p)
         return err->code;
+    p->argmax = rec->argmax;
     /* ordered by the drain: every split step touching the stage-owned KV has completed (host sync) */
     act_pp_drain(rt, NULL);
     int r = run_on_primary(rt, rec, ranges, 0, p->host, err);
@@ -245,6 +254,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     pp_inflight_add(rt, 1);
     atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;
+    p->argmax = rec->argmax;
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {

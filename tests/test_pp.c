@@ -311,6 +311,75 @@ static void test_pending_logits_dropped_without_wait_are_safe(void **state)
     act_pp_destroy(rt);
 }
 
+/* One step of `mode` (ALL or ARGMAX) at position pos for rows of sequences 0..B-1, token 5 + row. */
+static act_pending *submit_rows(act_pp *rt, act_logits_mode mode, int B, int32_t pos)
+{
+    int32_t tok[4], seq[4], ps[4];
+    for (int b = 0; b < B; b++)
+        tok[b] = 5 + b, seq[b] = b, ps[b] = pos;
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = B, .tokens = tok, .seq = seq, .pos = ps, .logits = mode};
+    act_pending *p = NULL;
+    dev_err e = {0};
+    if (act_pp_submit(rt, &st, &p, &e) != 0)
+        fail_msg("submit (mode %d): %s", (int)mode, e.msg);
+    return p;
+}
+
+/* ACT_LOGITS_ARGMAX gives each row the index of its largest logit (ties: the lowest) of the same step in
+ * mode ALL — pipelined over 2 stages and on the one-stream seam; the other reader is refused with a message,
+ * the pending still usable; the unsplit reference arm refuses the mode. */
+static void test_argmax_mode_reads_back_each_rows_greedy_token(void **state)
+{
+    (void)state;
+    for (int seam = 0; seam < 2; seam++) {
+        clear_doors();
+        setenv("MEMRA_PP_STAGES", "2", 1);
+        setenv("MEMRA_PP_OVERLAP", "1", 1);
+        if (seam)
+            setenv("MEMRA_PP_STREAMS", "0", 1);
+        dev_err e = {0};
+        act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+        assert_non_null(rt);
+        const int B = 3, n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+        for (int32_t pos = 0; pos < 4; pos++) {
+            /* the same step twice (its KV rows are rewritten with the same bits): logits, then argmax */
+            act_pending *pa = submit_rows(rt, ACT_LOGITS_ALL, B, pos);
+            const float *l;
+            int rows = 0;
+            assert_int_equal(act_pending_wait(pa, &l, &rows, &e), 0);
+            assert_int_equal(rows, B);
+            act_pending *pm = submit_rows(rt, ACT_LOGITS_ARGMAX, B, pos);
+            const int32_t *tk;
+            assert_int_equal(act_pending_wait_tokens(pm, &tk, &rows, &e), 0);
+            assert_int_equal(rows, B);
+            for (int b = 0; b < B; b++) {
+                int best = 0;
+                for (int i = 1; i < n_vocab; i++)
+                    if (l[(size_t)b * n_vocab + i] > l[(size_t)b * n_vocab + best])
+                        best = i;
+                if (tk[b] != best)
+                    fail_msg("seam %d pos %d row %d: argmax mode %d, argmax of the logits %d", seam, (int)pos, b,
+                             tk[b], best);
+            }
+            const float *none = l;
+            assert_int_equal(act_pending_wait(pm, &none, NULL, &e), MEMRA_E_INVAL);
+            assert_null(none);
+            assert_non_null(strstr(e.msg, "act_pending_wait_tokens"));
+            assert_int_equal(act_pending_wait_tokens(pa, &tk, NULL, &e), MEMRA_E_INVAL);
+            assert_int_equal(act_pending_wait_tokens(pm, &tk, NULL, &e), 0); /* still usable */
+            act_pending_release(pa);
+            act_pending_release(pm);
+        }
+        int32_t tok = 1, seq = 0, pos = 0;
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos,
+                          .logits = ACT_LOGITS_ARGMAX};
+        float out[1];
+        assert_int_equal(act_pp_run_unsplit(rt, &st, out, &e), MEMRA_E_INVAL);
+        assert_non_null(strstr(e.msg, "ARGMAX"));
+        act_pp_destroy(rt);
+    }
+}
+
 static void test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving(void **state)
 {
     (void)state;
@@ -417,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_one_stream_seam_is_bit_identical_and_refuses_cross_device),
         cmocka_unit_test(test_soak_twenty_runs_with_random_delays_are_bit_identical),
         cmocka_unit_test(test_pending_logits_dropped_without_wait_are_safe),
+        cmocka_unit_test(test_argmax_mode_reads_back_each_rows_greedy_token),
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
         cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
         cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),

@@ -38,10 +38,33 @@ static uint64_t bench_now_ns(void) { return (uint64_t)(bench_now_s() * 1e9); }
  * noise), for the effective-bandwidth column. */
 static double model_weight_bytes(const mdl_model *m) { return (double)mdl_model_weight_bytes(m); }
 
-/* Decode T tokens for each of S sequences with all S in flight; greedy. */
-static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
-                   int prompt, run_result *out)
+/* The greedy token of a decode step: the host's argmax over its logits, or (dev_argmax) the one the device
+ * computed (ACT_LOGITS_ARGMAX). *woke: the clock when the wait returned. */
+static int greedy_token(act_pending *p, int dev_argmax, int n_vocab, int32_t *tok, uint64_t *woke, dev_err *err)
 {
+    int rc;
+    if (dev_argmax) {
+        const int32_t *t;
+        rc = act_pending_wait_tokens(p, &t, NULL, err);
+        *woke = bench_now_ns();
+        if (rc == 0)
+            *tok = t[0];
+    } else {
+        const float *l;
+        rc = act_pending_wait(p, &l, NULL, err);
+        *woke = bench_now_ns();
+        if (rc == 0)
+            *tok = mdl_argmax(l, n_vocab);
+    }
+    return rc;
+}
+
+/* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
+ * device). */
+static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
+                   int prompt, int dev_argmax, run_result *out)
+{
+    const act_logits_mode mode = dev_argmax ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL;
     act_pp_params p = act_pp_default_params();
     p.synth = syn;
     p.config.stages = stages;
@@ -81,10 +104,9 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
      * are not a step's cost; pools grow to their working size) */
     for (int s = 0; s < S && rc == 0; s++) {
         act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[s], .seq = &seq_ids[s], .pos = &pos[s],
-                          .logits = ACT_LOGITS_ALL};
-        const float *l;
-        if ((rc = act_pp_submit(rt, &st, &pd[s], &err)) == 0 && (rc = act_pending_wait(pd[s], &l, NULL, &err)) == 0)
-            tok[s] = mdl_argmax(l, n_vocab);
+                          .logits = mode};
+        if ((rc = act_pp_submit(rt, &st, &pd[s], &err)) == 0)
+            rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
         act_pending_release(pd[s]);
         pd[s] = NULL;
         pos[s]++;
@@ -93,33 +115,29 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
     double t0 = bench_now_s();
+    uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
     /* keep every sequence in flight: one pending per sequence, resubmitted as soon as it is drained */
     for (int s = 0; s < S && rc == 0; s++) {
         act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[s], .seq = &seq_ids[s], .pos = &pos[s],
-                          .logits = ACT_LOGITS_ALL};
+                          .logits = mode};
         rc = act_pp_submit(rt, &st, &pd[s], &err);
     }
-    uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown */
     act_pending_times pt = {0};
     for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
         if (!pd[k])
             continue;
-        const float *l;
-        if ((rc = act_pending_wait(pd[k], &l, NULL, &err)) != 0)
+        if ((rc = greedy_token(pd[k], dev_argmax, n_vocab, &tok[k], &t_woke, &err)) != 0)
             break;
-        if (S == 1) {
-            t_woke = bench_now_ns();
+        if (S == 1)
             act_pending_get_times(pd[k], &pt);
-        }
-        tok[k] = mdl_argmax(l, n_vocab);
         act_pending_release(pd[k]);
         pd[k] = NULL;
         pos[k]++;
         done++;
         if (pos[k] - start < T) {
             act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[k], .seq = &seq_ids[k], .pos = &pos[k],
-                              .logits = ACT_LOGITS_ALL};
+                              .logits = mode};
             const uint64_t t_next = bench_now_ns();
             if (S == 1 && pt.stage0_ns && pt.enqueued_ns && pt.done_ns) {
                 const uint64_t pts[HT_N + 1] = {t_sub, pt.stage0_ns, pt.enqueued_ns, pt.readback_ns, pt.synced_ns,
@@ -165,14 +183,16 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
 int bench_pp_scaling(int argc, char **argv)
 {
     const char *model = NULL, *synth = NULL, *type = "bf16";
-    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0;
+    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0, dev_argmax = 0;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
-                                {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1}};
-    if (bench_parse("pp-scaling", argc, argv, flags, 8,
+                                {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
+                                {"--device-argmax", &dev_argmax, NULL, 0, 1}};
+    if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
-                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1]\n(placement and "
+                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1]\n"
+                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices)"))
         return 2;
@@ -198,9 +218,9 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     }
     run_result r1 = {0}, rn = {0};
-    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, &r1);
+    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, dev_argmax, &r1);
     if (rc == 0)
-        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, &rn);
+        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, &rn);
     if (rc == 0) {
         printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
                dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");
