@@ -238,11 +238,7 @@ static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row
     const int groups = (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS;
     static int occ = 0;
     const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, NB>, &occ) * krn_cuda_sm_count();
-    int blocks = groups;
-    if (cap > 0 && groups > cap) { /* every block resident at once; the row groups spread evenly over rounds */
-        const int rounds = (groups + cap - 1) / cap;
-        blocks = (groups + rounds - 1) / rounds;
-    }
+    const int blocks = mm_resident_grid(groups, cap);
     krn_launch(mm_float_vec_kernel<T, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
                row_bytes, acc);
 }

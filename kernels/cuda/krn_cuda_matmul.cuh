@@ -9,6 +9,15 @@
 #define MM_WARPS 4 /* warps per block */
 #define MM_MAX_B 8 /* x rows per launch (accumulators in registers) */
 
+/* Blocks of a grid whose blocks all fit at once (cap = resident blocks; 0 = no cap: a block per group): the
+ * groups spread evenly over the fewest rounds, so every block walks the same number of groups. */
+static inline int mm_resident_grid(int groups, int cap) {
+    if (cap <= 0 || groups <= cap)
+        return groups;
+    const int rounds = (groups + cap - 1) / cap;
+    return (groups + rounds - 1) / rounds;
+}
+
 typedef struct mm_args {
     float *y;         /* (nb, n_out) */
     const uint8_t *W; /* the whole tensor, row r at W + r*row_bytes */

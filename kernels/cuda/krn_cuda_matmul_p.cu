@@ -234,12 +234,7 @@ static int mp_rows_forced(void) {
 template <int T, int NB, int R, int U>
 static void mp_go(const mm_args *a, cudaStream_t st) {
     enum { MB = MP_MINB(NB) };
-    const int ngroups = (a->n_out + R - 1) / R, sms = krn_cuda_sm_count();
-    int blocks = ngroups;
-    if (sms > 0 && ngroups > MB * sms) {
-        const int rounds = (ngroups + MB * sms - 1) / (MB * sms);
-        blocks = (ngroups + rounds - 1) / rounds;
-    }
+    const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
     krn_launch(mp_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
                a->n_out, a->n_in, a->acc);
 }

@@ -414,12 +414,7 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
     static const int allowed[] = {-1, 1, 2, 3, 4, 5};
     const int bps_f = krn_cuda_tune("MEMRA_CUDA_MM_BPS", allowed, 6, &bps_env);
     const int bps = bps_f >= 1 && bps_f <= MB ? bps_f : MB;
-    const int ngroups = (a->n_out + R - 1) / R, sms = bps_f == -1 ? 0 : krn_cuda_sm_count();
-    int blocks = ngroups;
-    if (sms > 0 && ngroups > bps * sms) {
-        const int rounds = (ngroups + bps * sms - 1) / (bps * sms);
-        blocks = (ngroups + rounds - 1) / rounds;
-    }
+    const int blocks = mm_resident_grid((a->n_out + R - 1) / R, bps_f == -1 ? 0 : bps * krn_cuda_sm_count());
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
     krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes,
                a->acc);
