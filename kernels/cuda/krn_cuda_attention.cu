@@ -1,15 +1,17 @@
 /* Causal GQA decode/prefill attention on CUDA, f32 caches (n_seq, n_ctx, kv_dim).
  *
  * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of ck keys
- * (MEMRA_CUDA_ATT_CHUNK, fixed per process); block (chunk c, head h, row b) computes the chunk's scores into shared memory (one
- * warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c), l_c = sum p (fixed
- * tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine kernel then merges
- * the chunks of each (b, h) in chunk order: M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
- * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time:
- * short decode contexts) the first kernel writes o/l directly and the combine skips that row; that is the
- * same arithmetic as the combine of one chunk (e^0 = 1 exactly), so every path gives the same bits.
+ * (MEMRA_CUDA_ATT_CHUNK, fixed per process); block (chunk c, head h, row b) computes the chunk's scores into
+ * shared memory (one warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c),
+ * l_c = sum p (fixed tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine
+ * kernel then merges the chunks of each (b, h) in chunk order: M = max m_c,
+ * out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
+ * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time: short decode contexts) the first
+ * kernel writes o/l directly and the combine skips that row; that is the same arithmetic as the combine of
+ * one chunk (e^0 = 1 exactly), so every path gives the same bits.
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
- * Workspace (split path only): cudaMallocAsync/cudaFreeAsync on the caller's stream, ordered by it.
+ * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
+ * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it.
  * Shared mutable state: none. */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
@@ -17,6 +19,12 @@
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
+
+/* Row b's position clamped into [0, n_ctx) (the contract: attention clamps pos, kv_store drops the row). */
+static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_ctx) {
+    const int p = pos[b];
+    return p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+}
 
 /* Before the PDL wait: the keys [t0, min(t0 + ck, p)) of chunk c of row b, K and V, pulled into L2 with
  * prefetch.global.L2 (a hint: no registers, no effect on any value read later), so the scores' and the
@@ -28,8 +36,7 @@ static __device__ __forceinline__ void att_prefetch(const float *kc, const float
                                                     const int32_t *pos, int n_head, int n_head_kv, int hd,
                                                     int n_ctx, int ck) {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int p = pos[b];
-    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
         return;
@@ -56,8 +63,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float red[32];
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int p = pos[b];
-    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
     if (t0 > p)
         return; /* the combine reads only chunks 0 .. p / ck */
@@ -156,8 +162,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                        int n_head, int hd, int n_ctx, int n_split, int ck) {
     krn_pdl_enter();
     const int h = blockIdx.x, b = blockIdx.y;
-    int p = pos[b];
-    p = p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
+    const int p = att_pos(pos, b, n_ctx);
     const int nc = p / ck + 1;
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */

@@ -69,7 +69,7 @@ extern "C" int krn_cuda_fill(dev_stream *s, void *dst, const krn_fill_plan *p) {
     int bb = (int)krn_type_block_bytes(p->type);
     unsigned blocks = (unsigned)((units + 255) / 256);
     fill_kernel<<<blocks, 256, 0, st>>>(*p, (unsigned char *)dst, units, bb);
-    rc = cudaGetLastError() == cudaSuccess ? 0 : MEMRA_E_DEVICE;
+    rc = krn_cuda_launch_check(NULL, "krn_cuda_fill");
     krn_cuda_leave(prev);
     return rc;
 }
