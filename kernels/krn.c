@@ -76,13 +76,18 @@ int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, i
     DISPATCH(s, rmsnorm, y, x, w, B, n, eps);
 }
 
+/* A matmul weight s's backend can read: data, a supported type whose block divides n_in, and a layout
+ * that backend reads (PLANES only on CUDA, only of a type with planes). */
+static int weight_ok(dev_stream *s, const krn_weight *W)
+{
+    return W && W->data && W->n_out > 0 && W->n_in > 0 && krn_type_supported(W->type) &&
+           krn_row_bytes(W->type, W->n_in) != 0 && krn_layout_check(W, on_cuda(s) == 1, NULL) == 0;
+}
+
 int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
-    if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
-        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0)
-        return MEMRA_E_INVAL; /* unsupported type, or n_in not a multiple of the type's block */
-    if (krn_layout_check(W, on_cuda(s) == 1, NULL))
-        return MEMRA_E_INVAL; /* PLANES on a CPU stream, or of a type without planes */
+    if (!s || !y || !x || B <= 0 || !weight_ok(s, W))
+        return MEMRA_E_INVAL;
     DISPATCH(s, matmul, y, W, x, B);
 }
 
@@ -90,21 +95,15 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 {
     if (!s || !parts || n < 1 || n > KRN_MM_PARTS || !x || B <= 0)
         return MEMRA_E_INVAL;
-    for (int i = 0; i < n; i++) {
-        const krn_weight *W = parts[i].W;
-        if (!parts[i].y || !W || !W->data || W->n_out <= 0 || W->n_in != parts[0].W->n_in ||
-            !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0 ||
-            krn_layout_check(W, on_cuda(s) == 1, NULL))
+    for (int i = 0; i < n; i++)
+        if (!parts[i].y || !weight_ok(s, parts[i].W) || parts[i].W->n_in != parts[0].W->n_in)
             return MEMRA_E_INVAL;
-    }
     DISPATCH(s, matmul_parts, parts, n, x, B);
 }
 
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
-    if (!s || !y || !W || !W->data || !x || B <= 0 || W->n_out <= 0 || W->n_in <= 0 ||
-        !krn_type_supported(W->type) || krn_row_bytes(W->type, W->n_in) == 0 ||
-        krn_layout_check(W, on_cuda(s) == 1, NULL))
+    if (!s || !y || !x || B <= 0 || !weight_ok(s, W))
         return MEMRA_E_INVAL;
     DISPATCH(s, matmul_acc, y, W, x, B);
 }
@@ -119,9 +118,9 @@ static void run_repack(void *p)
 
 int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
 {
-    if (!s || !dst || !src || !dst->data || !src->data || dst->data == src->data || !krn_planes_supported(src->type) ||
-        dst->type != src->type || dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 ||
-        src->layout != KRN_LAYOUT_BLOCKS || krn_planes_qrow(src->type, src->n_in) == 0)
+    if (!s || !dst || !src || !dst->data || !src->data || dst->data == src->data || dst->type != src->type ||
+        dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 || src->layout != KRN_LAYOUT_BLOCKS ||
+        krn_planes_qrow(src->type, src->n_in) == 0) /* 0 also for a type without planes */
         return MEMRA_E_INVAL;
 #if KRN_CUDA
     if (on_cuda(s))

@@ -26,8 +26,8 @@ int mdl_repack_door(int *on, dev_err *err)
 /* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */
 static int wants(const krn_weight *w)
 {
-    return w && w->data && krn_planes_supported(w->type) && w->layout == KRN_LAYOUT_BLOCKS && w->n_out > 0 &&
-           krn_planes_qrow(w->type, w->n_in) && (uintptr_t)w->data % 16 == 0;
+    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && w->n_out > 0 &&
+           krn_planes_qrow(w->type, w->n_in) && (uintptr_t)w->data % 16 == 0; /* qrow 0: a type without planes */
 }
 
 static size_t bytes_of(const krn_weight *w) { return (size_t)w->n_out * krn_row_bytes(w->type, w->n_in); }
