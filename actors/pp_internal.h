@@ -216,7 +216,8 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec);
 
 /* pp_readback.c */
 int pp_readback_handle(act_actor *a, act_msg *m, void *ctx);
-act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err);
+/* A pending for rec from the pool (or new): room for rec's rows, its result kind (argmax), refs 2. */
+act_pending *pp_pending_get(act_pp *rt, const pp_rec *rec, dev_err *err);
 void pp_pending_finish(act_pending *p, int status, const dev_err *err);
 void pp_pending_pool_free(act_pp *rt);
 void pp_rec_free(pp_rec *rec);

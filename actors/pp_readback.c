@@ -80,8 +80,9 @@ static void pending_free(act_pp *rt, act_pending *p)
     free(p);
 }
 
-act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
+act_pending *pp_pending_get(act_pp *rt, const pp_rec *rec, dev_err *err)
 {
+    const int rows = rec->out_rows;
     act_pending *p = NULL, **link;
     pthread_mutex_lock(&rt->pool_lock);
     for (link = &rt->pool; *link; link = &(*link)->next_free)
@@ -111,7 +112,7 @@ act_pending *pp_pending_get(act_pp *rt, int rows, dev_err *err)
     p->refs = 2; /* the caller and the pipeline */
     p->done = 0;
     p->status = 0;
-    p->argmax = 0;
+    p->argmax = rec->argmax;
     p->times = (act_pending_times){0};
     dev_err_clear(&p->err);
     p->rows = rows;

@@ -66,17 +66,14 @@ static int ref_init(act_pp *rt, dev_err *err)
 {
     if (rt->ref_host) /* the last thing acquired below: a partial earlier attempt starts over from here */
         return 0;
-    size_t fb = pp_frame_bytes(rt, rt->max_rows);
+    const size_t fb = pp_frame_bytes(rt, rt->max_rows), lb = pp_logits_bytes(rt, rt->max_rows, 0);
     if ((!rt->ref_stream && !(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err))) ||
         (!rt->ref_scratch && !(rt->ref_scratch = pp_scratch_new(rt, rt->primary, err))) ||
         (!rt->ref_frame && !(rt->ref_frame = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_slot && !(rt->ref_slot = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_logits_d &&
          !(rt->ref_logits_d = dev_malloc(rt->primary, pp_logits_bytes(rt, rt->max_rows, 1), err))) ||
-        !(rt->ref_host = dev_host_alloc(rt->plat, fb > (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float)
-                                                       ? fb
-                                                       : (size_t)rt->max_rows * (size_t)rt->n_vocab * sizeof(float),
-                                        err)))
+        !(rt->ref_host = dev_host_alloc(rt->plat, fb > lb ? fb : lb, err)))
         return err->code;
     return 0;
 }
@@ -170,10 +167,9 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev
 /* A pending that is already complete (the synchronous seams). */
 static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, dev_err *err)
 {
-    act_pending *p = pp_pending_get(rt, rec->out_rows, err);
+    act_pending *p = pp_pending_get(rt, rec, err);
     if (!p)
         return err->code;
-    p->argmax = rec->argmax;
     /* ordered by the drain: every split step touching the stage-owned KV has completed (host sync) */
     act_pp_drain(rt, NULL);
     int r = run_on_primary(rt, rec, ranges, 0, p->host, err);
@@ -247,14 +243,13 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         return submit_sync(rt, rec, rt->N, out, err);
 
     rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
-    if (!(rec->pending = pp_pending_get(rt, rec->out_rows, err))) {
+    if (!(rec->pending = pp_pending_get(rt, rec, err))) {
         pp_rec_free(rec);
         return err->code;
     }
     pp_inflight_add(rt, 1);
     atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;
-    p->argmax = rec->argmax;
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
