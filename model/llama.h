@@ -66,11 +66,11 @@ struct mdl_gguf_synth;
  * head_dev, the embedding table on the host; no file, no tokenizer. For real-shaped GPU runs (a 70B bf16
  * model fits no disk and no carry). Errors as mdl_model_load. Cost: one fill pass per device. */
 mdl_model *mdl_model_synthesize(const struct mdl_gguf_synth *shape, const mdl_load_params *p, dev_err *err);
-/* Fill *shape for a named shape: "llama3-8b", "llama3-70b", "mid" (16 x 2048), "tiny" (8 x 256), with weight
- * and embedding type `type`. Returns 0 or MEMRA_E_INVAL for an unknown name. */
 /* mdl_model_peek_weight_cost for a synthetic shape (the tensors mdl_model_synthesize makes). Returns
  * n_layer, or MEMRA_E_INVAL + err when cap < n_layer + 1 or the shape is inconsistent. */
 int mdl_synth_weight_cost(const struct mdl_gguf_synth *shape, int cuda, double *cost, int cap, dev_err *err);
+/* Fill *shape for a named shape: "llama3-8b", "llama3-70b", "mid" (16 x 2048), "tiny" (8 x 256), with weight
+ * and embedding type `type`. Returns 0 or MEMRA_E_INVAL for an unknown name. */
 int mdl_synth_named(const char *name, int type, struct mdl_gguf_synth *shape);
 /* The same with the type by name ("bf16", "q4_k"; case-insensitive): MEMRA_E_INVAL names what is allowed. */
 int mdl_synth_parse(const char *name, const char *type, struct mdl_gguf_synth *shape, dev_err *err);

@@ -226,9 +226,10 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
     }
     cand *c = s->c;
     int32_t keep = p->min_keep < n ? p->min_keep : n, best = 0;
+    const int top_k = p->top_k > 0 && p->top_k < n;
+    const int32_t k = p->top_k > keep ? p->top_k : keep; /* the candidates top-k keeps */
     int sorted = 0;
-    if (!penalize && p->top_k > 0 && p->top_k < n) { /* steps 1-3 at once: top-k straight from the logits */
-        const int32_t k = p->top_k > keep ? p->top_k : keep;
+    if (!penalize && top_k) { /* steps 1-3 at once: top-k straight from the logits */
         top_k_sorted(c, logits, n, k);
         if (c[0].l == -INFINITY)
             return MEMRA_E_INVAL;
@@ -261,8 +262,7 @@ int32_t mdl_sampler_sample(mdl_sampler *s, const float *logits)
         if (p->temperature <= 0.0f)
             return c[best].id;
         /* 3. top-k */
-        if (p->top_k > 0 && p->top_k < n) {
-            int32_t k = p->top_k > keep ? p->top_k : keep;
+        if (top_k) {
             top_k_sorted(c, NULL, n, k);
             n = k;
             sorted = 1;

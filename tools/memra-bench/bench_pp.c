@@ -11,6 +11,13 @@
 #include "model/llama.h"
 #include "model/sampler.h"
 
+/* The host turn of one sequence's token, in order (act_pending_times between the caller's submit and
+ * the caller's next submit). */
+enum { HT_TO_STAGE0, HT_ENQUEUE, HT_TO_READBACK, HT_WAIT, HT_TO_DONE, HT_TO_CALLER, HT_CALLER, HT_N };
+static const char *const HT_NAMES[HT_N] = {"submit->stage actor", "enqueue (walk, head)", "->readback actor",
+                                           "device + D2H wait", "->pending done", "->caller awake",
+                                           "caller (argmax, submit)"};
+
 typedef struct run_result {
     double tok_s, wall_s, weight_bytes;
     int N;
@@ -20,16 +27,9 @@ typedef struct run_result {
     int fence[65];     /* stage s runs layers [fence[s], fence[s+1]) */
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
     /* one sequence only: where each token's turn goes (us per token, summed then divided; HT_* below) */
-    double turn_us[7];
+    double turn_us[HT_N];
     int turns;
 } run_result;
-
-/* The host turn of one sequence's token, in order (act_pending_times between the caller's submit and
- * the caller's next submit). */
-enum { HT_TO_STAGE0, HT_ENQUEUE, HT_TO_READBACK, HT_WAIT, HT_TO_DONE, HT_TO_CALLER, HT_CALLER, HT_N };
-static const char *const HT_NAMES[HT_N] = {"submit->stage actor", "enqueue (walk, head)", "->readback actor",
-                                           "device + D2H wait", "->pending done", "->caller awake",
-                                           "caller (argmax, submit)"};
 
 static uint64_t bench_now_ns(void) { return (uint64_t)(bench_now_s() * 1e9); }
 
@@ -57,6 +57,14 @@ static int greedy_token(act_pending *p, int dev_argmax, int n_vocab, int32_t *to
             *tok = mdl_argmax(l, n_vocab);
     }
     return rc;
+}
+
+/* Submit one decode row: token *tok of sequence *seq at *pos, with the run's logits mode. */
+static int submit_token(act_pp *rt, int32_t *tok, int32_t *seq, int32_t *pos, act_logits_mode mode, act_pending **p,
+                        dev_err *err)
+{
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = tok, .seq = seq, .pos = pos, .logits = mode};
+    return act_pp_submit(rt, &st, p, err);
 }
 
 /* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
@@ -103,9 +111,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
      * MEMRA_PP_GRAPH the first B = 1 step captures and instantiates each stage's graph: milliseconds that
      * are not a step's cost; pools grow to their working size) */
     for (int s = 0; s < S && rc == 0; s++) {
-        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[s], .seq = &seq_ids[s], .pos = &pos[s],
-                          .logits = mode};
-        if ((rc = act_pp_submit(rt, &st, &pd[s], &err)) == 0)
+        if ((rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err)) == 0)
             rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
         act_pending_release(pd[s]);
         pd[s] = NULL;
@@ -118,11 +124,8 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
     /* keep every sequence in flight: one pending per sequence, resubmitted as soon as it is drained */
-    for (int s = 0; s < S && rc == 0; s++) {
-        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[s], .seq = &seq_ids[s], .pos = &pos[s],
-                          .logits = mode};
-        rc = act_pp_submit(rt, &st, &pd[s], &err);
-    }
+    for (int s = 0; s < S && rc == 0; s++)
+        rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err);
     act_pending_times pt = {0};
     for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
         if (!pd[k])
@@ -136,8 +139,6 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         pos[k]++;
         done++;
         if (pos[k] - start < T) {
-            act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok[k], .seq = &seq_ids[k], .pos = &pos[k],
-                              .logits = mode};
             const uint64_t t_next = bench_now_ns();
             if (S == 1 && pt.stage0_ns && pt.enqueued_ns && pt.done_ns) {
                 const uint64_t pts[HT_N + 1] = {t_sub, pt.stage0_ns, pt.enqueued_ns, pt.readback_ns, pt.synced_ns,
@@ -147,7 +148,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                 out->turns++;
             }
             t_sub = t_next;
-            rc = act_pp_submit(rt, &st, &pd[k], &err);
+            rc = submit_token(rt, &tok[k], &seq_ids[k], &pos[k], mode, &pd[k], &err);
         }
     }
     double wall = bench_now_s() - t0;
