@@ -29,9 +29,19 @@ typedef struct run_result {
     /* one sequence only: where each token's turn goes (us per token, summed then divided; HT_* below) */
     double turn_us[HT_N];
     int turns;
+    uint64_t tokens_fnv; /* FNV-1a over every sequence's decoded tokens in order: PP-1 and PP-N must agree */
 } run_result;
 
 static uint64_t bench_now_ns(void) { return (uint64_t)(bench_now_s() * 1e9); }
+
+/* FNV-1a of the token streams, sequence by sequence (h[s] per sequence, folded at the end, so the order in
+ * which sequences finish does not matter). */
+static uint64_t fnv_add(uint64_t h, int32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        h = (h ^ (uint8_t)((uint32_t)v >> (8 * i))) * 1099511628211ull;
+    return h;
+}
 
 
 /* Bytes of weights one token's decode step reads (every layer matrix and the head; the embedding row is
@@ -90,6 +100,9 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     int32_t *ptok = calloc((size_t)prompt, sizeof *ptok), *pseq = calloc((size_t)prompt, sizeof *pseq),
             *ppos = calloc((size_t)prompt, sizeof *ppos);
     act_pending **pd = calloc((size_t)S, sizeof *pd);
+    uint64_t *fnv = malloc((size_t)S * sizeof *fnv);
+    for (int s = 0; s < S; s++)
+        fnv[s] = 14695981039346656037ull;
     int rc = 0;
     /* prime every sequence with the same short prompt (one chunk each) */
     for (int s = 0; s < S && rc == 0; s++) {
@@ -132,6 +145,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
             continue;
         if ((rc = greedy_token(pd[k], dev_argmax, n_vocab, &tok[k], &t_woke, &err)) != 0)
             break;
+        fnv[k] = fnv_add(fnv[k], tok[k]);
         if (S == 1)
             act_pending_get_times(pd[k], &pt);
         act_pending_release(pd[k]);
@@ -156,6 +170,9 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     if (rc != 0)
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
     out->N = act_pp_stages(rt);
+    out->tokens_fnv = 14695981039346656037ull;
+    for (int s = 0; s < S; s++)
+        out->tokens_fnv = fnv_add(fnv_add(out->tokens_fnv, (int32_t)fnv[s]), (int32_t)(fnv[s] >> 32));
     for (int s = 0; s <= out->N && s < 65; s++)
         out->fence[s] = act_pp_fence(rt)[s];
     out->wall_s = wall;
@@ -177,7 +194,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
             act_pending_release(pd[s]);
         }
     act_pp_destroy(rt);
-    free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd);
+    free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd), free(fnv);
     return rc ? 2 : 0;
 }
 
@@ -262,6 +279,11 @@ int bench_pp_scaling(int argc, char **argv)
         printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)rn.graph_captures,
                (unsigned long long)rn.graph_replays);
         printf("weights %.2f GB per token step\n", rn.weight_bytes / 1e9);
+        printf("tokens fnv PP-%d %016llx", rn.N, (unsigned long long)rn.tokens_fnv);
+        if (!no_pp1)
+            printf(" PP-1 %016llx (%s)", (unsigned long long)r1.tokens_fnv,
+                   r1.tokens_fnv == rn.tokens_fnv ? "same tokens" : "TOKENS DIFFER");
+        printf("\n");
         if (!no_pp1)
             printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
     }
