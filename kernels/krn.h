@@ -14,12 +14,14 @@
 
 /* Byte layouts of a weight's data (krn_weight.layout). */
 #define KRN_LAYOUT_BLOCKS 0 /* GGUF: row-major rows of krn_row_bytes(type, n_in) bytes of blocks */
-/* Planar (q8_0, q4_0, q4_1 only; a CUDA decode format, built on the owning device by krn_repack_async):
- * a quant plane, row r at r * krn_planes_qrow(type, n_in) bytes (16-byte aligned since n_in % 32 == 0),
- * then a scales plane at krn_planes_scale_off: per row, per 32-block, fp16 d (q8_0, q4_0) or the pair
- * fp16 d, fp16 m (q4_1). Same total bytes as the GGUF tensor. Quant bytes of a block: q8_0 the 32 int8 in
- * order; q4_0/q4_1 16 bytes where byte 4k+i (k, i in 0..3) holds element 8k+i in its low nibble and
- * element 8k+4+i in its high nibble, so each 32-bit word decodes to 8 consecutive elements. */
+/* Planar (q8_0, q4_0, q4_1, q4_K only; a CUDA decode format, built on the owning device by krn_repack_async):
+ * a quant plane, row r at r * krn_planes_qrow(type, n_in) bytes (16-byte aligned since n_in is a multiple
+ * of the block), then a scales plane at krn_planes_scale_off: per row, per GGUF block, fp16 d (q8_0, q4_0),
+ * the pair fp16 d, fp16 m (q4_1), or the 16 header bytes d, dmin, scales[12] of a q4_K super-block as in
+ * GGUF. Same total bytes as the GGUF tensor. Quant bytes of a 32-element (sub-)block: q8_0 the 32 int8 in
+ * order; q4_0/q4_1/q4_K 16 bytes where byte 4k+i (k, i in 0..3) holds element 8k+i in its low nibble and
+ * element 8k+4+i in its high nibble, so each 32-bit word decodes to 8 consecutive elements (a q4_K
+ * super-block is 8 such sub-blocks in element order). */
 #define KRN_LAYOUT_PLANES 1
 
 /* A weight matrix W (n_out, n_in) of type `type`, living in device memory. BLOCKS: row-major (each of
@@ -40,20 +42,21 @@ typedef struct krn_weight {
 double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda);
 
 /* ---- planar layout helpers (pure C, kernels/repack.c; host code and tests) ---- */
-/* 1 when type has a planar layout (q8_0, q4_0, q4_1). */
+/* 1 when type has a planar layout (q8_0, q4_0, q4_1, q4_K). */
 int krn_planes_supported(int type);
-/* Bytes of one row in the quant plane (q8_0: n_in, q4_0/q4_1: n_in / 2); 0 when unsupported or n_in % 32. */
+/* Bytes of one row in the quant plane (q8_0: n_in, q4_0/q4_1/q4_K: n_in / 2); 0 when unsupported or n_in is
+ * not a multiple of the type's block (32, q4_K 256). */
 size_t krn_planes_qrow(int type, int64_t n_in);
 /* Byte offset of the scales plane (n_out * qrow); its entries: krn_planes_scale_bytes(type) per block. */
 size_t krn_planes_scale_off(int type, int64_t n_out, int64_t n_in);
-size_t krn_planes_scale_bytes(int type); /* 2 (q8_0, q4_0), 4 (q4_1: d then m), 0 otherwise */
+size_t krn_planes_scale_bytes(int type); /* per block: 2 (q8_0, q4_0), 4 (q4_1: d, m), 16 (q4_K), 0 otherwise */
 /* GGUF blocks (n_out rows) -> planes, and back; src and dst distinct, both n_out * krn_row_bytes bytes.
  * Host memory. Exact byte permutations: unpack(repack(x)) == x. O(bytes). */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes);
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks);
 /* Whether W's layout can be read by the matmul of a backend (cuda = 1: CUDA, 0: CPU): 0, or MEMRA_E_INVAL
  * with a message naming the layout and what is allowed (PLANES is a CUDA decode format; its type must be
- * q8_0, q4_0 or q4_1). err may be NULL. */
+ * q8_0, q4_0, q4_1 or q4_K). err may be NULL. */
 int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
 
 /* dst (planes) = src (GGUF blocks), enqueued on s, whose device must own both buffers (distinct,

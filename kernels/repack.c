@@ -1,4 +1,4 @@
-/* The planar layout of q8_0 / q4_0 / q4_1 weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
+/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
  * host reference of the repack (GGUF blocks -> planes) and its inverse, and the layout check the op table
  * runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
  * No shared state. */
@@ -6,11 +6,14 @@
 
 #include "kernels/krn.h"
 
-int krn_planes_supported(int type) { return type == KRN_Q8_0 || type == KRN_Q4_0 || type == KRN_Q4_1; }
+int krn_planes_supported(int type)
+{
+    return type == KRN_Q8_0 || type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q4_K;
+}
 
 size_t krn_planes_qrow(int type, int64_t n_in)
 {
-    if (!krn_planes_supported(type) || n_in <= 0 || n_in % 32)
+    if (!krn_planes_supported(type) || n_in <= 0 || n_in % krn_type_block_elems(type))
         return 0;
     return type == KRN_Q8_0 ? (size_t)n_in : (size_t)n_in / 2;
 }
@@ -24,7 +27,7 @@ size_t krn_planes_scale_bytes(int type)
 {
     if (!krn_planes_supported(type))
         return 0;
-    return type == KRN_Q4_1 ? 4 : 2;
+    return type == KRN_Q4_K ? 16 : type == KRN_Q4_1 ? 4 : 2;
 }
 
 /* GGUF q4 quant bytes g[16] (g[j]: element j low, j+16 high) -> planar p[16] (byte 4k+i: element 8k+i
@@ -51,14 +54,60 @@ static void q4_from_planar(const uint8_t *p, uint8_t *g)
         g[j] = (uint8_t)(p_nib(p, j) | p_nib(p, j + 16) << 4);
 }
 
-/* Block j of row r: GGUF block (r*nb + j) of bb bytes = sb scale bytes then qb quant bytes; planes: quant
- * bytes at r*qrow + j*qb, scale bytes at scale_off + (r*nb + j)*sb. */
+/* q4_K: element e (0..255) of a super-block's GGUF quant bytes qs[128] (64-element chunk c = e / 64 in
+ * qs[32c .. 32c+32): its first 32 elements in the low nibbles, the next 32 in the high ones). */
+static unsigned k_nib(const uint8_t *qs, int e)
+{
+    const int c = e / 64, l = e % 32;
+    return (e % 64) < 32 ? qs[32 * c + l] & 0xF : qs[32 * c + l] >> 4;
+}
+
+/* q4_K quants qs[128] -> 8 planar sub-blocks p[8][16] (sub-block s = elements 32s .. 32s+32, laid out as a
+ * q4 planar block), and back. */
+static void q4k_to_planar(const uint8_t *qs, uint8_t *p)
+{
+    for (int s = 0; s < 8; s++)
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 4; i++)
+                p[16 * s + 4 * k + i] = (uint8_t)(k_nib(qs, 32 * s + 8 * k + i) | k_nib(qs, 32 * s + 8 * k + 4 + i) << 4);
+}
+
+static void q4k_from_planar(const uint8_t *p, uint8_t *qs)
+{
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * c + l] = (uint8_t)(p_nib(p + 16 * (2 * c), l) | p_nib(p + 16 * (2 * c + 1), l) << 4);
+}
+
+/* Quant bytes of one GGUF block (after its sb scale bytes) into planes, and back. */
+static void quants_to_planar(int type, const uint8_t *g, uint8_t *p, size_t qb)
+{
+    if (type == KRN_Q8_0)
+        memcpy(p, g, qb);
+    else if (type == KRN_Q4_K)
+        q4k_to_planar(g, p);
+    else
+        q4_to_planar(g, p);
+}
+
+static void quants_from_planar(int type, const uint8_t *p, uint8_t *g, size_t qb)
+{
+    if (type == KRN_Q8_0)
+        memcpy(g, p, qb);
+    else if (type == KRN_Q4_K)
+        q4k_from_planar(p, g);
+    else
+        q4_from_planar(p, g);
+}
+
+/* Block j of row r: GGUF block (r*nb + j) of bb bytes = sb scale bytes (q4_K: d, dmin, scales[12]) then qb
+ * quant bytes; planes: quant bytes at r*qrow + j*qb, scale bytes at scale_off + (r*nb + j)*sb. */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes)
 {
-    if (!krn_planes_supported(type) || n_out <= 0 || n_in <= 0 || n_in % 32)
+    if (n_out <= 0 || !krn_planes_qrow(type, n_in))
         return;
     const size_t bb = krn_type_block_bytes(type), sb = krn_planes_scale_bytes(type), qb = bb - sb;
-    const size_t nb = (size_t)n_in / 32, qrow = krn_planes_qrow(type, n_in);
+    const size_t nb = (size_t)n_in / (size_t)krn_type_block_elems(type), qrow = krn_planes_qrow(type, n_in);
     const uint8_t *src = src_blocks;
     uint8_t *dst = dst_planes, *scales = dst + krn_planes_scale_off(type, n_out, n_in);
     for (size_t r = 0; r < (size_t)n_out; r++)
@@ -66,19 +115,16 @@ void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void
             const uint8_t *blk = src + (r * nb + j) * bb;
             uint8_t *q = dst + r * qrow + j * qb;
             memcpy(scales + (r * nb + j) * sb, blk, sb);
-            if (type == KRN_Q8_0)
-                memcpy(q, blk + sb, qb);
-            else
-                q4_to_planar(blk + sb, q);
+            quants_to_planar(type, blk + sb, q, qb);
         }
 }
 
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks)
 {
-    if (!krn_planes_supported(type) || n_out <= 0 || n_in <= 0 || n_in % 32)
+    if (n_out <= 0 || !krn_planes_qrow(type, n_in))
         return;
     const size_t bb = krn_type_block_bytes(type), sb = krn_planes_scale_bytes(type), qb = bb - sb;
-    const size_t nb = (size_t)n_in / 32, qrow = krn_planes_qrow(type, n_in);
+    const size_t nb = (size_t)n_in / (size_t)krn_type_block_elems(type), qrow = krn_planes_qrow(type, n_in);
     const uint8_t *src = src_planes, *scales = src + krn_planes_scale_off(type, n_out, n_in);
     uint8_t *dst = dst_blocks;
     for (size_t r = 0; r < (size_t)n_out; r++)
@@ -86,10 +132,7 @@ void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void
             uint8_t *blk = dst + (r * nb + j) * bb;
             const uint8_t *q = src + r * qrow + j * qb;
             memcpy(blk, scales + (r * nb + j) * sb, sb);
-            if (type == KRN_Q8_0)
-                memcpy(blk + sb, q, qb);
-            else
-                q4_from_planar(q, blk + sb);
+            quants_from_planar(type, q, blk + sb, qb);
         }
 }
 
@@ -107,7 +150,7 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err)
                            "krn_matmul: layout planes is a CUDA decode format; the CPU kernels read GGUF blocks "
                            "(layout blocks) only");
     if (!krn_planes_supported(W->type))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout planes of type %s (allowed: q8_0, q4_0, q4_1)",
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout planes of type %s (allowed: q8_0, q4_0, q4_1, q4_K)",
                            krn_type_name(W->type));
     return 0;
 }

@@ -19,7 +19,7 @@ int mdl_repack_door(int *on, dev_err *err)
         return 0;
     }
     return dev_err_set(err, MEMRA_E_INVAL,
-                       "MEMRA_CUDA_REPACK=\"%s\": allowed 1 (repack q8_0/q4_0/q4_1 to planes on the owning GPU, "
+                       "MEMRA_CUDA_REPACK=\"%s\": allowed 1 (repack q8_0/q4_0/q4_1/q4_K to planes on the owning GPU, "
                        "the default) or 0 (keep GGUF blocks)", v);
 }
 

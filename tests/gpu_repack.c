@@ -1,5 +1,5 @@
 /* The planar layout on the GPU (kernels/cuda/krn_cuda_planes.h): the device repack writes the bytes of the
- * host repack (kernels/repack.c); the planes GEMV of q8_0 / q4_0 / q4_1 matches a double reference and the
+ * host repack (kernels/repack.c); the planes GEMV of q8_0 / q4_0 / q4_1 / q4_K matches a double reference and the
  * GGUF-block GEMV on the same tensor (shapes with n_out not a multiple of the row group, n_in 32, 4096 and
  * 14336, B = 1..8 and 13); it gives the same bits on two streams and on a second run, and a row of a batch
  * has the bits it has alone (batch invariance). The op table routes a PLANES weight on a CUDA dev_stream
@@ -27,7 +27,8 @@
 #include "support/cuda_ref.h"
 
 
-/* q8_0, q4_0, q4_1 in CUDA_REF_TYPES */
+/* q8_0, q4_0, q4_1, q4_k in CUDA_REF_TYPES */
+#define NPT 4
 static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
 
 /* A random (n_out, n_in) tensor of type t in GGUF blocks on the host. */
@@ -57,10 +58,11 @@ static krn_weight planes_of(const cuda_ref_type *t, int n_out, int n_in, const v
 static void test_device_repack_writes_the_host_repack_bytes(void **state) {
     (void)state;
     static const int shapes[][2] = {{1, 32}, {3001, 32}, {7, 4096}, {5, 14336}, {33, 160}};
-    for (int ti = 0; ti < 3; ti++)
+    static const int kshapes[][2] = {{1, 256}, {3001, 256}, {7, 4096}, {5, 14336}, {33, 1280}}; /* q4_k */
+    for (int ti = 0; ti < NPT; ti++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
             const cuda_ref_type *t = ptype(ti);
-            const int n_out = shapes[k][0], n_in = shapes[k][1];
+            const int n_out = (t->be == 256 ? kshapes : shapes)[k][0], n_in = (t->be == 256 ? kshapes : shapes)[k][1];
             size_t bytes;
             uint8_t *h = rand_blocks(t, n_out, n_in, &bytes), *want = malloc(bytes), *got = malloc(bytes);
             assert_true(want && got);
@@ -143,14 +145,15 @@ static void check_planes(const cuda_ref_type *t, int n_out, int n_in, int B) {
 
 static void test_planes_gemv_matches_reference_and_blocks_for_every_batch(void **state) {
     (void)state;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < NPT; ti++) {
+        const int k = ptype(ti)->be == 256 ? 8 : 1; /* q4_k: the short rows in whole super-blocks */
         for (int B = 1; B <= 8; B++)
             check_planes(ptype(ti), 3001, 4096, B);
         check_planes(ptype(ti), 3001, 4096, 13);
-        check_planes(ptype(ti), 3001, 32, 13);
-        check_planes(ptype(ti), 1, 32, 3);
+        check_planes(ptype(ti), 3001, 32 * k, 13);
+        check_planes(ptype(ti), 1, 32 * k, 3);
         check_planes(ptype(ti), 257, 14336, 13);
-        check_planes(ptype(ti), 33, 160, 5);
+        check_planes(ptype(ti), 33, 160 * k, 5);
     }
 }
 
@@ -161,9 +164,9 @@ static void test_planes_gemv_rejects_blocks_types_and_misalignment_with_a_messag
     krn_weight W = {.type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = d};
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, d, &W, d, 1, &e1), MEMRA_E_INVAL); /* layout blocks */
     assert_non_null(strstr(e1.msg, "layout planes"));
-    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q4_K, W.n_in = 256;
+    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q6_K, W.n_in = 256;
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, d, &W, d, 1, &e2), MEMRA_E_INVAL);
-    assert_non_null(strstr(e2.msg, "q8_0, q4_0, q4_1"));
+    assert_non_null(strstr(e2.msg, "q8_0, q4_0, q4_1, q4_K"));
     W.type = KRN_Q4_0, W.n_in = 64, W.data = (uint8_t *)d + 2;
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, (float *)d + 512, &W, (float *)d + 256, 1, &e3),
                      MEMRA_E_INVAL);

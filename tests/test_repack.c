@@ -1,4 +1,4 @@
-/* The planar layout of q8_0 / q4_0 / q4_1 (KRN_LAYOUT_PLANES): offsets, the host repack and its inverse
+/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K (KRN_LAYOUT_PLANES): offsets, the host repack and its inverse
  * (round trip, and the planes decoded from the layout's own description give the GGUF values), the op
  * table's refusal of planes on the CPU backend (with its message), krn_repack_async on a CPU stream, and
  * the MEMRA_CUDA_REPACK door of model/repack.c. */
@@ -14,9 +14,15 @@
 #include "kernels/krn.h"
 #include "model/repack.h"
 
-static const int TYPES[3] = { KRN_Q8_0, KRN_Q4_0, KRN_Q4_1 };
-/* odd shapes: one row, odd row counts, one block, blocks not a multiple of anything */
-static const int SHAPES[][2] = { { 1, 32 }, { 3, 32 }, { 7, 96 }, { 5, 4128 }, { 33, 160 } };
+#define NTYPES 4
+static const int TYPES[NTYPES] = { KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K };
+/* odd shapes: one row, odd row counts, one block, blocks not a multiple of anything (q4_K: of 256) */
+#define NSHAPES 5
+static const int SHAPES[NSHAPES][2] = { { 1, 32 }, { 3, 32 }, { 7, 96 }, { 5, 4128 }, { 33, 160 } };
+static const int KSHAPES[NSHAPES][2] = { { 1, 256 }, { 3, 256 }, { 7, 768 }, { 5, 4352 }, { 33, 1280 } };
+static const int *shape_of(int type, size_t k) { return krn_type_block_elems(type) == 256 ? KSHAPES[k] : SHAPES[k]; }
+/* fp16 bytes at the start of a block: d (q8_0, q4_0), d and m (q4_1), d and dmin (q4_K) */
+static size_t f16_bytes(int type) { return type == KRN_Q4_1 || type == KRN_Q4_K ? 4 : 2; }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint8_t rnd8(void)
@@ -28,7 +34,7 @@ static uint8_t rnd8(void)
 /* A random valid tensor: random quant bytes, finite fp16 scales (exponent never all ones). */
 static void *rand_tensor(int type, int n_out, int n_in, size_t *bytes)
 {
-    const size_t bb = krn_type_block_bytes(type), sb = type == KRN_Q4_1 ? 4 : 2;
+    const size_t bb = krn_type_block_bytes(type), sb = f16_bytes(type);
     *bytes = (size_t)n_out * krn_row_bytes(type, n_in);
     uint8_t *p = malloc(*bytes);
     assert_non_null(p);
@@ -40,12 +46,34 @@ static void *rand_tensor(int type, int n_out, int n_in, size_t *bytes)
     return p;
 }
 
+/* GGUF's 6-bit scale and min of sub-block j (0..7) of a q4_K super-block from its 12 packed bytes q. */
+static void k_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
 /* Element e of row r decoded from planes by the layout as krn.h describes it (independent of repack.c). */
 static float planes_elem(int type, const uint8_t *pl, int n_out, int n_in, int r, int e)
 {
     const int nb = n_in / 32, j = e / 32, i = e % 32;
     const size_t qrow = type == KRN_Q8_0 ? (size_t)n_in : (size_t)n_in / 2;
     const uint8_t *sc = pl + (size_t)n_out * qrow, *q = pl + (size_t)r * qrow;
+    if (type == KRN_Q4_K) { /* 16 header bytes per 256 elements; sub-block j % 8 of super-block e / 256 */
+        const uint8_t *h = sc + ((size_t)r * (n_in / 256) + e / 256) * 16;
+        const float d = krn_f16_to_f32((uint16_t)(h[0] | h[1] << 8)), dmin = krn_f16_to_f32((uint16_t)(h[2] | h[3] << 8));
+        int s6, m6;
+        k_scale_min(j % 8, h + 4, &s6, &m6);
+        const uint8_t byte = q[(size_t)j * 16 + 4 * (i / 8) + i % 4];
+        const int nib = (i % 8) < 4 ? byte & 0xF : byte >> 4;
+        const float d1 = d * (float)s6, m1 = dmin * (float)m6;
+        return d1 * (float)nib - m1;
+    }
     const size_t sbytes = type == KRN_Q4_1 ? 4 : 2;
     const uint8_t *s = sc + ((size_t)r * nb + j) * sbytes;
     const float d = krn_f16_to_f32((uint16_t)(s[0] | s[1] << 8));
@@ -61,27 +89,28 @@ static float planes_elem(int type, const uint8_t *pl, int n_out, int n_in, int r
 static void test_planes_have_the_gguf_size_and_aligned_planes(void **state)
 {
     (void)state;
-    for (int t = 0; t < 3; t++)
-        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
-            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+    for (int t = 0; t < NTYPES; t++)
+        for (size_t k = 0; k < NSHAPES; k++) {
+            const int ty = TYPES[t], n_out = shape_of(ty, k)[0], n_in = shape_of(ty, k)[1];
             const size_t q = krn_planes_qrow(ty, n_in);
             assert_int_equal(q % 16, 0);
             assert_int_equal(krn_planes_scale_off(ty, n_out, n_in), (size_t)n_out * q);
             assert_int_equal(krn_planes_scale_off(ty, n_out, n_in) +
-                                 (size_t)n_out * (n_in / 32) * krn_planes_scale_bytes(ty),
+                                 (size_t)n_out * (n_in / krn_type_block_elems(ty)) * krn_planes_scale_bytes(ty),
                              (size_t)n_out * krn_row_bytes(ty, n_in));
         }
     assert_int_equal(krn_planes_qrow(KRN_Q8_0, 48), 0);
-    assert_int_equal(krn_planes_qrow(KRN_Q4_K, 256), 0);
+    assert_int_equal(krn_planes_qrow(KRN_Q4_K, 96), 0); /* not a whole super-block */
+    assert_int_equal(krn_planes_qrow(KRN_Q6_K, 256), 0);
     assert_false(krn_planes_supported(KRN_F16));
 }
 
 static void test_repack_then_unpack_gives_back_the_gguf_bytes(void **state)
 {
     (void)state;
-    for (int t = 0; t < 3; t++)
-        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
-            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+    for (int t = 0; t < NTYPES; t++)
+        for (size_t k = 0; k < NSHAPES; k++) {
+            const int ty = TYPES[t], n_out = shape_of(ty, k)[0], n_in = shape_of(ty, k)[1];
             size_t bytes;
             uint8_t *g = rand_tensor(ty, n_out, n_in, &bytes), *p = malloc(bytes), *back = malloc(bytes);
             assert_non_null(p);
@@ -97,9 +126,9 @@ static void test_repack_then_unpack_gives_back_the_gguf_bytes(void **state)
 static void test_planes_decode_to_the_values_of_the_gguf_blocks(void **state)
 {
     (void)state;
-    for (int t = 0; t < 3; t++)
-        for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++) {
-            const int n_out = SHAPES[k][0], n_in = SHAPES[k][1], ty = TYPES[t];
+    for (int t = 0; t < NTYPES; t++)
+        for (size_t k = 0; k < NSHAPES; k++) {
+            const int ty = TYPES[t], n_out = shape_of(ty, k)[0], n_in = shape_of(ty, k)[1];
             size_t bytes;
             uint8_t *g = rand_tensor(ty, n_out, n_in, &bytes), *p = malloc(bytes);
             float *ref = malloc(sizeof(float) * (size_t)n_in);
@@ -140,10 +169,10 @@ static void test_cpu_matmul_refuses_planes_with_a_message(void **state)
     dev_err e2 = { 0 };
     assert_int_equal(krn_layout_check(&W, 1, &e2), MEMRA_E_INVAL);
     assert_non_null(strstr(e2.msg, "layout 7 unknown"));
-    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q4_K, W.n_in = 256;
+    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q6_K, W.n_in = 256;
     dev_err e3 = { 0 };
     assert_int_equal(krn_layout_check(&W, 1, &e3), MEMRA_E_INVAL);
-    assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1"));
+    assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1, q4_K"));
     W = (krn_weight){ .type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = w, .layout = KRN_LAYOUT_BLOCKS };
     assert_int_equal(krn_matmul_async(s, y, &W, x, 1), 0); /* blocks still run */
     assert_int_equal(dev_stream_sync(s, &err), 0);
@@ -161,15 +190,16 @@ static void test_repack_on_a_cpu_stream_writes_the_host_repack(void **state)
     dev_device *d = dev_platform_device(pl, 0);
     dev_stream *s = dev_stream_create(d, "t", &err);
     assert_non_null(s);
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < NTYPES; t++) {
+        const int n_in = shape_of(TYPES[t], 2)[1]; /* 96, q4_K 768 */
         size_t bytes;
-        uint8_t *g = rand_tensor(TYPES[t], 7, 96, &bytes), *want = malloc(bytes);
+        uint8_t *g = rand_tensor(TYPES[t], 7, n_in, &bytes), *want = malloc(bytes);
         assert_non_null(want);
-        krn_repack_host(TYPES[t], 7, 96, g, want);
+        krn_repack_host(TYPES[t], 7, n_in, g, want);
         void *src = dev_malloc(d, bytes, &err), *dst = dev_malloc(d, bytes, &err);
         assert_non_null(src), assert_non_null(dst);
         memcpy(src, g, bytes);
-        krn_weight S = { .type = TYPES[t], .n_out = 7, .n_in = 96, .data = src };
+        krn_weight S = { .type = TYPES[t], .n_out = 7, .n_in = n_in, .data = src };
         krn_weight D = S;
         D.data = dst;
         assert_int_equal(krn_repack_async(s, &D, &S), 0);

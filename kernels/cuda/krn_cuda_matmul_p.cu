@@ -1,9 +1,10 @@
-/* GEMV over the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) of q8_0, q4_0, q4_1:
+/* GEMV over the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) of q8_0, q4_0, q4_1, q4_K:
  * y (B, n_out) = x (B, n_in) @ W^T, B <= 8 rows of x per launch.
  *
  * The quant plane is 16-byte aligned row by row, so every load is a 16-byte streaming load straight into
  * registers: no shared-memory staging. A "vector" is 16 quant bytes: 16 elements of q8_0 (half a block) or
- * 32 of q4 (a block); row r has nvec = n_in / VE of them. A 128-thread block computes groups of R
+ * 32 of q4 (a block; q4_K: a sub-block, whose scale and min come from its super-block's 16-byte header,
+ * loaded whole by each of its 8 vectors' threads); row r has nvec = n_in / VE of them. A 128-thread block computes groups of R
  * consecutive rows (row group g, g + gridDim.x, ...; the grid is at most MB blocks per SM); thread t owns
  * the vectors t, t + 128, ... of every row of the group. Its work is a sequence of items (group, chunk):
  * chunk c holds its U vectors c*128*U + 128*u + t of each of the R rows. The loads of the next item (R*U
@@ -28,11 +29,13 @@
 /* Blocks per SM the compiler must fit and the grid uses: 4 at B <= 2 (128 registers), 3 above. */
 #define MP_MINB(NB) ((NB) <= 2 ? 4 : 3)
 
-/* Per type: elements per 16-byte vector, bytes of a scale entry (per 32-block). */
+/* Per type: elements per 16-byte vector, bytes of a scale entry, elements per scale entry; the register
+ * type of an entry. */
 template <int T> struct mp_layout;
-template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2 }; };
-template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2 }; };
-template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4 }; };
+template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_K> { enum { VE = 32, SB = 16, SE = 256 }; typedef uint4 S; };
 
 /* Byte I of v minus off as a float, exactly: 2^23 + byte by one permute, minus (2^23 + off). */
 template <int I>
@@ -71,35 +74,40 @@ static __device__ __forceinline__ float mp_dot8_q4(float t, uint32_t w, float of
     return fmaf(mp_nib<16>(s, off), c.w, t);
 }
 
-/* The weights of one item: R rows x U vectors, and each vector's scale entry (d, or d | m << 16). */
-template <int R, int U> struct mp_item {
+/* The weights of one item: R rows x U vectors, and each vector's scale entry (d, d | m << 16, or the q4_K
+ * super-block header). */
+template <int T, int R, int U> struct mp_item {
     uint4 q[R][U];
-    uint32_t s[R][U];
+    typename mp_layout<T>::S s[R][U];
 };
 
 /* Issue the loads of item (g, c): vectors v = c*128*U + 128*u + t of rows g*R + r (rows past n_out read
  * row n_out - 1, never written); vectors past nvec are not read (zero). */
 template <int T, int R, int U>
-static __device__ __forceinline__ void mp_issue(mp_item<R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
+static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
                                                 int nvec, int g, int c, int t) {
-    enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB };
+    enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB, SE = mp_layout<T>::SE };
     const int v0 = c * MP_THREADS * U + t;
     const bool full = (c + 1) * MP_THREADS * U <= nvec;
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)min(g * R + r, n_out - 1);
         const uint8_t *qr = W + row * (size_t)nvec * 16;
-        const size_t sr = row * (size_t)nvec * VE / 32; /* scale entries before this row */
+        const size_t sr = row * (size_t)nvec * VE / SE; /* scale entries before this row */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = v0 + MP_THREADS * u;
             if (full || v < nvec) {
                 it.q[r][u] = krn_ld_stream16(qr + (size_t)v * 16);
-                const size_t si = sr + (size_t)v * VE / 32;
-                it.s[r][u] = SB == 4 ? __ldg((const unsigned int *)S + si) : (uint32_t)__ldg((const unsigned short *)S + si);
+                const size_t si = sr + (size_t)v * VE / SE;
+                if constexpr (T == KRN_Q4_K)
+                    it.s[r][u] = __ldg((const uint4 *)S + si); /* one 16-byte header, shared by 8 lanes */
+                else
+                    it.s[r][u] = SB == 4 ? __ldg((const unsigned int *)S + si)
+                                         : (uint32_t)__ldg((const unsigned short *)S + si);
             } else {
                 it.q[r][u] = make_uint4(0, 0, 0, 0);
-                it.s[r][u] = 0;
+                it.s[r][u] = typename mp_layout<T>::S{};
             }
         }
     }
@@ -109,7 +117,7 @@ static __device__ __forceinline__ void mp_issue(mp_item<R, U> &it, const uint8_t
  * products for row r. q8_0: 4 int8 elements; q4: 8 elements (low nibbles then high nibbles). xs[b]: sum of
  * the x values (q4_1 only). */
 template <int T, int NB, int R, int U>
-static __device__ __forceinline__ void mp_word(const mp_item<R, U> &it, int u, int k, const float *xv, int n_in,
+static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u, int k, const float *xv, int n_in,
                                                float (&tq)[R][NB], float (&xs)[NB]) {
     if (T == KRN_Q8_0) {
         float4 a[NB];
@@ -131,7 +139,7 @@ static __device__ __forceinline__ void mp_word(const mp_item<R, U> &it, int u, i
         for (int b = 0; b < NB; b++) {
             a[b] = krn_ld_f4(xv + (size_t)b * n_in);
             c[b] = krn_ld_f4(xv + (size_t)b * n_in + 4);
-            if (T == KRN_Q4_1)
+            if (T == KRN_Q4_1 || T == KRN_Q4_K)
                 xs[b] = xs[b] + a[b].x + a[b].y + a[b].z + a[b].w + c[b].x + c[b].y + c[b].z + c[b].w;
         }
 #pragma unroll
@@ -144,9 +152,21 @@ static __device__ __forceinline__ void mp_word(const mp_item<R, U> &it, int u, i
     }
 }
 
+/* q4_K: sub-block j (0..7) of the super-block whose header h is (d | dmin << 16, scales[0..12) as 3 words):
+ * d1 = d * sc, m1 = dmin * m with GGUF's 6-bit sc, m of sub-block j (get_scale_min_k4), so an element is
+ * d1 * q - m1 and the sub-block's dot is d1 * sum(q x) - m1 * sum(x). */
+static __device__ __forceinline__ void mp_q4k_scale(uint4 h, int j, float &d1, float &m1) {
+    const int sh = 8 * (j & 3);
+    const uint32_t by = (h.y >> sh) & 0xFFu, bz = (h.z >> sh) & 0xFFu, bw = (h.w >> sh) & 0xFFu;
+    const uint32_t sc = j < 4 ? by & 63u : (bw & 0xFu) | ((by >> 6) << 4);
+    const uint32_t mn = j < 4 ? bz & 63u : (bw >> 4) | ((bz >> 6) << 4);
+    d1 = krn_h2f((uint16_t)(h.x & 0xFFFFu)) * (float)sc;
+    m1 = krn_h2f((uint16_t)(h.x >> 16)) * (float)mn;
+}
+
 /* acc[r][b] += item's vectors (valid ones: v < nvec) against x. */
 template <int T, int NB, int R, int U>
-static __device__ __forceinline__ void mp_compute(const mp_item<R, U> &it, const float *__restrict__ x, int n_in,
+static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, const float *__restrict__ x, int n_in,
                                                   int nvec, int c, int t, float (&acc)[R][NB]) {
     enum { VE = mp_layout<T>::VE, EW = VE / 4 /* elements per word */ };
     const int v0 = c * MP_THREADS * U + t;
@@ -169,13 +189,19 @@ static __device__ __forceinline__ void mp_compute(const mp_item<R, U> &it, const
             mp_word<T, NB, R, U>(it, u, k, xv + EW * k, n_in, tq, xs);
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
-            if (T == KRN_Q4_1) {
-                const float m = krn_h2f((uint16_t)(it.s[r][u] >> 16));
+            if constexpr (T == KRN_Q4_K) {
+                float d1, m1;
+                mp_q4k_scale(it.s[r][u], v % 8, d1, m1);
+#pragma unroll
+                for (int b = 0; b < NB; b++)
+                    acc[r][b] = fmaf(d1, tq[r][b], fmaf(-m1, xs[b], acc[r][b]));
+            } else if constexpr (T == KRN_Q4_1) {
+                const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu)), m = krn_h2f((uint16_t)(it.s[r][u] >> 16));
 #pragma unroll
                 for (int b = 0; b < NB; b++)
                     acc[r][b] = fmaf(d, tq[r][b], fmaf(m, xs[b], acc[r][b]));
             } else {
+                const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
 #pragma unroll
                 for (int b = 0; b < NB; b++)
                     acc[r][b] = fmaf(d, tq[r][b], acc[r][b]);
@@ -196,7 +222,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
     const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
     const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
     const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
-    mp_item<R, U> cur;
+    mp_item<T, R, U> cur;
     if ((int)blockIdx.x < ngroups)
         mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
     krn_pdl_enter_after_loads(); /* x is written by the previous kernel: read only after this */
@@ -210,7 +236,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
                 acc[r][b] = 0.0f;
         for (int c = 0; c < nch; c++) {
             const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
-            mp_item<R, U> nxt;
+            mp_item<T, R, U> nxt;
             if (gn < ngroups) /* the next item's loads fly while this one is decoded */
                 mp_issue<T, R, U>(nxt, W, S, n_out, nvec, gn, cn, t);
             mp_compute<T, NB, R, U>(cur, x, n_in, nvec, c, t, acc);
@@ -239,12 +265,20 @@ static void mp_go(const mm_args *a, cudaStream_t st) {
                a->n_out, a->n_in, a->acc);
 }
 
-/* Rows per group and vectors per row per item: R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
+/* Rows per group and vectors per row per item (q4_K: half of these, its headers take registers too; it
+ * ignores MEMRA_CUDA_MP_ROWS): R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
  * R = 8, U = 1 when a row has at most one vector per thread), 4 at B 3..4, 2 above (more x rows need the
  * registers; those batches are compute-bound). */
 template <int T, int NB>
 static void mp_nb(const mm_args *a, cudaStream_t st) {
-    if constexpr (NB == 1) {
+    if constexpr (T == KRN_Q4_K) { /* a 16-byte header per vector too: half the items' loads fit the registers */
+        if constexpr (NB == 1)
+            a->n_in / mp_layout<T>::VE <= MP_THREADS ? mp_go<T, NB, 4, 1>(a, st) : mp_go<T, NB, 2, 2>(a, st);
+        else if constexpr (NB == 2)
+            mp_go<T, NB, 2, 2>(a, st);
+        else
+            mp_go<T, NB, 1, 2>(a, st);
+    } else if constexpr (NB == 1) {
         const int f = mp_rows_forced();
         if (f == 0 && a->n_in / mp_layout<T>::VE <= MP_THREADS)
             mp_go<T, NB, 8, 1>(a, st); /* one vector per row per thread (q4 at n_in 4096): 8 rows instead */
@@ -287,6 +321,7 @@ void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) {
     switch (type) {
     case KRN_Q8_0: mp_type<KRN_Q8_0>(a, nb, st); break;
     case KRN_Q4_0: mp_type<KRN_Q4_0>(a, nb, st); break;
+    case KRN_Q4_K: mp_type<KRN_Q4_K>(a, nb, st); break;
     default: mp_type<KRN_Q4_1>(a, nb, st); break;
     }
 }

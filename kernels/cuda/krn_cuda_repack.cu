@@ -1,6 +1,6 @@
 /* GGUF blocks -> the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) on the device that owns the tensor,
  * with the same bytes as krn_repack_host (kernels/repack.c). One thread per 16 quant bytes of the output
- * (q8_0: half a block, q4: a block), grid-stride; it reads its block's bytes one by one (GGUF blocks are
+ * (q8_0: half a block, q4_0/q4_1: a block, q4_K: a 32-element sub-block), grid-stride; it reads its block's bytes one by one (GGUF blocks are
  * only 2-byte aligned), writes its 16 bytes with one aligned store and, for the block's first half, the
  * block's scale bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
@@ -11,9 +11,22 @@ static __device__ __forceinline__ uint32_t g_nib(const uint8_t *g, int e) {
     return e < 16 ? (g[e] & 0xFu) : (uint32_t)(g[e - 16] >> 4);
 }
 
+/* Element e (0..255) of a q4_K super-block's quant bytes qs (chunk c = e / 64: low nibbles of qs[32c ..],
+ * then its high nibbles). */
+static __device__ __forceinline__ uint32_t k_nib(const uint8_t *qs, int e) {
+    const uint8_t b = qs[32 * (e / 64) + e % 32];
+    return (e % 64) < 32 ? (b & 0xFu) : (uint32_t)(b >> 4);
+}
+
+template <int T> struct rp_layout; /* scale bytes, block bytes, 16-byte output units per block */
+template <> struct rp_layout<KRN_Q8_0> { enum { SB = 2, BB = 34, HALVES = 2 }; };
+template <> struct rp_layout<KRN_Q4_0> { enum { SB = 2, BB = 18, HALVES = 1 }; };
+template <> struct rp_layout<KRN_Q4_1> { enum { SB = 4, BB = 20, HALVES = 1 }; };
+template <> struct rp_layout<KRN_Q4_K> { enum { SB = 16, BB = 144, HALVES = 8 }; };
+
 template <int T>
 __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int n_out, int nb) {
-    enum { SB = T == KRN_Q4_1 ? 4 : 2, BB = T == KRN_Q8_0 ? 34 : T == KRN_Q4_1 ? 20 : 18, HALVES = T == KRN_Q8_0 ? 2 : 1 };
+    enum { SB = rp_layout<T>::SB, BB = rp_layout<T>::BB, HALVES = rp_layout<T>::HALVES };
     const size_t units = (size_t)n_out * nb * HALVES, nblk = (size_t)n_out * nb;
     uint8_t *scales = dst + nblk * (BB - SB);
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units; u += (size_t)gridDim.x * blockDim.x) {
@@ -26,6 +39,15 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 w[k] = q[4 * k] | (uint32_t)q[4 * k + 1] << 8 | (uint32_t)q[4 * k + 2] << 16 | (uint32_t)q[4 * k + 3] << 24;
+        } else if (T == KRN_Q4_K) { /* sub-block h: elements 32h .. 32h+32 of the super-block */
+            const uint8_t *qs = b + SB;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[k] = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    w[k] |= (k_nib(qs, 32 * h + 8 * k + i) | k_nib(qs, 32 * h + 8 * k + 4 + i) << 4) << (8 * i);
+            }
         } else {
             const uint8_t *g = b + SB;
 #pragma unroll
@@ -48,14 +70,14 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: NULL weight or data");
     if (!krn_planes_supported(src->type) || src->layout != KRN_LAYOUT_BLOCKS)
         return dev_err_set(err, MEMRA_E_INVAL,
-                           "krn_cuda_repack: source of type %s, layout %d (allowed: q8_0, q4_0, q4_1 in layout "
-                           "blocks)", krn_type_name(src->type), src->layout);
+                           "krn_cuda_repack: source of type %s, layout %d (allowed: q8_0, q4_0, q4_1, q4_K in "
+                           "layout blocks)", krn_type_name(src->type), src->layout);
     if (dst->type != src->type || dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 ||
-        src->n_in <= 0 || src->n_in % 32)
+        !krn_planes_qrow(src->type, src->n_in))
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_repack: dst (%s %dx%d) must match src (%s %dx%d), n_out > 0, n_in a multiple "
-                           "of 32", krn_type_name(dst->type), dst->n_out, dst->n_in, krn_type_name(src->type),
-                           src->n_out, src->n_in);
+                           "of the block (%d)", krn_type_name(dst->type), dst->n_out, dst->n_in,
+                           krn_type_name(src->type), src->n_out, src->n_in, krn_type_block_elems(src->type));
     const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
     const uint8_t *s0 = (const uint8_t *)src->data, *d0 = (const uint8_t *)dst->data;
     if (s0 < d0 + bytes && d0 < s0 + bytes)
@@ -64,14 +86,15 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
     if (!krn_cuda_aligned(dst->data, 16) || !krn_cuda_aligned(src->data, 2))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: dst %p must be 16-byte aligned, src %p 2-byte",
                            dst->data, src->data);
-    const int nb = src->n_in / 32;
-    const size_t units = (size_t)src->n_out * nb * (src->type == KRN_Q8_0 ? 2 : 1);
+    const int nb = src->n_in / krn_type_block_elems(src->type);
+    const size_t units = (size_t)src->n_out * nb * (src->type == KRN_Q8_0 ? 2 : src->type == KRN_Q4_K ? 8 : 1);
     const unsigned blocks = (unsigned)(units / 256 + 1 < 65536 ? units / 256 + 1 : 65536);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     uint8_t *d = (uint8_t *)dst->data;
     switch (src->type) {
     case KRN_Q8_0: repack_kernel<KRN_Q8_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     case KRN_Q4_0: repack_kernel<KRN_Q4_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    case KRN_Q4_K: repack_kernel<KRN_Q4_K><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     default: repack_kernel<KRN_Q4_1><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     }
     int rc = krn_cuda_launch_check(err, "krn_cuda_repack");

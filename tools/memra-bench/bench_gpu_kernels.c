@@ -99,7 +99,7 @@ fail:
     return rc;
 }
 
-/* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1 repacked on
+/* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1/q4_K repacked on
  * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
  * are made finite first. Returns 0 or -1 (message printed). */
 static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, int planes, double *sec,
@@ -173,7 +173,7 @@ fail:
 
 /* The planes rows of every shape; returns 0 or 2 (a row failed, message printed). */
 static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
-    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0};
+    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0, KRN_Q4_K};
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
