@@ -41,9 +41,10 @@ typedef enum act_logits_mode {
     ACT_LOGITS_LAST = 1, /* logits of the last row only (prefill chunks) */
     ACT_LOGITS_NONE = 2, /* no head at all (a prompt chunk that is not the last) */
     ACT_LOGITS_ARGMAX = 3, /* no logits to the host: each row's index of its largest logit (ties -> the lowest
-                            * index), computed by krn_argmax_async on the device that ran the head; B int32
-                            * read back instead of B x n_vocab floats (greedy decoding without the copy and
-                            * the host's scan). Read with act_pending_wait_tokens. */
+                            * index; -1 when no logit is above -inf), computed by krn_argmax_async on the
+                            * device that ran the head; B int32 read back instead of B x n_vocab floats
+                            * (greedy decoding without the copy and the host's scan). Read with
+                            * act_pending_wait_tokens. */
 } act_logits_mode;
 
 /* One step: B rows, each a token of sequence slot seq[b] at position pos[b]. Copied at submit. */

@@ -136,7 +136,8 @@ int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up
 /* y (B, n) += a (B, n)   (the residual) */
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 
-/* out (B,) = index of the max of each row of x (B, n); ties -> lowest index. */
+/* out (B,) = index of the max of each row of x (B, n); ties -> lowest index; NaN never wins; -1 for a row
+ * with nothing above -inf (every value -inf or NaN: no token to pick, as the host sampler's greedy refuses). */
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
 
 /* MEMRA_PDL for the CALLING thread's later CUDA launches (programmatic dependent launch on sm_90); returns

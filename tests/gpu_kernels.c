@@ -599,35 +599,35 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
     (void)state;
     const int ns[2] = {49152 + 7, 128256};
     for (int k = 0; k < 2; k++) {
-        const int B = 5, n = ns[k];
+        const int B = 6, n = ns[k];
         const size_t t = (size_t)B * n;
         float *x = malloc(sizeof(float) * t);
         cuda_ref_rand_floats(x, t);
         /* row 0: max 5.0 at n-900 and at 5 -> 5; row 1: all equal -> 0; row 2: NaN first, max at n-1;
          * row 3: random, max found on the host; row 4: -inf everywhere but NaNs, a tie of 7.0 in the last
-         * float4s (remainder) -> the lower one */
+         * float4s (remainder) -> the lower one; row 5: only -inf and NaN -> -1 */
         x[0 * (size_t)n + n - 900] = 5.0f;
         x[0 * (size_t)n + 5] = 5.0f;
         for (int i = 0; i < n; i++)
-            x[1 * (size_t)n + i] = 0.25f, x[4 * (size_t)n + i] = i % 3 ? -INFINITY : NAN;
+            x[1 * (size_t)n + i] = 0.25f, x[4 * (size_t)n + i] = x[5 * (size_t)n + i] = i % 3 ? -INFINITY : NAN;
         x[2 * (size_t)n + 0] = NAN;
         x[2 * (size_t)n + n - 1] = 3.0f;
         x[4 * (size_t)n + n - 3] = 7.0f;
         x[4 * (size_t)n + n - 6] = 7.0f;
-        int32_t expect[5] = {5, 0, n - 1, 0, n - 6};
+        int32_t expect[6] = {5, 0, n - 1, 0, n - 6, -1};
         for (int i = 1; i < n; i++)
             if (x[3 * (size_t)n + i] > x[3 * (size_t)n + expect[3]])
                 expect[3] = i;
         float *dx = dupload(x, sizeof(float) * t);
         int32_t *d1 = dalloc(sizeof(int32_t) * B), *d2 = dalloc(sizeof(int32_t) * B);
-        int32_t h1[5], h2[5];
+        int32_t h1[6], h2[6];
         dev_err err = {0};
         assert_int_equal(krn_cuda_argmax_async(g_s1, d1, dx, B, n, &err), 0);
         assert_int_equal(krn_cuda_argmax_async(g_s2, d2, dx, B, n, &err), 0);
         sync_both();
         download(h1, d1, sizeof h1);
         download(h2, d2, sizeof h2);
-        TWICE_CHECK("argmax", h1, h2, 5);
+        TWICE_CHECK("argmax", h1, h2, 6);
         for (int b = 0; b < B; b++)
             if (h1[b] != expect[b])
                 fail_msg("argmax n=%d row %d = %d, expected %d", n, b, h1[b], expect[b]);

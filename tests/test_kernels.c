@@ -202,11 +202,13 @@ static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **s
     krn_cpu_add(&(krn_cpu_add_args){ z, u, B, N });
     for (int i = 0; i < B * N; i++)
         assert_true(z[i] == (y[i] + bias[i % N]) + u[i]);
-    const float x[2 * 4] = { 1, 3, 3, 2, -5, NAN, -1, -1 };
-    int32_t am[2];
-    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, x, 2, 4 });
+    const float x[4 * 4] = { 1, 3, 3, 2, -5, NAN, -1, -1, NAN, -INFINITY, NAN, -INFINITY, NAN, NAN, -INFINITY, -3 };
+    int32_t am[4];
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, x, 4, 4 });
     assert_int_equal(am[0], 1); /* ties -> lowest index */
     assert_int_equal(am[1], 2); /* NaN never wins */
+    assert_int_equal(am[2], -1); /* nothing above -inf */
+    assert_int_equal(am[3], 3);
     free(g);
     free(u);
     free(bias);

@@ -85,7 +85,8 @@ void krn_cpu_add(const krn_cpu_add_args *a)
         a->y[i] += a->a[i];
 }
 
-/* out (B,) = first index of the max of each row (NaN never wins: `>` is false for it) */
+/* out (B,) = first index of the max of each row (NaN never wins: `>` is false for it); -1 for a row with
+ * nothing above -inf */
 void krn_cpu_argmax(const krn_cpu_argmax_args *a)
 {
     for (int b = 0; b < a->B; b++) {
@@ -94,6 +95,6 @@ void krn_cpu_argmax(const krn_cpu_argmax_args *a)
         for (int i = 1; i < a->n; i++)
             if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]))
                 best = i;
-        a->out[b] = best;
+        a->out[b] = x[best] > -INFINITY ? best : -1;
     }
 }

@@ -38,7 +38,7 @@ typedef struct krn_cpu_attention_args {
 typedef struct krn_cpu_swiglu_args { float *y; const float *gate, *up; int B, n; } krn_cpu_swiglu_args;
 /* y (B, n) += a (B, n) */
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
-/* out (B,) = argmax of each row of x (B, n), lowest index on ties */
+/* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf */
 typedef struct krn_cpu_argmax_args { int32_t *out; const float *x; int B, n; } krn_cpu_argmax_args;
 
 /* ---- pure kernels (run on the calling thread) ---- */

@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
     if (threadIdx.x == 0) {
         for (int w = 1; w < AM_THREADS / KRN_WARP; w++)
             am_merge(&bv, &bi, sv[w], si[w]);
-        out[blockIdx.x] = bi == INT32_MAX ? 0 : bi;
+        out[blockIdx.x] = bi != INT32_MAX && bv > -INFINITY ? bi : -1; /* nothing above -inf: -1 */
     }
 }
 
