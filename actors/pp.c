@@ -1,5 +1,6 @@
 /* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
 #include "actors/pp_internal.h"
+#include "kernels/krn.h"
 #include "model/gguf_synth.h"
 
 #include <stdio.h>
@@ -15,6 +16,7 @@ act_pp_params act_pp_default_params(void)
     p.n_seq = 4;
     p.n_ctx = 0; /* min(1024, model context) */
     p.max_rows = 64;
+    p.kv_type = -1;
     p.seams = act_pp_seams_default();
     p.stamps = -1;
     return p;
@@ -143,6 +145,14 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
                     p.n_seq, p.max_rows, p.n_ctx);
         goto fail;
     }
+    if (p.kv_type < 0 ? mdl_kv_type_from_env(&rt->kv_type, err) != 0 : !krn_kv_type_ok(p.kv_type)) {
+        if (p.kv_type >= 0)
+            dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: kv_type=%d (allowed: KRN_F32 %d, KRN_F16 %d, KRN_BF16 "
+                        "%d, -1 = MEMRA_KV_TYPE)", p.kv_type, KRN_F32, KRN_F16, KRN_BF16);
+        goto fail;
+    }
+    if (p.kv_type >= 0)
+        rt->kv_type = p.kv_type;
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
     rt->seam_defaults = p.seams;
@@ -210,7 +220,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     /* new_cache: each stage's KV lives on its own device, whatever the weight placement */
     for (int il = 0; il < n_layer; il++)
         layer_dev[il] = rt->stage[act_stage_of(rt->fence, N, il)].dev;
-    if (!(rt->kv = mdl_kv_create(rt->model, layer_dev, rt->n_seq, rt->n_ctx, err)))
+    if (!(rt->kv = mdl_kv_create(rt->model, layer_dev, rt->n_seq, rt->n_ctx, rt->kv_type, err)))
         goto fail;
     if (N > 1 && !(rt->bnd = calloc((size_t)(N - 1), sizeof *rt->bnd)))
         goto nomem;

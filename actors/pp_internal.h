@@ -118,6 +118,7 @@ struct act_pp {
     int N;
     int fence[ACT_PP_MAX_STAGES + 1];
     int n_seq, n_ctx, max_rows;
+    int kv_type;                 /* the KV cache's element type (act_pp_params.kv_type) */
     act_pp_seams seam_defaults; /* per-step seams before the environment's overrides */
     int n_embd, n_vocab, n_layer;
     mdl_model *model;

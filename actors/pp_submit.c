@@ -95,7 +95,7 @@ static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float
                 return dev_err_set(err, MEMRA_E_NOMEM, "unsplit arm: out of host memory");
             for (int il = 0; il < rt->n_layer; il++)
                 dev[il] = rt->primary;
-            rt->ref_kv = mdl_kv_create(rt->model, dev, rt->n_seq, rt->n_ctx, err);
+            rt->ref_kv = mdl_kv_create(rt->model, dev, rt->n_seq, rt->n_ctx, rt->kv_type, err);
             free(dev);
             if (!rt->ref_kv)
                 return err->code;

@@ -155,17 +155,23 @@ int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_hea
     DISPATCH(s, rope, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox);
 }
 
-int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx)
+int krn_kv_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || type == KRN_BF16; }
+
+size_t krn_kv_elem_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
+
+static int kv_cache_ok(const krn_kv_cache *c) { return c && c->k && c->v && krn_kv_type_ok(c->type); }
+
+int krn_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v, const int32_t *seq,
+                       const int32_t *pos, int B, int kv_dim, int n_ctx)
 {
-    if (!s || !k_cache || !v_cache || !k || !v || !seq || !pos || B <= 0 || kv_dim <= 0 || n_ctx <= 0)
+    if (!s || !kv_cache_ok(c) || !k || !v || !seq || !pos || B <= 0 || kv_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
-    DISPATCH(s, kv_store, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
+    DISPATCH(s, kv_store, c, k, v, seq, pos, B, kv_dim, n_ctx);
 }
 
 int krn_rope_store_async(dev_stream *s, const krn_rope_store *a)
 {
-    if (!s || !a || !a->q || !a->k || !a->v || !a->k_cache || !a->v_cache || !a->seq || !a->pos || a->B <= 0 ||
+    if (!s || !a || !a->q || !a->k || !a->v || !kv_cache_ok(&a->cache) || !a->seq || !a->pos || a->B <= 0 ||
         a->n_head <= 0 || a->n_head_kv <= 0 || a->head_dim <= 0 || a->n_rot <= 0 || a->n_rot % 2 ||
         a->n_rot > a->head_dim || !(a->freq_base > 0.0f) || !(a->freq_scale > 0.0f) ||
         (a->neox != 0 && a->neox != 1) || a->n_ctx <= 0)
@@ -173,12 +179,10 @@ int krn_rope_store_async(dev_stream *s, const krn_rope_store *a)
     DISPATCH(s, rope_store, a);
 }
 
-int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
-                        const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                        int n_ctx)
+int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                        const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx)
 {
-    return krn_attention_ws_async(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx,
-                                  NULL, 0);
+    return krn_attention_ws_async(s, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, NULL, 0);
 }
 
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
@@ -191,23 +195,22 @@ size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
            sizeof(float);
 }
 
-int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
-                           const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                           int n_ctx, float *ws, size_t ws_bytes)
+int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                           const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
+                           size_t ws_bytes)
 {
-    if (!s || !out || !q || !k_cache || !v_cache || !seq || !pos || B <= 0 || n_head <= 0 ||
-        n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
+    if (!s || !out || !q || !kv_cache_ok(c) || !seq || !pos || B <= 0 || n_head <= 0 || n_head_kv <= 0 ||
+        n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
 #if KRN_CUDA
     if (on_cuda(s))
-        return krn_cuda_attention(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws,
-                                  ws_bytes);
+        return krn_cuda_attention(s, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws, ws_bytes);
 #else
     if (on_cuda(s))
         return MEMRA_E_UNSUPPORTED;
 #endif
     (void)ws, (void)ws_bytes;
-    return krn_cpu_attention_async(s, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+    return krn_cpu_attention_async(s, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
 }
 
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)

@@ -95,9 +95,20 @@ int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
 int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                    float freq_base, float freq_scale, int neox);
 
+/* One layer's KV cache: K and V, each (n_seq, n_ctx, kv_dim) elements of `type`: KRN_F32, KRN_F16 or
+ * KRN_BF16 (MEMRA_KV_TYPE). A 16-bit cache holds each stored value rounded to nearest even (half the bytes
+ * attention streams per key and half the memory); attention widens it back to f32 exactly, so the math
+ * after the store is the f32 cache's. */
+typedef struct krn_kv_cache {
+    void *k, *v; /* device memory, 16-byte aligned for CUDA */
+    int type;    /* KRN_F32, KRN_F16, KRN_BF16 */
+} krn_kv_cache;
+int krn_kv_type_ok(int type);       /* 1 for KRN_F32, KRN_F16, KRN_BF16 */
+size_t krn_kv_elem_bytes(int type); /* 4, 2, 2; 0 for any other type */
+
 /* Store each row's k, v (B, kv_dim) into the caches (n_seq, n_ctx, kv_dim) at [seq[b], pos[b]]. */
-int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
+int krn_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v, const int32_t *seq,
+                       const int32_t *pos, int B, int kv_dim, int n_ctx);
 
 /* The attention prologue in one op: rope on q (B, n_head*head_dim) and k (B, n_head_kv*head_dim) in place,
  * then k and v (B, n_head_kv*head_dim) stored into the caches at [seq[b], pos[b]]. The same bits as
@@ -105,27 +116,26 @@ int krn_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const floa
 typedef struct krn_rope_store {
     float *q, *k;                 /* rotated in place */
     const float *v;
-    float *k_cache, *v_cache;     /* (n_seq, n_ctx, n_head_kv*head_dim) */
+    krn_kv_cache cache;           /* (n_seq, n_ctx, n_head_kv*head_dim) each */
     const int32_t *seq, *pos;     /* (B,) device values */
     int B, n_head, n_head_kv, head_dim, n_rot, neox, n_ctx;
     float freq_base, freq_scale;
 } krn_rope_store;
 int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
 
-/* Causal GQA attention: out (B, n_head*head_dim); row b attends with q[b] over k/v_cache[seq[b], 0..pos[b]]
+/* Causal GQA attention: out (B, n_head*head_dim); row b attends with q[b] over the cache c[seq[b], 0..pos[b]]
  * (inclusive); query head h reads kv head h / (n_head / n_head_kv). Scale 1/sqrt(head_dim), f32 softmax. */
-int krn_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
-                        const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                        int n_ctx);
+int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                        const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx);
 /* The same, with a workspace for CUDA's split-K path (n_ctx > one chunk of 64..256 keys, MEMRA_CUDA_ATT_CHUNK:
  * per-chunk partial results): ws is
  * device memory of s's device of ws_bytes >= krn_attention_ws_bytes(B, n_head, head_dim, n_ctx), touched
  * only by ops on s, in order (a stage's scratch). NULL or smaller: a workspace is allocated and freed on s
  * per call (cudaMallocAsync/cudaFreeAsync: two more nodes in a captured graph, and breaks between the
  * kernels that PDL cannot overlap). Same bits either way. The CPU backend needs none and ignores it. */
-int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
-                           const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                           int n_ctx, float *ws, size_t ws_bytes);
+int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                           const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
+                           size_t ws_bytes);
 /* Bytes of that workspace for the smallest chunk: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats when
  * n_ctx > 64, else 0. */
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);

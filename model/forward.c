@@ -88,7 +88,7 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     const mdl_hparams *hp = &m->hp;
     const mdl_layer *L = &m->layers[il];
     const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    float *kc = kv->layer[il].k, *vc = kv->layer[il].v;
+    const krn_kv_cache *kvc = &kv->layer[il].c; /* this layer's K, V on this stage's device */
 
     /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
@@ -99,13 +99,13 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
         ENQ(krn_add_bias_async(s, sc->v, L->bv, B, kv_dim), "attn_v.bias");
     }
-    const krn_rope_store rs = { .q = sc->q, .k = sc->k, .v = sc->v, .k_cache = kc, .v_cache = vc, .seq = seq,
+    const krn_rope_store rs = { .q = sc->q, .k = sc->k, .v = sc->v, .cache = *kvc, .seq = seq,
                                 .pos = pos, .B = B, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                                 .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
                                 .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
                                 .freq_scale = hp->rope_freq_scale };
     ENQ(krn_rope_store_async(s, &rs), "rope q, k + kv_store");
-    ENQ(krn_attention_ws_async(s, sc->att, sc->q, kc, vc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
+    ENQ(krn_attention_ws_async(s, sc->att, sc->q, kvc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
                                kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
     ENQ(krn_matmul_acc_async(s, x, &L->wo, sc->att, B), "attn_output + residual"); /* x (B, n_embd) */

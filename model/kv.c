@@ -1,14 +1,30 @@
-/* The KV cache: per layer, K and V f32 (n_seq, n_ctx, kv_dim) on the layer's device. Its rows are written
+/* The KV cache: per layer, K and V (n_seq, n_ctx, kv_dim) of f32, f16 or bf16 on the layer's device. Its rows are written
  * only by kv_store ops on the stream that walks the layer (the owning stage), so no host state changes
  * after create. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/llama_impl.h"
 
-mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, dev_err *err)
+int mdl_kv_type_from_env(int *type, dev_err *err)
 {
-    if (!m || n_seq <= 0 || n_ctx <= 0) {
-        dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: n_seq %d and n_ctx %d must be > 0", n_seq, n_ctx);
+    const char *v = getenv("MEMRA_KV_TYPE");
+    *type = KRN_F32;
+    if (!v || !strcmp(v, "f32"))
+        return 0;
+    if (!strcmp(v, "f16") || !strcmp(v, "bf16")) {
+        *type = v[0] == 'f' ? KRN_F16 : KRN_BF16;
+        return 0;
+    }
+    return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_KV_TYPE=%s: allowed f32 (default), f16, bf16", v);
+}
+
+mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
+                      dev_err *err)
+{
+    if (!m || n_seq <= 0 || n_ctx <= 0 || !krn_kv_type_ok(type)) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: n_seq %d and n_ctx %d must be > 0, type %d one of f32 (%d), "
+                    "f16 (%d), bf16 (%d)", n_seq, n_ctx, type, KRN_F32, KRN_F16, KRN_BF16);
         return NULL;
     }
     const mdl_hparams *hp = &m->hp;
@@ -22,7 +38,8 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
     kv->n_seq = n_seq;
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
-    const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * sizeof(float);
+    kv->type = type;
+    const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * krn_kv_elem_bytes(type);
     for (int il = 0; il < hp->n_layer; il++) {
         dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
         kv->layer[il].dev = d;
@@ -30,9 +47,10 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
             dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: layer_dev[%d] is NULL", il);
             goto fail;
         }
-        if (!(kv->layer[il].k = dev_malloc(d, bytes, err)) || !(kv->layer[il].v = dev_malloc(d, bytes, err))) {
-            dev_err_wrap(err, "KV cache of layer %d (%d seq x %d ctx, %zu B each for K and V) on %s", il, n_seq,
-                         n_ctx, bytes, dev_device_name(d));
+        kv->layer[il].c.type = type;
+        if (!(kv->layer[il].c.k = dev_malloc(d, bytes, err)) || !(kv->layer[il].c.v = dev_malloc(d, bytes, err))) {
+            dev_err_wrap(err, "KV cache of layer %d (%d seq x %d ctx, %s, %zu B each for K and V) on %s", il, n_seq,
+                         n_ctx, krn_type_name(type), bytes, dev_device_name(d));
             goto fail;
         }
     }
@@ -47,10 +65,10 @@ void mdl_kv_destroy(mdl_kv *kv)
     if (!kv)
         return;
     for (int il = 0; il < kv->n_layer; il++) {
-        if (kv->layer[il].k)
-            dev_free(kv->layer[il].dev, kv->layer[il].k);
-        if (kv->layer[il].v)
-            dev_free(kv->layer[il].dev, kv->layer[il].v);
+        if (kv->layer[il].c.k)
+            dev_free(kv->layer[il].dev, kv->layer[il].c.k);
+        if (kv->layer[il].c.v)
+            dev_free(kv->layer[il].dev, kv->layer[il].c.v);
     }
     free(kv->layer);
     free(kv);
@@ -58,3 +76,4 @@ void mdl_kv_destroy(mdl_kv *kv)
 
 int mdl_kv_n_seq(const mdl_kv *kv) { return kv->n_seq; }
 int mdl_kv_n_ctx(const mdl_kv *kv) { return kv->n_ctx; }
+int mdl_kv_type(const mdl_kv *kv) { return kv->type; }

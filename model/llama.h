@@ -93,9 +93,15 @@ const char *mdl_model_arch_name(const mdl_model *m);
  * row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
 int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out, dev_err *err);
 
-/* KV cache: per layer K and V f32 (n_seq, n_ctx, n_head_kv*head_dim) on layer_dev[il] (NULL = the
- * model's layer devices). Zero-filled. Destroy after every stream using it has synced. */
-mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, dev_err *err);
+/* KV cache: per layer K and V (n_seq, n_ctx, n_head_kv*head_dim) of `type` (KRN_F32, KRN_F16 or KRN_BF16:
+ * krn_kv_cache) on layer_dev[il] (NULL = the model's layer devices). Zero-filled. Destroy after every stream
+ * using it has synced. MEMRA_E_INVAL names a type outside those three. */
+mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
+                      dev_err *err);
+int mdl_kv_type(const mdl_kv *kv);
+/* The KV cache's element type from MEMRA_KV_TYPE (f32, f16, bf16; unset: f32) into *type. MEMRA_E_INVAL
+ * names the value and what is allowed. */
+int mdl_kv_type_from_env(int *type, dev_err *err);
 void mdl_kv_destroy(mdl_kv *kv);
 int mdl_kv_n_seq(const mdl_kv *kv);
 int mdl_kv_n_ctx(const mdl_kv *kv);

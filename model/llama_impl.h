@@ -43,9 +43,10 @@ struct mdl_model {
 
 struct mdl_kv {
     int n_layer, n_seq, n_ctx, kv_dim;
+    int type;                   /* KRN_F32, KRN_F16, KRN_BF16 */
     struct mdl_kv_layer {
         dev_device *dev;
-        float *k, *v;           /* (n_seq, n_ctx, kv_dim) f32 each */
+        krn_kv_cache c;         /* K, V (n_seq, n_ctx, kv_dim) of `type` each */
     } *layer;
 };
 

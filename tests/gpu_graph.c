@@ -61,7 +61,8 @@ static void enqueue_ops(dev_stream *s, const bufs *b)
     assert_int_equal(krn_matmul_async(s, b->y2, &b->W, b->x, B), 0);
     assert_int_equal(krn_add_async(s, b->y, b->y2, B, N_OUT), 0);
     assert_int_equal(krn_rmsnorm_async(s, b->y2, b->y, b->norm_w, B, N_OUT, 1e-5f), 0);
-    assert_int_equal(krn_attention_async(s, b->att, b->q, b->kc, b->vc, b->seq, b->pos, B, NH, NKV, HD, NCTX), 0);
+    const krn_kv_cache c = {b->kc, b->vc, KRN_F32};
+    assert_int_equal(krn_attention_async(s, b->att, b->q, &c, b->seq, b->pos, B, NH, NKV, HD, NCTX), 0);
 }
 
 static void read_out(dev_stream *s, const bufs *b, float *y2, float *att)

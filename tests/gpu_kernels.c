@@ -332,7 +332,7 @@ static void test_rope_rotates_pairs_in_both_layouts(void **state) {
 }
 
 /* rope_store = rope(q), rope(k), kv_store, bit for bit: both layouts, full and partial rotation, GQA, a row
- * whose pos is outside [0, n_ctx) (rotated, not stored), every cache byte compared. */
+ * whose pos is outside [0, n_ctx) (rotated, not stored), every cache type, every cache byte compared. */
 static void test_rope_store_has_the_bits_of_rope_rope_and_kv_store(void **state) {
     (void)state;
     const int B = 4, nh = 8, nkv = 2, hd = 64, n_seq = 2, n_ctx = 32;
@@ -345,85 +345,122 @@ static void test_rope_store_has_the_bits_of_rope_rope_and_kv_store(void **state)
     cuda_ref_rand_floats(hv, nk);
     cuda_ref_rand_floats(hc, nc);
     int32_t *dseq = dupload(seq, sizeof seq), *dpos = dupload(pos, sizeof pos);
-    for (int neox = 0; neox < 2; neox++)
-        for (int n_rot = 32; n_rot <= hd; n_rot += hd - 32) {
-            float *q1 = dupload(hq, sizeof(float) * nq), *k1 = dupload(hk, sizeof(float) * nk);
-            float *q2 = dupload(hq, sizeof(float) * nq), *k2 = dupload(hk, sizeof(float) * nk);
-            float *v = dupload(hv, sizeof(float) * nk);
-            float *kc1 = dupload(hc, sizeof(float) * nc), *vc1 = dupload(hc, sizeof(float) * nc);
-            float *kc2 = dupload(hc, sizeof(float) * nc), *vc2 = dupload(hc, sizeof(float) * nc);
-            dev_err err = {0};
-            const krn_rope_store rs = {.q = q1, .k = k1, .v = v, .k_cache = kc1, .v_cache = vc1, .seq = dseq,
-                                       .pos = dpos, .B = B, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
-                                       .n_rot = n_rot, .neox = neox, .n_ctx = n_ctx, .freq_base = 10000.0f,
-                                       .freq_scale = 1.0f};
-            assert_int_equal(krn_cuda_rope_store_async(g_s1, &rs, &err), 0);
-            assert_int_equal(krn_cuda_rope_async(g_s2, q2, dpos, B, nh, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
-            assert_int_equal(krn_cuda_rope_async(g_s2, k2, dpos, B, nkv, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
-            assert_int_equal(krn_cuda_kv_store_async(g_s2, kc2, vc2, k2, v, dseq, dpos, B, nkv * hd, n_ctx, &err), 0);
-            sync_both();
-            float *pairs[4][2] = {{q1, q2}, {k1, k2}, {kc1, kc2}, {vc1, vc2}};
-            const size_t sizes[4] = {nq, nk, nc, nc};
-            const char *what[4] = {"q", "k", "k cache", "v cache"};
-            for (int i = 0; i < 4; i++) {
-                download(a, pairs[i][0], sizeof(float) * sizes[i]);
-                download(b, pairs[i][1], sizeof(float) * sizes[i]);
-                if (memcmp(a, b, sizeof(float) * sizes[i]) != 0)
-                    fail_msg("rope_store neox=%d n_rot=%d: %s differs from rope + rope + kv_store", neox, n_rot,
-                             what[i]);
-            }
-            float *all[9] = {q1, k1, q2, k2, v, kc1, vc1, kc2, vc2};
-            for (int i = 0; i < 9; i++)
-                CK(cudaFree(all[i]));
+    for (int cfg = 0; cfg < 6; cfg++) { /* 0..3: f32 cache, both layouts x partial/full rotation; 4 f16; 5 bf16 */
+        const int neox = cfg % 2, n_rot = cfg / 2 % 2 ? hd : 32;
+        const int ctype = cfg < 4 ? KRN_F32 : cfg == 4 ? KRN_F16 : KRN_BF16;
+        const size_t cb = nc * krn_kv_elem_bytes(ctype);
+        float *q1 = dupload(hq, sizeof(float) * nq), *k1 = dupload(hk, sizeof(float) * nk);
+        float *q2 = dupload(hq, sizeof(float) * nq), *k2 = dupload(hk, sizeof(float) * nk);
+        float *v = dupload(hv, sizeof(float) * nk);
+        float *kc1 = dupload(hc, cb), *vc1 = dupload(hc, cb);
+        float *kc2 = dupload(hc, cb), *vc2 = dupload(hc, cb);
+        const krn_kv_cache c1 = {kc1, vc1, ctype}, c2 = {kc2, vc2, ctype};
+        dev_err err = {0};
+        const krn_rope_store rs = {.q = q1, .k = k1, .v = v, .cache = c1, .seq = dseq,
+                                   .pos = dpos, .B = B, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+                                   .n_rot = n_rot, .neox = neox, .n_ctx = n_ctx, .freq_base = 10000.0f,
+                                   .freq_scale = 1.0f};
+        assert_int_equal(krn_cuda_rope_store_async(g_s1, &rs, &err), 0);
+        assert_int_equal(krn_cuda_rope_async(g_s2, q2, dpos, B, nh, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
+        assert_int_equal(krn_cuda_rope_async(g_s2, k2, dpos, B, nkv, hd, n_rot, 10000.0f, 1.0f, neox, &err), 0);
+        assert_int_equal(krn_cuda_kv_store_async(g_s2, &c2, k2, v, dseq, dpos, B, nkv * hd, n_ctx, &err), 0);
+        sync_both();
+        float *pairs[4][2] = {{q1, q2}, {k1, k2}, {kc1, kc2}, {vc1, vc2}};
+        const size_t sizes[4] = {sizeof(float) * nq, sizeof(float) * nk, cb, cb};
+        const char *what[4] = {"q", "k", "k cache", "v cache"};
+        for (int i = 0; i < 4; i++) {
+            download(a, pairs[i][0], sizes[i]);
+            download(b, pairs[i][1], sizes[i]);
+            if (memcmp(a, b, sizes[i]) != 0)
+                fail_msg("rope_store neox=%d n_rot=%d cache %s: %s differs from rope + rope + kv_store", neox,
+                         n_rot, krn_type_name(ctype), what[i]);
         }
+        float *all[9] = {q1, k1, q2, k2, v, kc1, vc1, kc2, vc2};
+        for (int i = 0; i < 9; i++)
+            CK(cudaFree(all[i]));
+    }
     CK(cudaFree(dseq));
     CK(cudaFree(dpos));
     free(hq); free(hk); free(hv); free(hc); free(a); free(b);
 }
 
+/* A cache element of `type` at index i, widened to f32 (the host's conversions: CUDA must round the same). */
+static float cache_at(const void *c, int type, size_t i) {
+    if (type == KRN_F32)
+        return ((const float *)c)[i];
+    const uint16_t h = ((const uint16_t *)c)[i];
+    return type == KRN_F16 ? krn_f16_to_f32(h) : krn_bf16_to_f32(h);
+}
+static float cache_round(int type, float x) {
+    return type == KRN_F32 ? x : type == KRN_F16 ? krn_f16_to_f32(krn_f32_to_f16(x)) : krn_bf16_to_f32(krn_f32_to_bf16(x));
+}
+
+/* Every cache type: rows land at [seq, pos] only; f16/bf16 hold the host's round-to-nearest-even value. */
 static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state) {
     (void)state;
-    const int B = 3, kv = 24, n_seq = 2, n_ctx = 16;
-    const int32_t seq[3] = {1, 0, 1}, pos[3] = {5, 0, 15};
-    const size_t nc = (size_t)n_seq * n_ctx * kv;
-    float *k = malloc(sizeof(float) * B * kv), *v = malloc(sizeof(float) * B * kv);
-    float *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
-    cuda_ref_rand_floats(k, (size_t)B * kv);
-    cuda_ref_rand_floats(v, (size_t)B * kv);
-    for (size_t i = 0; i < nc; i++)
-        kc[i] = vc[i] = -7.0f;
-    float *dkc = dupload(kc, sizeof(float) * nc), *dvc = dupload(vc, sizeof(float) * nc);
-    float *dk = dupload(k, sizeof(float) * B * kv), *dv = dupload(v, sizeof(float) * B * kv);
-    int32_t *ds = dupload(seq, sizeof seq), *dp = dupload(pos, sizeof pos);
-    dev_err err = {0};
-    assert_int_equal(krn_cuda_kv_store_async(g_s1, dkc, dvc, dk, dv, ds, dp, B, kv, n_ctx, &err), 0);
-    sync_both();
-    download(kc, dkc, sizeof(float) * nc);
-    download(vc, dvc, sizeof(float) * nc);
-    size_t written = 0;
-    for (int s = 0; s < n_seq; s++)
-        for (int p = 0; p < n_ctx; p++) {
-            int row = -1;
-            for (int b = 0; b < B; b++)
-                if (seq[b] == s && pos[b] == p)
-                    row = b;
-            for (int i = 0; i < kv; i++) {
-                const size_t at = ((size_t)s * n_ctx + p) * kv + i;
-                const float ek = row < 0 ? -7.0f : k[row * kv + i], ev = row < 0 ? -7.0f : v[row * kv + i];
-                if (kc[at] != ek || vc[at] != ev)
-                    fail_msg("kv_store: cache[%d][%d][%d] = (%g, %g), expected (%g, %g)", s, p, i, kc[at], vc[at],
-                             ek, ev);
-                written += row >= 0;
+    const int types[3] = {KRN_F32, KRN_F16, KRN_BF16};
+    for (int ti = 0; ti < 3; ti++) {
+        const int type = types[ti];
+        const int B = 3, kv = 24, n_seq = 2, n_ctx = 16;
+        const int32_t seq[3] = {1, 0, 1}, pos[3] = {5, 0, 15};
+        const size_t nc = (size_t)n_seq * n_ctx * kv, cb = nc * krn_kv_elem_bytes(type);
+        float *k = malloc(sizeof(float) * B * kv), *v = malloc(sizeof(float) * B * kv);
+        float *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+        cuda_ref_rand_floats(k, (size_t)B * kv);
+        cuda_ref_rand_floats(v, (size_t)B * kv);
+        for (size_t i = 0; i < nc; i++)
+            kc[i] = vc[i] = -7.0f;
+        if (type != KRN_F32) /* the same -7 in 16 bits */
+            for (size_t i = 0; i < nc; i++)
+                ((uint16_t *)kc)[i] = ((uint16_t *)vc)[i] = type == KRN_F16 ? krn_f32_to_f16(-7.0f) : krn_f32_to_bf16(-7.0f);
+        float *dkc = dupload(kc, cb), *dvc = dupload(vc, cb);
+        float *dk = dupload(k, sizeof(float) * B * kv), *dv = dupload(v, sizeof(float) * B * kv);
+        int32_t *ds = dupload(seq, sizeof seq), *dp = dupload(pos, sizeof pos);
+        dev_err err = {0};
+        const krn_kv_cache c = {dkc, dvc, type};
+        assert_int_equal(krn_cuda_kv_store_async(g_s1, &c, dk, dv, ds, dp, B, kv, n_ctx, &err), 0);
+        sync_both();
+        download(kc, dkc, cb);
+        download(vc, dvc, cb);
+        size_t written = 0;
+        for (int s = 0; s < n_seq; s++)
+            for (int p = 0; p < n_ctx; p++) {
+                int row = -1;
+                for (int b = 0; b < B; b++)
+                    if (seq[b] == s && pos[b] == p)
+                        row = b;
+                for (int i = 0; i < kv; i++) {
+                    const size_t at = ((size_t)s * n_ctx + p) * kv + i;
+                    const float ek = cache_round(type, row < 0 ? -7.0f : k[row * kv + i]);
+                    const float ev = cache_round(type, row < 0 ? -7.0f : v[row * kv + i]);
+                    const float gk = cache_at(kc, type, at), gv = cache_at(vc, type, at);
+                    if (memcmp(&gk, &ek, 4) != 0 || memcmp(&gv, &ev, 4) != 0)
+                        fail_msg("kv_store %s: cache[%d][%d][%d] = (%g, %g), expected (%g, %g)", krn_type_name(type), s,
+                                 p, i, gk, gv, ek, ev);
+                    written += row >= 0;
+                }
             }
-        }
-    assert_int_equal(written, (size_t)B * kv); /* liveness: the rows did land */
-    cudaFree(dkc); cudaFree(dvc); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp);
-    free(k); free(v); free(kc); free(vc);
+        assert_int_equal(written, (size_t)B * kv); /* liveness: the rows did land */
+        cudaFree(dkc); cudaFree(dvc); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp);
+        free(k); free(v); free(kc); free(vc);
+    }
 }
 
 /* Attention over caches with n_ctx slots; q (B, nh*hd); returns out (host, caller frees). */
 /* ws_mode: 0 the kernel allocates its split workspace; 1 a given one of exactly krn_attention_ws_bytes;
  * 2 a given one 4 bytes too small (the kernel must allocate its own instead). */
+/* kv_type: the caches are uploaded as f32 or rounded to f16/bf16 on the host (g_kv_type; tests set it). */
+static int g_kv_type = KRN_F32;
+static void *upload_cache(const float *c, size_t n, int type) {
+    if (type == KRN_F32)
+        return dupload(c, sizeof(float) * n);
+    uint16_t *h = malloc(2 * n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = type == KRN_F16 ? krn_f32_to_f16(c[i]) : krn_f32_to_bf16(c[i]);
+    void *d = dupload(h, 2 * n);
+    free(h);
+    return d;
+}
 static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
                                const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx, int ws_mode);
 static float *run_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
@@ -433,7 +470,9 @@ static float *run_attention(cudaStream_t s, const float *q, const float *kc, con
 static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
                                const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx, int ws_mode) {
     const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
-    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc), *dv = dupload(vc, sizeof(float) * nc);
+    float *dq = dupload(q, sizeof(float) * nq);
+    void *dk = upload_cache(kc, nc, g_kv_type), *dv = upload_cache(vc, nc, g_kv_type);
+    const krn_kv_cache c = {dk, dv, g_kv_type};
     int32_t *ds = dupload(seq, sizeof(int32_t) * B), *dp = dupload(pos, sizeof(int32_t) * B);
     float *dout = dalloc(sizeof(float) * nq), *out = malloc(sizeof(float) * nq);
     dev_err err = {0};
@@ -441,7 +480,7 @@ static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, 
     float *ws = ws_mode && wb > 0 ? dalloc(wb) : NULL;
     if (ws)
         CK(cudaMemset(ws, 0xFF, wb)); /* NaN patterns: a read of an unwritten partial would show */
-    const int rc = krn_cuda_attention_ws_async(s, dout, dq, dk, dv, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
+    const int rc = krn_cuda_attention_ws_async(s, dout, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
     if (rc != 0)
         fail_msg("attention: rc %d: %s", rc, err.msg);
     CK(cudaStreamSynchronize(s));
@@ -507,6 +546,20 @@ static void test_attention_matches_reference_on_both_paths_with_gqa(void **state
             float *o2 = run_attention(g_s2, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
             TWICE_CHECK("attention", o1, o2, nq);
             check_attention_ref(o1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_ctx);
+            /* a 16-bit cache: the bits of the f32 cache holding the rounded values (split and one-kernel
+             * paths both), on every (b, h, d) */
+            for (int type = KRN_F16; type != -1; type = type == KRN_F16 ? KRN_BF16 : -1) {
+                float *kr = malloc(sizeof(float) * nc), *vr = malloc(sizeof(float) * nc);
+                for (size_t i = 0; i < nc; i++)
+                    kr[i] = cache_round(type, kc[i]), vr[i] = cache_round(type, vc[i]);
+                g_kv_type = type;
+                float *o16 = run_attention(g_s1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+                g_kv_type = KRN_F32;
+                float *o32 = run_attention(g_s2, q, kr, vr, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+                TWICE_CHECK(type == KRN_F16 ? "attention f16 cache vs f32 of its values" :
+                            "attention bf16 cache vs f32 of its values", o16, o32, nq);
+                free(o16); free(o32); free(kr); free(vr);
+            }
             free(o1); free(o2); free(q); free(kc); free(vc);
         }
     }
@@ -548,9 +601,14 @@ static void test_attention_rejects_an_unsupported_head_dim(void **state) {
     (void)state;
     float *d = dalloc(4096);
     dev_err err = {0};
-    assert_int_equal(krn_cuda_attention_async(g_s1, d, d, d, d, (int32_t *)d, (int32_t *)d, 1, 2, 1, 6, 8, &err),
+    krn_kv_cache c = {d, d, KRN_F32};
+    assert_int_equal(krn_cuda_attention_async(g_s1, d, d, &c, (int32_t *)d, (int32_t *)d, 1, 2, 1, 6, 8, &err),
                      MEMRA_E_INVAL);
     assert_non_null(strstr(err.msg, "head_dim=6"));
+    c.type = KRN_Q8_0;
+    assert_int_equal(krn_cuda_attention_async(g_s1, d, d, &c, (int32_t *)d, (int32_t *)d, 1, 2, 1, 8, 8, &err),
+                     MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "allowed: f32, f16, bf16"));
     cudaFree(d);
 }
 

@@ -519,7 +519,7 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
     mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p, .layer_dev = ld }, &err);
     assert_non_null(m);
     assert_ptr_equal(mdl_model_head_device(m), d1);
-    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, &err);
+    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, KRN_F32, &err);
     mdl_scratch *sc0 = mdl_scratch_create(m, d0, T, &err), *sc1 = mdl_scratch_create(m, d1, T, &err);
     dev_stream *s0 = dev_stream_create(d0, "stage0", &err), *s1 = dev_stream_create(d1, "stage1", &err);
     dev_event *ev = dev_event_create(d0, &err);
@@ -620,7 +620,7 @@ static void test_a_stage_that_skips_its_event_wait_is_reported_as_a_race(void **
     dev_device *d = dev_platform_device(p, 0);
     mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err);
     assert_non_null(m);
-    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, &err);
+    mdl_kv *kv = mdl_kv_create(m, NULL, 1, CTX, KRN_F32, &err);
     mdl_scratch *sc0 = mdl_scratch_create(m, d, T, &err), *sc1 = mdl_scratch_create(m, d, T, &err);
     dev_stream *s0 = dev_stream_create(d, "stage0", &err), *s1 = dev_stream_create(d, "stage1", &err);
     dev_event *ev = dev_event_create(d, &err);

@@ -133,16 +133,35 @@ static void test_rope_rotates_normal_and_neox_pairs_and_leaves_unrotated_dims(vo
     }
 }
 
-/* Causal GQA attention: 2 sequences, rows at different positions, reference softmax in double. */
+/* A 16-bit copy of an f32 cache (rounded to nearest even), and the f32 values it holds. */
+static void cache_round(int type, const float *x, uint16_t *h, float *widened, int n)
+{
+    for (int i = 0; i < n; i++) {
+        h[i] = type == KRN_F16 ? krn_f32_to_f16(x[i]) : krn_f32_to_bf16(x[i]);
+        widened[i] = type == KRN_F16 ? krn_f16_to_f32(h[i]) : krn_bf16_to_f32(h[i]);
+    }
+}
+
+/* Causal GQA attention: 2 sequences, rows at different positions, reference softmax in double. A 16-bit
+ * cache gives exactly the bits of the f32 cache holding the same (widened) values. */
 static void test_attention_matches_the_double_reference_with_gqa_and_two_sequences(void **state)
 {
     (void)state;
-    enum { NSEQ = 2, NCTX = 9, NH = 4, NKV = 2, HD = 8, B = 3, KVD = NKV * HD };
+    enum { NSEQ = 2, NCTX = 9, NH = 4, NKV = 2, HD = 8, B = 3, KVD = NKV * HD, NC = NSEQ * NCTX * KVD };
     rng_state = 11;
-    float *kc = rand_vec(NSEQ * NCTX * KVD, 1.0f), *vc = rand_vec(NSEQ * NCTX * KVD, 1.0f);
-    float *q = rand_vec(B * NH * HD, 2.0f), out[B * NH * HD];
+    float *kc = rand_vec(NC, 1.0f), *vc = rand_vec(NC, 1.0f);
+    float *q = rand_vec(B * NH * HD, 2.0f), out[B * NH * HD], out16[B * NH * HD];
     const int32_t seq[B] = { 1, 0, 1 }, pos[B] = { 0, 8, 4 };
-    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, kc, vc, seq, pos, B, NH, NKV, HD, NCTX });
+    for (int type = KRN_F16; type != -1; type = type == KRN_F16 ? KRN_BF16 : -1) {
+        uint16_t kh[NC], vh[NC];
+        float kw[NC], vw[NC];
+        cache_round(type, kc, kh, kw, NC);
+        cache_round(type, vc, vh, vw, NC);
+        krn_cpu_attention(&(krn_cpu_attention_args){ out16, q, { kh, vh, type }, seq, pos, B, NH, NKV, HD, NCTX });
+        krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kw, vw, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX });
+        assert_memory_equal(out16, out, sizeof out);
+    }
+    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kc, vc, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX });
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const int kvh = h / (NH / NKV);
@@ -168,22 +187,35 @@ static void test_attention_matches_the_double_reference_with_gqa_and_two_sequenc
     free(q);
 }
 
+/* Every cache type: the row lands at [seq, pos] only, f32 as is, f16/bf16 rounded to nearest even. */
 static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state)
 {
     (void)state;
-    enum { NSEQ = 2, NCTX = 4, KVD = 3, B = 2 };
-    float kc[NSEQ * NCTX * KVD] = { 0 }, vc[NSEQ * NCTX * KVD] = { 0 };
-    const float k[B * KVD] = { 1, 2, 3, 4, 5, 6 }, v[B * KVD] = { -1, -2, -3, -4, -5, -6 };
+    enum { NSEQ = 2, NCTX = 4, KVD = 3, B = 2, NC = NSEQ * NCTX * KVD };
+    const float k[B * KVD] = { 1, 2, 3.14159f, 4, 5, 1e-3f }, v[B * KVD] = { -1, -2, -3, -4, -5.5f, 70000.0f };
     const int32_t seq[B] = { 1, 0 }, pos[B] = { 2, 3 };
-    krn_cpu_kv_store(&(krn_cpu_kv_store_args){ kc, vc, k, v, seq, pos, B, KVD, NCTX });
-    for (int s = 0; s < NSEQ; s++)
-        for (int t = 0; t < NCTX; t++)
-            for (int i = 0; i < KVD; i++) {
-                const int at = (s * NCTX + t) * KVD + i;
-                const int row = (s == 1 && t == 2) ? 0 : (s == 0 && t == 3) ? 1 : -1;
-                assert_true(kc[at] == (row < 0 ? 0.0f : k[row * KVD + i]));
-                assert_true(vc[at] == (row < 0 ? 0.0f : v[row * KVD + i]));
-            }
+    const int types[3] = { KRN_F32, KRN_F16, KRN_BF16 };
+    for (int ti = 0; ti < 3; ti++) {
+        const int type = types[ti];
+        union { float f[NC]; uint16_t h[NC]; } kc = { { 0 } }, vc = { { 0 } }; /* f32 or 16-bit elements */
+        krn_cpu_kv_store(&(krn_cpu_kv_store_args){ { kc.f, vc.f, type }, k, v, seq, pos, B, KVD, NCTX });
+        for (int s = 0; s < NSEQ; s++)
+            for (int t = 0; t < NCTX; t++)
+                for (int i = 0; i < KVD; i++) {
+                    const int at = (s * NCTX + t) * KVD + i;
+                    const int row = (s == 1 && t == 2) ? 0 : (s == 0 && t == 3) ? 1 : -1;
+                    const float kx = row < 0 ? 0.0f : k[row * KVD + i], vx = row < 0 ? 0.0f : v[row * KVD + i];
+                    if (type == KRN_F32) {
+                        assert_true(kc.f[at] == kx && vc.f[at] == vx);
+                    } else {
+                        const uint16_t kh = kc.h[at], vh = vc.h[at];
+                        const uint16_t ke = type == KRN_F16 ? krn_f32_to_f16(kx) : krn_f32_to_bf16(kx);
+                        const uint16_t ve = type == KRN_F16 ? krn_f32_to_f16(vx) : krn_f32_to_bf16(vx);
+                        assert_int_equal(kh, ke);
+                        assert_int_equal(vh, ve);
+                    }
+                }
+    }
 }
 
 static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **state)
@@ -370,7 +402,11 @@ static void test_bad_shapes_are_refused_before_enqueue(void **state)
     assert_int_equal(krn_rmsnorm_async(s, buf, buf, buf, 0, 8, 1e-5f), MEMRA_E_INVAL);
     assert_int_equal(krn_rope_async(s, buf, ib, 1, 2, 8, 9, 1e4f, 1.0f, 0), MEMRA_E_INVAL); /* odd n_rot */
     assert_int_equal(krn_rope_async(s, buf, ib, 1, 2, 8, 10, 1e4f, 1.0f, 0), MEMRA_E_INVAL); /* > head_dim */
-    assert_int_equal(krn_attention_async(s, buf, buf, buf, buf, ib, ib, 1, 6, 4, 8, 4), MEMRA_E_INVAL);
+    krn_kv_cache kv = { buf, buf, KRN_F32 };
+    assert_int_equal(krn_attention_async(s, buf, buf, &kv, ib, ib, 1, 6, 4, 8, 4), MEMRA_E_INVAL); /* 6 % 4 */
+    kv.type = KRN_Q8_0; /* not a cache type */
+    assert_int_equal(krn_attention_async(s, buf, buf, &kv, ib, ib, 1, 4, 2, 8, 4), MEMRA_E_INVAL);
+    assert_int_equal(krn_kv_store_async(s, &kv, buf, buf, ib, ib, 1, 16, 4), MEMRA_E_INVAL);
     assert_int_equal(krn_argmax_async(NULL, ib, buf, 1, 4), MEMRA_E_INVAL);
     assert_int_equal(dev_stream_sync(s, &err), 0); /* nothing was enqueued, nothing failed */
     dev_stream_destroy(s);

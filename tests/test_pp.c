@@ -1,6 +1,7 @@
 /* The N-stage pipeline on tiny synthetic models (every leg, sanitizers included): gates at N = 2..8 over
  * cut lists and placements, every tensor type, remote-read accounting, the A/B seams and their refusals,
  * the one-stream seam, the soak, and pending logits dropped without a wait. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,7 @@
 static const char *doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
                               "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                               "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
-                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE"};
+                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_KV_TYPE"};
 
 static char model_path[256];
 static dev_platform *plat;
@@ -452,6 +453,78 @@ static void test_timestamp_liveness_counts_every_walk_without_host_markers(void 
     act_pp_destroy(rt);
 }
 
+/* Decode logits of 12 prompt tokens then 3 steps, door shut, KV cache of `kv_type`, into out[3][n_vocab]. */
+static int decode_logits(int kv_type, float out[3][512])
+{
+    dev_err e = {0};
+    act_pp_params pp = act_pp_default_params();
+    pp.kv_type = kv_type;
+    act_pp *rt = act_pp_create(plat, model_path, &pp, &e);
+    if (!rt)
+        fail_msg("runtime (kv %d): %s", kv_type, e.msg);
+    const int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+    assert_true(n_vocab <= 512);
+    int32_t seq = 0;
+    for (int32_t pos = 0; pos < 15; pos++) {
+        int32_t tok = (pos * 37 + 5) % n_vocab;
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+        act_pending *p;
+        const float *l;
+        assert_int_equal(act_pp_submit(rt, &st, &p, &e), 0);
+        assert_int_equal(act_pending_wait(p, &l, NULL, &e), 0);
+        if (pos >= 12)
+            memcpy(out[pos - 12], l, (size_t)n_vocab * sizeof(float));
+        act_pending_release(p);
+    }
+    act_pp_destroy(rt);
+    return n_vocab;
+}
+
+/* MEMRA_KV_TYPE=f16 / bf16: the split gates stay bit-identical (eager, replay, prime over 3 stages); the
+ * logits move off the f32 cache's (the rounding is real) by less than the rounding can explain; a bad value
+ * names what is allowed. */
+static void test_kv_cache_types_split_bit_identically_and_stay_near_f32(void **state)
+{
+    (void)state;
+    static const char *names[2] = {"f16", "bf16"};
+    static const int types[2] = {KRN_F16, KRN_BF16};
+    static const float tol[2] = {2e-3f, 2e-2f}; /* of the largest |logit|: 2^-11 and 2^-8 per cached value */
+    float ref[3][512], got[3][512];
+    const int n_vocab = decode_logits(KRN_F32, ref);
+    float mx = 0.0f;
+    for (int i = 0; i < 3 * 512 && i < 3 * n_vocab; i++)
+        mx = fmaxf(mx, fabsf(ref[i / n_vocab][i % n_vocab]));
+    for (int t = 0; t < 2; t++) {
+        clear_doors();
+        setenv("MEMRA_KV_TYPE", names[t], 1);
+        setenv("MEMRA_PP_STAGES", "3", 1);
+        setenv("MEMRA_PP_OVERLAP", "1", 1);
+        expect_pass(names[t], ACT_GATE_EAGER, 3);
+        expect_pass(names[t], ACT_GATE_REPLAY, 5);
+        expect_pass(names[t], ACT_GATE_PRIME, 3);
+        clear_doors();
+        decode_logits(types[t], got);
+        float d = 0.0f;
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < n_vocab; i++)
+                d = fmaxf(d, fabsf(got[r][i] - ref[r][i]));
+        if (!(d > 0.0f) || !(d <= tol[t] * mx))
+            fail_msg("KV cache %s: max |logit - f32 cache's| = %g (max |logit| %g): want > 0 and <= %g", names[t], d,
+                     mx, tol[t] * mx);
+    }
+    clear_doors();
+    setenv("MEMRA_KV_TYPE", "f8", 1);
+    dev_err e = {0};
+    assert_null(act_pp_create(plat, model_path, NULL, &e));
+    assert_string_equal(e.msg, "MEMRA_KV_TYPE=f8: allowed f32 (default), f16, bf16");
+    clear_doors();
+    act_pp_params pp = act_pp_default_params();
+    pp.kv_type = KRN_Q8_0;
+    dev_err e2 = {0};
+    assert_null(act_pp_create(plat, model_path, &pp, &e2));
+    assert_non_null(strstr(e2.msg, "kv_type=8"));
+}
+
 static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
 {
     (void)state;
@@ -489,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_argmax_mode_reads_back_each_rows_greedy_token),
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
         cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
+        cmocka_unit_test(test_kv_cache_types_split_bit_identically_and_stay_near_f32),
         cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

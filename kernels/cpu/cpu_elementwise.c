@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/cpu/krn_cpu.h"
+#include "kernels/quant.h"
 
 /* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,); the sum of squares accumulates in double, in order. */
 void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a)
@@ -52,18 +53,29 @@ void krn_cpu_rope(const krn_cpu_rope_args *a)
     }
 }
 
+/* Row `off` of a cache of `type` (krn_kv_cache) = x (n floats): copied (f32) or rounded to nearest even. */
+static void kv_put_row(void *cache, int type, size_t off, const float *x, int n)
+{
+    if (type == KRN_F32) {
+        memcpy((float *)cache + off, x, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *r = (uint16_t *)cache + off;
+    for (int i = 0; i < n; i++)
+        r[i] = type == KRN_F16 ? krn_f32_to_f16(x[i]) : krn_f32_to_bf16(x[i]);
+}
+
 /* caches (n_seq, n_ctx, kv_dim): row [seq[b], pos[b]] = k[b], v[b]. Rows with an out-of-range pos or a
  * negative seq are skipped (the caller validates; the kernel never writes out of bounds). The seq upper
  * bound is the caller's contract (the cache's n_seq is not an argument of the op). */
 void krn_cpu_kv_store(const krn_cpu_kv_store_args *a)
 {
-    const size_t row = (size_t)a->kv_dim * sizeof(float);
     for (int b = 0; b < a->B; b++) {
         if (a->seq[b] < 0 || a->pos[b] < 0 || a->pos[b] >= a->n_ctx)
             continue;
         const size_t off = ((size_t)a->seq[b] * a->n_ctx + (size_t)a->pos[b]) * a->kv_dim;
-        memcpy(a->k_cache + off, a->k + (size_t)b * a->kv_dim, row);
-        memcpy(a->v_cache + off, a->v + (size_t)b * a->kv_dim, row);
+        kv_put_row(a->c.k, a->c.type, off, a->k + (size_t)b * a->kv_dim, a->kv_dim);
+        kv_put_row(a->c.v, a->c.type, off, a->v + (size_t)b * a->kv_dim, a->kv_dim);
     }
 }
 

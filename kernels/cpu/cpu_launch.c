@@ -27,10 +27,10 @@ static void acc_add(acc_list *l, const void *p, size_t bytes, int mode)
 #define I32B(count) ((size_t)(count) * sizeof(int32_t))
 
 /* Bytes of a KV cache from its base: the whole allocation; one sequence slab if the backend cannot tell. */
-static size_t cache_bytes(dev_stream *s, const float *cache, size_t slab_floats)
+static size_t cache_bytes(dev_stream *s, const void *cache, int type, size_t slab_elems)
 {
     size_t n = dev_alloc_extent(dev_device_platform(dev_stream_device(s)), cache);
-    return n ? n : F32B(slab_floats);
+    return n ? n : slab_elems * krn_kv_elem_bytes(type);
 }
 
 /* dev_cpu_fn trampolines: the backend hands back its private copy of the args. */
@@ -105,34 +105,33 @@ int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n
     return dev_launch_cpu_async(s, "rope", run_rope, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+int krn_cpu_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v,
                            const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx)
 {
-    krn_cpu_kv_store_args a = { k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx };
+    krn_cpu_kv_store_args a = { *c, k, v, seq, pos, B, kv_dim, n_ctx };
     acc_list l = { .n = 0 };
     acc_add(&l, k, F32B((size_t)B * kv_dim), DEV_READ);
     acc_add(&l, v, F32B((size_t)B * kv_dim), DEV_READ);
     acc_add(&l, seq, I32B(B), DEV_READ);
     acc_add(&l, pos, I32B(B), DEV_READ);
     /* the whole caches: see the top of this file */
-    acc_add(&l, k_cache, cache_bytes(s, k_cache, (size_t)n_ctx * kv_dim), DEV_WRITE);
-    acc_add(&l, v_cache, cache_bytes(s, v_cache, (size_t)n_ctx * kv_dim), DEV_WRITE);
+    acc_add(&l, c->k, cache_bytes(s, c->k, c->type, (size_t)n_ctx * kv_dim), DEV_WRITE);
+    acc_add(&l, c->v, cache_bytes(s, c->v, c->type, (size_t)n_ctx * kv_dim), DEV_WRITE);
     return dev_launch_cpu_async(s, "kv_store", run_kv_store, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache,
-                            const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
-                            int n_head_kv, int head_dim, int n_ctx)
+int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx)
 {
-    krn_cpu_attention_args a = { out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx };
+    krn_cpu_attention_args a = { out, q, *c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx };
     const size_t kv_dim = (size_t)n_head_kv * head_dim;
     acc_list l = { .n = 0 };
     acc_add(&l, q, F32B((size_t)B * n_head * head_dim), DEV_READ);
     acc_add(&l, seq, I32B(B), DEV_READ);
     acc_add(&l, pos, I32B(B), DEV_READ);
     /* the whole caches: see the top of this file */
-    acc_add(&l, k_cache, cache_bytes(s, k_cache, (size_t)n_ctx * kv_dim), DEV_READ);
-    acc_add(&l, v_cache, cache_bytes(s, v_cache, (size_t)n_ctx * kv_dim), DEV_READ);
+    acc_add(&l, c->k, cache_bytes(s, c->k, c->type, (size_t)n_ctx * kv_dim), DEV_READ);
+    acc_add(&l, c->v, cache_bytes(s, c->v, c->type, (size_t)n_ctx * kv_dim), DEV_READ);
     acc_add(&l, out, F32B((size_t)B * n_head * head_dim), DEV_WRITE);
     return dev_launch_cpu_async(s, "attention", run_attention, &a, sizeof a, l.a, l.n);
 }
@@ -173,7 +172,7 @@ int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a)
         rc = krn_cpu_rope_async(s, a->k, a->pos, a->B, a->n_head_kv, a->head_dim, a->n_rot, a->freq_base,
                                 a->freq_scale, a->neox);
     if (!rc)
-        rc = krn_cpu_kv_store_async(s, a->k_cache, a->v_cache, a->k, a->v, a->seq, a->pos, a->B,
+        rc = krn_cpu_kv_store_async(s, &a->cache, a->k, a->v, a->seq, a->pos, a->B,
                                     a->n_head_kv * a->head_dim, a->n_ctx);
     return rc;
 }

@@ -27,11 +27,11 @@ typedef struct krn_cpu_rope_args {
 } krn_cpu_rope_args;
 /* caches (n_seq, n_ctx, kv_dim)[seq[b], pos[b]] = k, v (B, kv_dim) */
 typedef struct krn_cpu_kv_store_args {
-    float *k_cache, *v_cache; const float *k, *v; const int32_t *seq, *pos; int B, kv_dim, n_ctx;
+    krn_kv_cache c; const float *k, *v; const int32_t *seq, *pos; int B, kv_dim, n_ctx;
 } krn_cpu_kv_store_args;
 /* out (B, n_head*head_dim) = softmax(q k^T / sqrt(head_dim)) v over cache[seq[b], 0..pos[b]] */
 typedef struct krn_cpu_attention_args {
-    float *out; const float *q, *k_cache, *v_cache; const int32_t *seq, *pos;
+    float *out; const float *q; krn_kv_cache c; const int32_t *seq, *pos;
     int B, n_head, n_head_kv, head_dim, n_ctx;
 } krn_cpu_attention_args;
 /* y (B, n) = silu(gate) * up */
@@ -65,11 +65,10 @@ int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, in
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                        float freq_base, float freq_scale, int neox);
 int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a); /* three ops: no launch to save */
-int krn_cpu_kv_store_async(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+int krn_cpu_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v,
                            const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
-int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const float *k_cache,
-                            const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
-                            int n_head_kv, int head_dim, int n_ctx);
+int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx);
 int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
 int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);

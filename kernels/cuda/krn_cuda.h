@@ -61,8 +61,9 @@ int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float *bias, int 
 int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *pos, int B, int n_heads, int head_dim,
                         int n_rot, float freq_base, float freq_scale, int neox, dev_err *err);
 
-/* k, v (B, kv_dim) -> k/v_cache (n_seq, n_ctx, kv_dim) at [seq[b], pos[b]] */
-int krn_cuda_kv_store_async(void *cuda_stream, float *k_cache, float *v_cache, const float *k, const float *v,
+/* k, v (B, kv_dim) -> the caches c (n_seq, n_ctx, kv_dim) at [seq[b], pos[b]] (f16/bf16: rounded to nearest
+ * even) */
+int krn_cuda_kv_store_async(void *cuda_stream, const krn_kv_cache *c, const float *k, const float *v,
                             const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx, dev_err *err);
 
 /* krn_rope_store_async: rope q and k, store k and v at [seq, pos]; the bits of rope, rope, kv_store. */
@@ -72,14 +73,14 @@ int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_er
  * out and the caches 16-byte aligned. n_ctx <= the chunk size: one kernel (one block per (row, head));
  * larger: split-K over chunks of that many keys + a fixed-order combine (same bits as the one-kernel path
  * for keys below one chunk). */
-int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
-                             const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
-                             int n_head_kv, int head_dim, int n_ctx, dev_err *err);
+int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
+                             const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                             int n_ctx, dev_err *err);
 /* The same with the split path's workspace given (see krn_attention_ws_async): ws of ws_bytes >=
  * krn_attention_ws_bytes(...) is used and nothing is allocated; NULL or smaller: allocated per call. */
-int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
-                                const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
-                                int n_head_kv, int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
+int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
+                                const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
+                                int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
 
 /* y (B, n) = silu(gate) * up */
 int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const float *up, int B, int n,
@@ -88,7 +89,8 @@ int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const 
 /* y (B, n) += a (B, n) */
 int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n, dev_err *err);
 
-/* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins (an all-NaN row gives 0). */
+/* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins; -1 when nothing in the row
+ * is above -inf. */
 int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err);
 
 /* Programmatic dependent launch (MEMRA_PDL, sm_90) for the kernels the CALLING THREAD enqueues from now on:
@@ -110,11 +112,11 @@ int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                   float freq_base, float freq_scale, int neox);
 int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a);
-int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
-                      const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
-int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache, const float *v_cache,
-                       const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
-                       int n_ctx, float *ws, size_t ws_bytes);
+int krn_cuda_kv_store(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v, const int32_t *seq,
+                      const int32_t *pos, int B, int kv_dim, int n_ctx);
+int krn_cuda_attention(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                       const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
+                       size_t ws_bytes);
 int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);

@@ -1,4 +1,6 @@
-/* Causal GQA decode/prefill attention on CUDA, f32 caches (n_seq, n_ctx, kv_dim).
+/* Causal GQA decode/prefill attention on CUDA, caches (n_seq, n_ctx, kv_dim) of f32, f16 or bf16 (the
+ * kernel is instantiated per cache type; a 16-bit element is widened to f32 as it is loaded, exactly, so
+ * the arithmetic below is the same for every type).
  *
  * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of ck keys
  * (MEMRA_CUDA_ATT_CHUNK, fixed per process); block (chunk c, head h, row b) computes the chunk's scores into
@@ -20,6 +22,23 @@
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
 
+/* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types) and one, as f32. */
+static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
+static __device__ __forceinline__ float4 kv_ld4(const __half *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+static __device__ __forceinline__ float4 kv_ld4(const __nv_bfloat16 *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x),
+                 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+static __device__ __forceinline__ float kv_ld1(const float *p) { return __ldg(p); }
+static __device__ __forceinline__ float kv_ld1(const __half *p) { return __half2float(__ldg(p)); }
+static __device__ __forceinline__ float kv_ld1(const __nv_bfloat16 *p) { return __bfloat162float(__ldg(p)); }
+
 /* Row b's position clamped into [0, n_ctx) (the contract: attention clamps pos, kv_store drops the row). */
 static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_ctx) {
     const int p = pos[b];
@@ -32,7 +51,8 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_c
  * wrote them before the walk's first kernel); rows before p were written by earlier steps or by the
  * predecessor (a prime chunk's own rows): a prefetch of a line being written reads nothing into a result.
  * Key row p, written right now by rope_store, is skipped. */
-static __device__ __forceinline__ void att_prefetch(const float *kc, const float *vc, const int32_t *seq,
+template <typename KV>
+static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, const int32_t *seq,
                                                     const int32_t *pos, int n_head, int n_head_kv, int hd,
                                                     int n_ctx, int ck) {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -40,21 +60,23 @@ static __device__ __forceinline__ void att_prefetch(const float *kc, const float
     const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
         return;
-    const int kv_dim = n_head_kv * hd, lines = (hd + 31) / 32; /* 128-byte lines per key row */
+    const int per_line = 128 / (int)sizeof(KV), kv_dim = n_head_kv * hd;
+    const int lines = (hd + per_line - 1) / per_line; /* 128-byte lines per key row */
     const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)(h / (n_head / n_head_kv)) * hd;
     const int n = (t1 - t0) * lines;
     for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) {
         const int j = i < n ? i : i - n;
-        const float *a = (i < n ? kc : vc) + cache0 + (size_t)(t0 + j / lines) * kv_dim + (j % lines) * 32;
+        const KV *a = (i < n ? kc : vc) + cache0 + (size_t)(t0 + j / lines) * kv_dim + (j % lines) * per_line;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
     }
 }
 
 /* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < ck): write out.
  * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
+template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
-                     const float *__restrict__ kc, const float *__restrict__ vc, const int32_t *__restrict__ seq,
+                     const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf) {
     if (pf)
@@ -70,7 +92,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
     const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
     const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
-    const float *kb = kc + cache0, *vb = vc + cache0;
+    const KV *kb = kc + cache0, *vb = vc + cache0;
     const float *qh = q + ((size_t)b * n_head + h) * hd;
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
 
@@ -89,13 +111,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < ATT_DPL; j++) {
             const int d = 4 * lane + 4 * KRN_WARP * j;
             if (d < hd) {
-                const float4 k0 = __ldg((const float4 *)(kb + (size_t)t * kv_dim + d));
+                const float4 k0 = kv_ld4(kb + (size_t)t * kv_dim + d);
                 s0 = fmaf(qv[j].x, k0.x, s0);
                 s0 = fmaf(qv[j].y, k0.y, s0);
                 s0 = fmaf(qv[j].z, k0.z, s0);
                 s0 = fmaf(qv[j].w, k0.w, s0);
                 if (u < t1) {
-                    const float4 k1 = __ldg((const float4 *)(kb + (size_t)u * kv_dim + d));
+                    const float4 k1 = kv_ld4(kb + (size_t)u * kv_dim + d);
                     s1 = fmaf(qv[j].x, k1.x, s1);
                     s1 = fmaf(qv[j].y, k1.y, s1);
                     s1 = fmaf(qv[j].z, k1.z, s1);
@@ -132,16 +154,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
         int i = 0;
 #pragma unroll 4 /* 16 value loads in flight: one L2 round trip per 16 keys, not per 4 (same sums) */
         for (; i + 3 < L; i += 4) {
-            const float *vr = vb + (size_t)(t0 + i) * kv_dim + d;
-            const float v0 = __ldg(vr), v1 = __ldg(vr + kv_dim), v2 = __ldg(vr + 2 * (size_t)kv_dim),
-                        v3 = __ldg(vr + 3 * (size_t)kv_dim);
+            const KV *vr = vb + (size_t)(t0 + i) * kv_dim + d;
+            const float v0 = kv_ld1(vr), v1 = kv_ld1(vr + kv_dim), v2 = kv_ld1(vr + 2 * (size_t)kv_dim),
+                        v3 = kv_ld1(vr + 3 * (size_t)kv_dim);
             a0 = fmaf(sc[i], v0, a0);
             a1 = fmaf(sc[i + 1], v1, a1);
             a2 = fmaf(sc[i + 2], v2, a2);
             a3 = fmaf(sc[i + 3], v3, a3);
         }
         for (; i < L; i++)
-            a0 = fmaf(sc[i], __ldg(vb + (size_t)(t0 + i) * kv_dim + d), a0);
+            a0 = fmaf(sc[i], kv_ld1(vb + (size_t)(t0 + i) * kv_dim + d), a0);
         const float o = (a0 + a1) + (a2 + a3);
         if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
             out[((size_t)b * n_head + h) * hd + d] = o / l;
@@ -200,16 +222,32 @@ static int att_chunk(void) {
     return v ? v : KRN_CUDA_ATT_CHUNK_DEFAULT;
 }
 
-extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
-                                        const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
-                                        int n_head, int n_head_kv, int head_dim, int n_ctx, dev_err *err) {
-    return krn_cuda_attention_ws_async(cuda_stream, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv,
-                                       head_dim, n_ctx, NULL, 0, err);
+extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
+                                        const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
+                                        int head_dim, int n_ctx, dev_err *err) {
+    return krn_cuda_attention_ws_async(cuda_stream, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, NULL,
+                                       0, err);
 }
 
-extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const float *k_cache,
-                                           const float *v_cache, const int32_t *seq, const int32_t *pos, int B,
-                                           int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
+/* att_chunk_kernel for the cache's element type */
+static void att_chunk_launch(const krn_kv_cache *c, dim3 grid, cudaStream_t st, float *out, float *ws,
+                             const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                             int hd, int n_ctx, int n_split, float scale, int ck) {
+    if (c->type == KRN_F16)
+        krn_launch(att_chunk_kernel<__half>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+    else if (c->type == KRN_BF16)
+        krn_launch(att_chunk_kernel<__nv_bfloat16>, grid, ATT_THREADS, 0, st, out, ws, q,
+            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
+            n_split, scale, ck, att_pf());
+    else
+        krn_launch(att_chunk_kernel<float>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
+            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+}
+
+extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
+                                           const int32_t *seq, const int32_t *pos, int B, int n_head,
+                                           int n_head_kv, int head_dim, int n_ctx, float *given,
                                            size_t given_bytes, dev_err *err) {
     if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
@@ -221,10 +259,13 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
                            KRN_CUDA_ATT_MAX_HEAD_DIM);
     if (B == 0)
         return 0;
-    if (!out || !q || !k_cache || !v_cache || !seq || !pos)
+    if (!out || !q || !c || !c->k || !c->v || !seq || !pos)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: NULL pointer argument");
-    if (!krn_cuda_aligned(q, 16) || !krn_cuda_aligned(k_cache, 16) || !krn_cuda_aligned(v_cache, 16))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: q, k_cache and v_cache must be 16-byte aligned");
+    if (!krn_kv_type_ok(c->type))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: cache type %d (allowed: f32, f16, bf16)",
+                           c->type);
+    if (!krn_cuda_aligned(q, 16) || !krn_cuda_aligned(c->k, 16) || !krn_cuda_aligned(c->v, 16))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: q and the caches must be 16-byte aligned");
     if (B > 65535 || n_head > 65535)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: B=%d n_head=%d (at most 65535 each)", B, n_head);
     cudaStream_t st = (cudaStream_t)cuda_stream;
@@ -232,8 +273,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     const int ck = att_chunk(), n_split = (n_ctx + ck - 1) / ck;
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
-        krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, NULL, q, k_cache, v_cache, seq, pos, n_head,
-            n_head_kv, head_dim, n_ctx, 1, scale, ck, att_pf());
+        att_chunk_launch(c, grid, st, out, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -247,8 +287,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    krn_launch(att_chunk_kernel, grid, ATT_THREADS, 0, st, out, ws, q, k_cache, v_cache, seq, pos, n_head,
-        n_head_kv, head_dim, n_ctx, n_split, scale, ck, att_pf());
+    att_chunk_launch(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale, ck);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
         krn_launch(att_combine_kernel, dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st, out, ws, pos,

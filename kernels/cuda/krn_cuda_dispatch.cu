@@ -127,16 +127,16 @@ extern "C" int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B,
     ADAPT(krn_cuda_rope_async(st, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox, NULL));
 }
 
-extern "C" int krn_cuda_kv_store(dev_stream *s, float *k_cache, float *v_cache, const float *k, const float *v,
+extern "C" int krn_cuda_kv_store(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v,
                                  const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx) {
-    ADAPT(krn_cuda_kv_store_async(st, k_cache, v_cache, k, v, seq, pos, B, kv_dim, n_ctx, NULL));
+    ADAPT(krn_cuda_kv_store_async(st, c, k, v, seq, pos, B, kv_dim, n_ctx, NULL));
 }
 
-extern "C" int krn_cuda_attention(dev_stream *s, float *out, const float *q, const float *k_cache,
-                                  const float *v_cache, const int32_t *seq, const int32_t *pos, int B, int n_head,
-                                  int n_head_kv, int head_dim, int n_ctx, float *ws, size_t ws_bytes) {
-    ADAPT(krn_cuda_attention_ws_async(st, out, q, k_cache, v_cache, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx,
-                                      ws, ws_bytes, NULL));
+extern "C" int krn_cuda_attention(dev_stream *s, float *out, const float *q, const krn_kv_cache *c,
+                                  const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
+                                  int head_dim, int n_ctx, float *ws, size_t ws_bytes) {
+    ADAPT(krn_cuda_attention_ws_async(st, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws, ws_bytes,
+                                      NULL));
 }
 
 extern "C" int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n) {

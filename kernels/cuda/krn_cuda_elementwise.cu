@@ -107,6 +107,16 @@ extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *
     return krn_cuda_launch_check(err, "krn_cuda_rmsnorm");
 }
 
+/* ---- the KV cache's element: f32, or f16/bf16 rounded to nearest even (krn_kv_cache) ---- */
+static __device__ __forceinline__ void kv_put(void *cache, int type, size_t i, float x) {
+    if (type == KRN_F16)
+        ((__half *)cache)[i] = __float2half_rn(x);
+    else if (type == KRN_BF16)
+        ((__nv_bfloat16 *)cache)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)cache)[i] = x;
+}
+
 /* ---- rope: one thread per rotated pair ---- */
 /* Rotate pair i of head xh (row b at position p); returns the pair's indices. Shared by rope and rope_store
  * so both give the same bits. */
@@ -165,24 +175,24 @@ __global__ void rope_store_kernel(krn_rope_store a) {
         const int p = a.pos[b];
         if (p < 0 || p >= a.n_ctx)
             return;
-        float *dst = a.k_cache + ((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + (kh - a.k - (size_t)b * kv_dim);
-        dst[i0] = kh[i0];
-        dst[i1] = kh[i1];
+        const size_t dst = ((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + (kh - a.k - (size_t)b * kv_dim);
+        kv_put(a.cache.k, a.cache.type, dst + i0, kh[i0]);
+        kv_put(a.cache.k, a.cache.type, dst + i1, kh[i1]);
         return;
     }
     idx -= nk;
-    float *cache;
+    void *cache;
     const float *src;
     if (idx < nt) { /* k dims past n_rot */
         const size_t bh = idx / tail;
         b = (int)(bh / a.n_head_kv);
         e = (int)(bh % a.n_head_kv) * a.head_dim + a.n_rot + (int)(idx % tail);
-        cache = a.k_cache;
+        cache = a.cache.k;
         src = a.k;
     } else if ((idx -= nt) < nv) {
         b = (int)(idx / kv_dim);
         e = (int)(idx % kv_dim);
-        cache = a.v_cache;
+        cache = a.cache.v;
         src = a.v;
     } else {
         return;
@@ -190,7 +200,7 @@ __global__ void rope_store_kernel(krn_rope_store a) {
     const int p = a.pos[b];
     if (p < 0 || p >= a.n_ctx)
         return;
-    cache[((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + e] = src[(size_t)b * kv_dim + e];
+    kv_put(cache, a.cache.type, ((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + e, src[(size_t)b * kv_dim + e]);
 }
 
 extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_err *err) {
@@ -206,8 +216,11 @@ extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store
                            (double)a->freq_base, (double)a->freq_scale);
     if (a->B == 0)
         return 0;
-    if (!a->q || !a->k || !a->v || !a->k_cache || !a->v_cache || !a->seq || !a->pos)
+    if (!a->q || !a->k || !a->v || !a->cache.k || !a->cache.v || !a->seq || !a->pos)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: NULL pointer argument");
+    if (!krn_kv_type_ok(a->cache.type))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: cache type %d (allowed: f32, f16, bf16)",
+                           a->cache.type);
     const size_t half = (size_t)a->n_rot / 2, kv_dim = (size_t)a->n_head_kv * a->head_dim;
     const size_t n = (size_t)a->B * (a->n_head * half + a->n_head_kv * half +
                                      (size_t)a->n_head_kv * (a->head_dim - a->n_rot) + kv_dim);
@@ -237,9 +250,9 @@ extern "C" int krn_cuda_rope_async(void *cuda_stream, float *x, const int32_t *p
 }
 
 /* ---- kv_store: one thread per element of k (and v) ---- */
-__global__ void kv_store_kernel(float *__restrict__ kc, float *__restrict__ vc, const float *__restrict__ k,
-                                const float *__restrict__ v, const int32_t *__restrict__ seq,
-                                const int32_t *__restrict__ pos, int B, int kv_dim, int n_ctx) {
+__global__ void kv_store_kernel(krn_kv_cache c, const float *__restrict__ k, const float *__restrict__ v,
+                                const int32_t *__restrict__ seq, const int32_t *__restrict__ pos, int B, int kv_dim,
+                                int n_ctx) {
     krn_pdl_enter();
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * kv_dim)
@@ -249,20 +262,21 @@ __global__ void kv_store_kernel(float *__restrict__ kc, float *__restrict__ vc, 
     if (p < 0 || p >= n_ctx) /* out of range: dropped (the caller checks positions on the host) */
         return;
     const size_t dst = ((size_t)seq[b] * n_ctx + p) * kv_dim + i;
-    kc[dst] = k[idx];
-    vc[dst] = v[idx];
+    kv_put(c.k, c.type, dst, k[idx]);
+    kv_put(c.v, c.type, dst, v[idx]);
 }
 
-extern "C" int krn_cuda_kv_store_async(void *cuda_stream, float *k_cache, float *v_cache, const float *k,
-                                       const float *v, const int32_t *seq, const int32_t *pos, int B, int kv_dim,
-                                       int n_ctx, dev_err *err) {
+extern "C" int krn_cuda_kv_store_async(void *cuda_stream, const krn_kv_cache *c, const float *k, const float *v,
+                                       const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx,
+                                       dev_err *err) {
     int rc;
-    if (!ew_check(err, &rc, "krn_cuda_kv_store", B, kv_dim, k_cache, v_cache, k))
+    if (!ew_check(err, &rc, "krn_cuda_kv_store", B, kv_dim, c, c ? c->k : NULL, c ? c->v : NULL))
         return rc;
-    if (!v || !seq || !pos || n_ctx <= 0)
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_kv_store: NULL v/seq/pos or n_ctx=%d <= 0", n_ctx);
-    krn_launch(kv_store_kernel, ew_blocks((size_t)B * kv_dim), EW_THREADS, 0, (cudaStream_t)cuda_stream, k_cache,
-        v_cache, k, v, seq, pos, B, kv_dim, n_ctx);
+    if (!k || !v || !seq || !pos || n_ctx <= 0 || !krn_kv_type_ok(c->type))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_kv_store: NULL k/v/seq/pos, n_ctx=%d <= 0 or cache type %d "
+                           "(allowed: f32, f16, bf16)", n_ctx, c->type);
+    krn_launch(kv_store_kernel, ew_blocks((size_t)B * kv_dim), EW_THREADS, 0, (cudaStream_t)cuda_stream, *c, k, v,
+        seq, pos, B, kv_dim, n_ctx);
     return krn_cuda_launch_check(err, "krn_cuda_kv_store");
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include "kernels/cuda/krn_cuda.h"
 
 #define KRN_WARP 32

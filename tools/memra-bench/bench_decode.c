@@ -72,7 +72,8 @@ int bench_decode(int argc, char **argv)
     const mdl_hparams *hp = mdl_model_hparams(m);
     dev_device *d = dev_platform_device(p, 0);
     const int n_ctx = P + D;
-    if (!(kv = mdl_kv_create(m, NULL, 1, n_ctx, &err)) || !(sc = mdl_scratch_create(m, d, C, &err)) ||
+    int kv_type;
+    if (mdl_kv_type_from_env(&kv_type, &err) != 0 || !(kv = mdl_kv_create(m, NULL, 1, n_ctx, kv_type, &err)) || !(sc = mdl_scratch_create(m, d, C, &err)) ||
         !(s = dev_stream_create(d, "bench", &err)) ||
         !(x_d = dev_malloc(d, sizeof(float) * C * hp->n_embd, &err)) ||
         !(logits_d = dev_malloc(d, sizeof(float) * hp->n_vocab, &err)) ||
