@@ -1,7 +1,9 @@
 /* memra_generate: N requests, each on its own sequence slot ("lane"), all lanes in flight at once. Lanes
  * are submitted and drained round-robin, so the oldest step is always the one waited on and the pipeline
- * holds one step per lane (every stage busy when lanes >= stages). State: local to the call (one thread);
- * submits go through api_submit (rt->mu). */
+ * holds one step per lane (every stage busy when lanes >= stages). A request whose sampler would take the
+ * argmax of the raw logits decodes through memra_seq_decode_greedy (the token picked on the device, no logits
+ * read back); the others sample on the host. State: local to the call (one thread); submits go through
+ * api_submit (rt->mu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,9 +12,40 @@
 typedef struct lane {
     memra_seq *seq;
     memra_sampler *smp;
-    memra_pending *pend; /* the step whose logits give this request's next token */
+    memra_pending *pend; /* the step whose result gives this request's next token: logits, or a greedy token */
     int req;             /* request index, -1 = idle */
+    int greedy;          /* the request's pick is the raw argmax: decode steps go through the device argmax */
 } lane;
+
+/* 1 when model/sampler.c's mdl_sampler_sample picks the argmax of the raw logits at every step of a request
+ * with these params: temperature <= 0 and nothing to penalize (every penalty off, or a window of 0 so no
+ * history is kept). A request has a history as soon as its prompt is accepted, so with a window > 0 a
+ * penalty would change the logits. */
+static int picks_raw_argmax(const memra_sampler_params *sp)
+{
+    const int penalties = sp->repeat_penalty != 1.0f || sp->freq_penalty != 0.0f || sp->presence_penalty != 0.0f;
+    return sp->temperature <= 0.0f && (!penalties || sp->repeat_last_n == 0);
+}
+
+/* The token the lane's finished step gives, by the pending's kind: the device's argmax (a greedy decode step)
+ * or the host sampler over the logits (the prime, or a sampling request). Returns a step error (*t unset),
+ * else MEMRA_OK with *t the token, or < 0 the request's status: MEMRA_E_INVAL when no logit is above -inf,
+ * which the sampler and the device argmax refuse alike. */
+static int next_token(lane *l, memra_token *t)
+{
+    if (l->pend->greedy) {
+        int r = api_pending_wait_argmax(l->pend, t);
+        if (r == 0 && *t < 0)
+            *t = api_fail(NULL, MEMRA_E_INVAL, "memra_generate: request %d: no logit of the step's row is above -inf "
+                          "(every one -inf or NaN): no token to pick", l->req);
+        return r;
+    }
+    const float *logits;
+    int r = memra_pending_wait(l->pend, &logits, NULL);
+    if (r == 0)
+        *t = memra_sampler_sample(l->smp, logits);
+    return r;
+}
 
 static void finish(lane *l, memra_request *rq, int status)
 {
@@ -31,6 +64,7 @@ static int start(memra_runtime *rt, lane *l, memra_request *reqs, int i, int chu
 {
     memra_request *rq = &reqs[i];
     l->req = i;
+    l->greedy = picks_raw_argmax(&rq->sampling);
     if (rq->n_predict == 0) {
         finish(l, rq, MEMRA_OK);
         return 0;
@@ -109,10 +143,9 @@ int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, mem
             if (l->req < 0)
                 continue;
             memra_request *rq = &reqs[l->req];
-            const float *logits;
-            if ((r = memra_pending_wait(l->pend, &logits, NULL)) != 0)
+            memra_token t;
+            if ((r = next_token(l, &t)) != 0)
                 break;
-            memra_token t = memra_sampler_sample(l->smp, logits);
             memra_pending_free(l->pend);
             l->pend = NULL;
             if (t < 0) {
@@ -135,7 +168,7 @@ int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, mem
                 finish(l, rq, MEMRA_OK), active--;
                 continue;
             }
-            int d = memra_seq_decode(l->seq, t, &l->pend);
+            int d = l->greedy ? memra_seq_decode_greedy(l->seq, t, &l->pend) : memra_seq_decode(l->seq, t, &l->pend);
             if (d == MEMRA_E_FULL) {
                 finish(l, rq, MEMRA_E_FULL), active--;
             } else if (d) {

@@ -53,9 +53,10 @@ struct memra_seq {
 
 struct memra_pending {
     memra_runtime *rt;
-    act_pending *ap;          /* the step's logits (LAST or ALL rows) */
+    act_pending *ap;          /* the step's logits (LAST or ALL rows), or with greedy its row's argmax token */
     act_pending **deps;       /* earlier prompt chunks (no logits) waited before ap; owned */
     int n_deps;
+    int greedy;               /* the step ran in ACT_LOGITS_ARGMAX mode: read with memra_pending_wait_token */
     int done, status;         /* cached wait result (the pending's own lock orders it) */
     memra_pending *prev, *next; /* rt->pendings, under rt->mu */
 };
@@ -74,6 +75,8 @@ struct memra_runtime {
     int n_retired;
     memra_pending *pendings;  /* not yet freed */
     uint64_t tokens_decoded, tokens_primed;
+    uint64_t greedy_steps;    /* steps submitted in ACT_LOGITS_ARGMAX mode (the device-argmax path's liveness
+                               * counter; not in memra_counters, read by tests through this header) */
     uint64_t stats_t0_ns;     /* busy clock origin */
     api_errbox err;
 };
@@ -82,6 +85,11 @@ struct memra_runtime {
 int api_should_abort(memra_runtime *rt);
 /* Submit one step under rt->mu; wraps the act_pending in a memra_pending (deps adopted on success). */
 int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out);
+/* Wait for a greedy pending (memra_seq_decode_greedy) and give its row's argmax token: *token = -1 when no
+ * logit of the row is above -inf, with MEMRA_OK (each caller refuses that its own way). token must not be
+ * NULL. Returns MEMRA_OK, MEMRA_E_INVAL (NULL p, a pending of logits: nothing waited), or the step's error
+ * (recorded on p's runtime); *token = -1 on failure. */
+int api_pending_wait_argmax(memra_pending *p, memra_token *token);
 /* Validates seq belongs to an open slot; returns 0 or records the error on rt. */
 int api_seq_check(const memra_seq *seq, const char *fn);
 uint64_t api_now_ns(void);

@@ -1,4 +1,4 @@
-/* Submitting steps (prime, decode, batch) and the pendings. Every act_pp_submit runs under rt->mu (the
+/* Submitting steps (prime, decode and its greedy twin, verify, batch) and the pendings. Every act_pp_submit runs under rt->mu (the
  * pipeline takes one submitting thread at a time); waits take no runtime lock (the act_pending's own lock
  * orders the logits handoff from the readback actor to the waiting thread). */
 #include <stdlib.h>
@@ -40,6 +40,7 @@ int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int
         p->rt = rt;
         p->deps = deps;
         p->n_deps = n_deps;
+        p->greedy = st->logits == ACT_LOGITS_ARGMAX;
         p->next = rt->pendings;
         if (rt->pendings)
             rt->pendings->prev = p;
@@ -48,6 +49,8 @@ int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int
             rt->tokens_primed += (uint64_t)st->B;
         else
             rt->tokens_decoded += (uint64_t)st->B;
+        if (p->greedy)
+            rt->greedy_steps++;
     }
     pthread_mutex_unlock(&rt->mu);
     if (r) {
@@ -142,28 +145,39 @@ out:
     return r;
 }
 
-int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out)
+/* One decode step of seq: token at position memra_seq_pos(), its result as `mode` asks (ACT_LOGITS_ALL: the
+ * row's logits; ACT_LOGITS_ARGMAX: its greedy token, picked on the device). fn names the public call. */
+static int seq_decode(memra_seq *seq, memra_token token, act_logits_mode mode, memra_pending **out, const char *fn)
 {
     if (out)
         *out = NULL;
-    int r = api_seq_check(seq, "memra_seq_decode");
+    int r = api_seq_check(seq, fn);
     if (r)
         return r;
     memra_runtime *rt = seq->rt;
     if (!out)
-        return api_fail(&rt->err, MEMRA_E_INVAL, "memra_seq_decode: out is NULL");
-    if ((r = check_tokens(rt, &token, 1, "memra_seq_decode")) != 0)
+        return api_fail(&rt->err, MEMRA_E_INVAL, "%s: out is NULL", fn);
+    if ((r = check_tokens(rt, &token, 1, fn)) != 0)
         return r;
     if (seq->pos >= rt->n_ctx)
-        return api_fail(&rt->err, MEMRA_E_FULL, "memra_seq_decode: the sequence holds n_ctx = %d tokens", rt->n_ctx);
+        return api_fail(&rt->err, MEMRA_E_FULL, "%s: the sequence holds n_ctx = %d tokens", fn, rt->n_ctx);
     if (api_should_abort(rt))
         return MEMRA_E_ABORTED;
     int32_t slot = seq->slot, pos = seq->pos;
-    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &token, .seq = &slot, .pos = &pos,
-                      .logits = ACT_LOGITS_ALL};
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &token, .seq = &slot, .pos = &pos, .logits = mode};
     if ((r = api_submit(rt, &st, NULL, 0, out)) == 0)
         seq->pos++;
     return r;
+}
+
+int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out)
+{
+    return seq_decode(seq, token, ACT_LOGITS_ALL, out, "memra_seq_decode");
+}
+
+int memra_seq_decode_greedy(memra_seq *seq, memra_token token, memra_pending **out)
+{
+    return seq_decode(seq, token, ACT_LOGITS_ARGMAX, out, "memra_seq_decode_greedy");
 }
 
 int memra_seq_verify(memra_seq *seq, const memra_token *tokens, int n, memra_pending **out)
@@ -243,21 +257,54 @@ int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_to
 
 /* ---- pendings ---- */
 
+static const char *const wait_fn[2] = {"memra_pending_wait", "memra_pending_wait_token"};
+
+/* Wait for p's earlier prompt chunks, then its own step, and read the step's result as `greedy` says (0: logits
+ * into *logits, 1: argmax tokens into *tokens). A pending of the other kind is refused at once, nothing
+ * waited, naming the reader that fits; it stays usable. */
+static int pending_wait_as(memra_pending *p, int greedy, const float **logits, const int32_t **tokens, int *rows)
+{
+    if (!p)
+        return api_fail(NULL, MEMRA_E_INVAL, "%s: pending is NULL", wait_fn[greedy]);
+    if (p->greedy != greedy)
+        return api_fail(&p->rt->err, MEMRA_E_INVAL, "%s: the pending holds %s: read it with %s", wait_fn[greedy],
+                        p->greedy ? "a greedy token (memra_seq_decode_greedy), not logits" : "logits, not a token",
+                        wait_fn[p->greedy]);
+    dev_err err = {0};
+    int r = 0;
+    for (int i = 0; i < p->n_deps && r == 0; i++)
+        r = act_pending_wait(p->deps[i], NULL, NULL, &err);
+    if (r == 0)
+        r = greedy ? act_pending_wait_tokens(p->ap, tokens, rows, &err) : act_pending_wait(p->ap, logits, rows, &err);
+    return r ? api_fail_err(&p->rt->err, &err) : MEMRA_OK;
+}
+
 int memra_pending_wait(memra_pending *p, const float **logits, int *rows)
 {
     if (logits)
         *logits = NULL;
     if (rows)
         *rows = 0;
-    if (!p)
-        return api_fail(NULL, MEMRA_E_INVAL, "memra_pending_wait: pending is NULL");
-    dev_err err = {0};
-    int r = 0;
-    for (int i = 0; i < p->n_deps && r == 0; i++)
-        r = act_pending_wait(p->deps[i], NULL, NULL, &err);
-    if (r == 0)
-        r = act_pending_wait(p->ap, logits, rows, &err);
-    return r ? api_fail_err(&p->rt->err, &err) : MEMRA_OK;
+    return pending_wait_as(p, 0, logits, NULL, rows);
+}
+
+int api_pending_wait_argmax(memra_pending *p, memra_token *token)
+{
+    const int32_t *t = NULL;
+    int r = pending_wait_as(p, 1, NULL, &t, NULL);
+    *token = r == 0 ? t[0] : -1; /* one row: a greedy pending is one decode step (memra_seq_decode_greedy) */
+    return r;
+}
+
+int memra_pending_wait_token(memra_pending *p, memra_token *token)
+{
+    if (!token)
+        return api_fail(p ? &p->rt->err : NULL, MEMRA_E_INVAL, "memra_pending_wait_token: token is NULL");
+    int r = api_pending_wait_argmax(p, token);
+    if (r == 0 && *token < 0)
+        r = api_fail(&p->rt->err, MEMRA_E_INVAL, "memra_pending_wait_token: no logit of the step's row is above -inf "
+                     "(every one -inf or NaN): no token to pick, the row the greedy memra_sampler_sample refuses too");
+    return r;
 }
 
 int memra_pending_poll(memra_pending *p)
