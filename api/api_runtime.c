@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
+#include "kernels/krn.h"
 #include "model/llama.h"
 
 memra_runtime_params memra_runtime_default_params(void)
@@ -51,6 +52,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.max_rows = %d (allowed 1..65536)", p->max_rows);
     if (p->apply_env < 0 || p->apply_env > 1)
         BAD("memra_runtime_params.apply_env = %d (allowed 0 or 1)", p->apply_env);
+    if (p->kv_type < MEMRA_KV_DEFAULT || p->kv_type > MEMRA_KV_BF16)
+        BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
 #undef BAD
     return 0;
 }
@@ -115,6 +118,8 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     ap.n_seq = p.n_seq;
     ap.n_ctx = p.n_ctx;
     ap.max_rows = p.max_rows;
+    static const int kv_krn[] = {KRN_F32, KRN_F32, KRN_F16, KRN_BF16}; /* by memra_kv_type; DEFAULT: below */
+    ap.kv_type = p.kv_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.kv_type]; /* -1: MEMRA_KV_TYPE */
     if (p.overlap >= 0) /* a per-step seam: this runtime's default; MEMRA_PP_OVERLAP still wins per step */
         ap.seams.overlap = p.overlap;
     ap.progress = p.progress;

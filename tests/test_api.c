@@ -2,6 +2,7 @@
  * doors each return the documented code and leave a message (thread-local and on the handle). Runs on a
  * tiny synthetic model (tests/support/gguf_tiny). Using a handle after its runtime is freed is documented
  * undefined behaviour and is not tested. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,8 +187,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
 {
     assert_null(memra_runtime_create(NULL, NULL));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
-    struct { const char *field; memra_runtime_params p; } cases[6];
-    for (int i = 0; i < 6; i++)
+    struct { const char *field; memra_runtime_params p; } cases[7];
+    for (int i = 0; i < 7; i++)
         cases[i].p = memra_runtime_default_params();
     cases[0].field = "n_seq", cases[0].p.n_seq = 0;
     cases[1].field = "slots", cases[1].p.slots = 17;
@@ -195,7 +196,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
     cases[3].field = "max_rows", cases[3].p.max_rows = 0;
     cases[4].field = "cpu_devices", cases[4].p.cpu_devices = 65;
     cases[5].field = "overlap", cases[5].p.overlap = 2;
-    for (int i = 0; i < 6; i++) {
+    cases[6].field = "kv_type", cases[6].p.kv_type = (memra_kv_type)9;
+    for (int i = 0; i < 7; i++) {
         assert_null(memra_runtime_create(g_model, &cases[i].p));
         assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
         assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, cases[i].field);
@@ -235,6 +237,56 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     assert_null(memra_runtime_create(g_model, &p));
     assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "MEMRA_BACKEND=tpu");
     setenv("MEMRA_BACKEND", "cpu", 1);
+}
+
+/* Logits of 6 prompt tokens decoded one by one, the last 3 kept, on a CPU runtime with this KV type. */
+static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
+{
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16, p.kv_type = kv, p.apply_env = apply_env;
+    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    assert_non_null(rt);
+    memra_seq *sq = memra_seq_open(rt);
+    assert_non_null(sq);
+    for (int i = 0; i < 6; i++) {
+        memra_pending *pd = NULL;
+        const float *l = NULL;
+        assert_int_equal(memra_seq_decode(sq, (memra_token)(17 * i + 3), &pd), MEMRA_OK);
+        assert_int_equal(memra_pending_wait(pd, &l, NULL), MEMRA_OK);
+        if (i >= 3)
+            memcpy(out[i - 3], l, sizeof out[0]);
+        memra_pending_free(pd);
+    }
+    memra_seq_close(sq);
+    memra_runtime_free(rt);
+}
+
+/* kv_type F16 / BF16 round the cache (logits move, a little); DEFAULT follows MEMRA_KV_TYPE only when
+ * apply_env; F32 is the default. */
+static void test_kv_type_rounds_the_cache_and_default_follows_the_door(void **state)
+{
+    assert_int_equal(memra_model_n_vocab(g_model), 300);
+    static float f32[3][300], got[3][300];
+    unsetenv("MEMRA_KV_TYPE");
+    decode_logits(MEMRA_KV_DEFAULT, 1, f32);
+    const memra_kv_type types[2] = {MEMRA_KV_F16, MEMRA_KV_BF16};
+    for (int t = 0; t < 2; t++) {
+        decode_logits(types[t], 1, got);
+        float d = 0.0f, mx = 0.0f;
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < 300; i++)
+                d = fmaxf(d, fabsf(got[r][i] - f32[r][i])), mx = fmaxf(mx, fabsf(f32[r][i]));
+        if (!(d > 0.0f && d <= 2e-2f * mx))
+            fail_msg("kv_type %d: max |logit - f32 cache's| %g (max |logit| %g)", (int)types[t], d, mx);
+    }
+    setenv("MEMRA_KV_TYPE", "bf16", 1);
+    decode_logits(MEMRA_KV_DEFAULT, 0, got); /* doors ignored: f32 */
+    assert_memory_equal(got, f32, sizeof got);
+    decode_logits(MEMRA_KV_DEFAULT, 1, got); /* the door: bf16 */
+    assert_memory_not_equal(got, f32, sizeof got);
+    decode_logits(MEMRA_KV_F32, 1, got); /* a field that says F32 wins over the door */
+    assert_memory_equal(got, f32, sizeof got);
+    unsetenv("MEMRA_KV_TYPE");
 }
 
 static void test_opening_more_sequences_than_slots_is_full(void **state)
@@ -417,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_chat_apply_without_a_template_is_unsupported_and_a_named_one_renders),
         cmocka_unit_test(test_runtime_create_refuses_null_model_and_bad_params_naming_the_field),
         cmocka_unit_test(test_a_bad_door_is_refused_and_a_good_door_overrides_the_params),
+        cmocka_unit_test(test_kv_type_rounds_the_cache_and_default_follows_the_door),
         cmocka_unit_test(test_opening_more_sequences_than_slots_is_full),
         cmocka_unit_test(test_a_closed_sequence_is_state_and_a_null_one_is_inval),
         cmocka_unit_test(test_a_closed_handle_stays_detectable_for_4096_more_closes_and_memory_stays_bounded),

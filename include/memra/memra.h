@@ -148,6 +148,15 @@ typedef enum memra_backend {
  *   backend <- MEMRA_BACKEND, cpu_devices <- MEMRA_CPU_DEVICES, stages <- MEMRA_PP_STAGES,
  *   cuts <- MEMRA_PP_SPLITS / MEMRA_PP_SPLIT, devices <- MEMRA_PP_DEVICES, shard <- MEMRA_PP_SHARD,
  *   slots <- MEMRA_PP_SLOTS, streams <- MEMRA_PP_STREAMS; overlap: see the field. */
+/* Element type of the KV cache. F16 / BF16 halve its memory (n_seq x n_ctx x 2 x kv_dim per layer) and store
+ * each k, v value rounded to nearest even; attention widens them back exactly. */
+typedef enum memra_kv_type {
+    MEMRA_KV_DEFAULT = 0, /* MEMRA_KV_TYPE (f32, f16, bf16) when apply_env, else F32 */
+    MEMRA_KV_F32 = 1,
+    MEMRA_KV_F16 = 2,
+    MEMRA_KV_BF16 = 3,
+} memra_kv_type;
+
 typedef struct memra_runtime_params {
     memra_backend backend;   /* default AUTO */
     int cpu_devices;         /* emulated CPU devices 1..64 (default 8); ignored for CUDA */
@@ -166,6 +175,7 @@ typedef struct memra_runtime_params {
     int n_ctx;               /* positions per sequence (0 = min(1024, model's context)) */
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
     int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
+    memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
     memra_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
     memra_abort_fn abort_cb; /* may be NULL; checked between chunks and steps (MEMRA_E_ABORTED) */
