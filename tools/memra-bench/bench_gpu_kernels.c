@@ -6,8 +6,10 @@
  * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
- * MEMRA_CUDA_GEMM_MIN_B. After the block-type rows, the planar layouts of q8_0, q4_1, q4_0 ("q8_0/p" rows:
- * repacked on the device, read through krn_cuda_matmul_async). Reports only; asserts nothing. */
+ * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
+ * (kernels/cuda/krn_cuda_chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
+ * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async). Reports only;
+ * asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "device/dev.h"
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
+#include "kernels/cuda/krn_cuda_chain.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
 
@@ -38,7 +41,10 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
+               "                               [--chain LAYERS]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
+               "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
+               "              persistent kernel without / with grid barriers (kernels/cuda/krn_cuda_chain.cu)\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -333,8 +339,38 @@ out:
     return rc;
 }
 
+/* ---- --chain: the P2 experiment (krn_cuda_chain.cu): what the GEMVs of a step stream at without kernel
+ * boundaries, and what a grid barrier between dependent matrices costs ---- */
+static int gk_chain_table(int dev, int n_layer, int iters, double hbm) {
+    static const char *what[6] = {"launches, PDL (production GEMV)", "persistent, no barrier (ceiling)",
+                                  "persistent, barrier, next weights before it", "persistent, barrier, weights after",
+                                  "ring (cp.async 4 ahead), barrier", "ring (cp.async 4 ahead), no barrier"};
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels --chain: no CUDA device %d\n", dev);
+        return 2;
+    }
+    printf("gpu-kernels --chain: %d layers x 4 bf16 GEMVs (8B shapes, B=1), %d passes per row, HBM ref %.0f GB/s\n",
+           n_layer, iters, hbm);
+    printf("%-46s %6s %10s %10s %7s\n", "mode", "grid", "us/pass", "GB/s", "% HBM");
+    int rc = 0;
+    static const int bps[] = {0, 4, 5, 6};
+    for (int mode = 0; mode < 6; mode++)
+        for (size_t b = 0; b < (mode ? sizeof bps / sizeof bps[0] : 1); b++) {
+            krn_cuda_chain_result r = {0};
+            dev_err err = {0};
+            if (krn_cuda_chain_bench(n_layer, mode, bps[b], iters, &r, &err) != 0) {
+                fprintf(stderr, "gpu-kernels --chain mode %d: %s\n", mode, err.msg);
+                rc = 2;
+                continue;
+            }
+            const double gbs = r.bytes_per_pass / (r.us_per_pass * 1e3);
+            printf("%-46s %6d %10.1f %10.1f %6.1f%%\n", what[mode], r.grid, r.us_per_pass, gbs, 100.0 * gbs / hbm);
+        }
+    return rc;
+}
+
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -344,6 +380,8 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--gemm")) {
             gemm = 1;
             continue;
+        } else if (!strcmp(a, "--chain") && v) {
+            chain = atoi(v);
         } else if (!strcmp(a, "--batch") && v) {
             B = atoi(v);
         } else if (!strcmp(a, "--iters") && v) {
@@ -369,6 +407,8 @@ int bench_gpu_kernels(int argc, char **argv) {
     }
     if (gemm)
         return gk_gemm_table(dev, iters);
+    if (chain)
+        return chain >= 1 && chain <= 64 ? gk_chain_table(dev, chain, iters, hbm) : 2;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {
