@@ -1,6 +1,6 @@
-/* Submitting steps (prime, decode and its greedy twin, verify, batch) and the pendings. Every act_pp_submit runs under rt->mu (the
- * pipeline takes one submitting thread at a time); waits take no runtime lock (the act_pending's own lock
- * orders the logits handoff from the readback actor to the waiting thread). */
+/* Submitting steps (prime, decode and its greedy twin, verify, batch) and the pendings. Every act_pp_submit
+ * runs under rt->mu (the pipeline takes one submitting thread at a time); waits take no runtime lock (the
+ * act_pending's own lock orders the logits handoff from the readback actor to the waiting thread). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
-/* The KV cache: per layer, K and V (n_seq, n_ctx, kv_dim) of f32, f16 or bf16 on the layer's device. Its rows are written
- * only by kv_store ops on the stream that walks the layer (the owning stage), so no host state changes
- * after create. */
+/* The KV cache: per layer, K and V (n_seq, n_ctx, kv_dim) of f32, f16 or bf16 on the layer's device. Its
+ * rows are written only by kv_store ops on the stream that walks the layer (the owning stage), so no host
+ * state changes after create. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -37,7 +37,9 @@ typedef struct ch_it {
     int m, u, nb;
     ch_mat mat;
 } ch_it;
-static __device__ __forceinline__ int ch_nb(const ch_mat &m) { return (m.n_in + CH_U * CH_CHUNK - 1) / (CH_U * CH_CHUNK); }
+static __device__ __forceinline__ int ch_nb(const ch_mat &m) {
+    return (m.n_in + CH_U * CH_CHUNK - 1) / (CH_U * CH_CHUNK);
+}
 static __device__ __forceinline__ ch_it ch_start(const ch_mat *mats, int g) {
     ch_it it = {0, g, ch_nb(mats[0]), mats[0]};
     return it;

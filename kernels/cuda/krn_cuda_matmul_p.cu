@@ -4,11 +4,11 @@
  * The quant plane is 16-byte aligned row by row, so every load is a 16-byte streaming load straight into
  * registers: no shared-memory staging. A "vector" is 16 quant bytes: 16 elements of q8_0 (half a block) or
  * 32 of q4 (a block; q4_K: a sub-block, whose scale and min come from its super-block's 16-byte header,
- * loaded whole by each of its 8 vectors' threads); row r has nvec = n_in / VE of them. A 128-thread block computes groups of R
- * consecutive rows (row group g, g + gridDim.x, ...; the grid is at most MB blocks per SM); thread t owns
- * the vectors t, t + 128, ... of every row of the group. Its work is a sequence of items (group, chunk):
- * chunk c holds its U vectors c*128*U + 128*u + t of each of the R rows. The loads of the next item (R*U
- * vectors and their scales) are issued before the current one is decoded, so R*U loads per thread are in
+ * loaded whole by each of its 8 vectors' threads); row r has nvec = n_in / VE of them. A 128-thread block
+ * computes groups of R consecutive rows (row group g, g + gridDim.x, ...; the grid is at most MB blocks per
+ * SM); thread t owns the vectors t, t + 128, ... of every row of the group. Its work is a sequence of items
+ * (group, chunk): chunk c holds its U vectors c*128*U + 128*u + t of each of the R rows. The loads of the
+ * next item (R*U vectors and their scales) are issued before the current one is decoded, so R*U loads per thread are in
  * flight at all times; the first item's loads are issued BEFORE krn_pdl_enter() (weights are immutable
  * during a forward; only x comes from the previous kernel), x is read after it. Each x value is loaded
  * once per item for all R rows.

@@ -1,8 +1,8 @@
 /* GGUF blocks -> the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) on the device that owns the tensor,
  * with the same bytes as krn_repack_host (kernels/repack.c). One thread per 16 quant bytes of the output
- * (q8_0: half a block, q4_0/q4_1: a block, q4_K: a 32-element sub-block), grid-stride; it reads its block's bytes one by one (GGUF blocks are
- * only 2-byte aligned), writes its 16 bytes with one aligned store and, for the block's first half, the
- * block's scale bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
+ * (q8_0: half a block, q4_0/q4_1: a block, q4_K: a 32-element sub-block), grid-stride; it reads its
+ * block's bytes one by one (GGUF blocks are only 2-byte aligned), writes its 16 bytes with one aligned
+ * store and, for the block's first half, the block's scale bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
 
@@ -38,7 +38,8 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
             const uint8_t *q = b + SB + 16 * h;
 #pragma unroll
             for (int k = 0; k < 4; k++)
-                w[k] = q[4 * k] | (uint32_t)q[4 * k + 1] << 8 | (uint32_t)q[4 * k + 2] << 16 | (uint32_t)q[4 * k + 3] << 24;
+                w[k] = q[4 * k] | (uint32_t)q[4 * k + 1] << 8 | (uint32_t)q[4 * k + 2] << 16 |
+                       (uint32_t)q[4 * k + 3] << 24;
         } else if (T == KRN_Q4_K) { /* sub-block h: elements 32h .. 32h+32 of the super-block */
             const uint8_t *qs = b + SB;
 #pragma unroll
