@@ -25,6 +25,7 @@
 #include "kernels/cuda/krn_cuda.h"
 #include "kernels/cuda/krn_cuda_chain.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
+#include "kernels/cuda/krn_cuda_q8x.h"
 #include "kernels/cuda/krn_cuda_planes.h"
 
 typedef struct gk_type {
@@ -41,10 +42,12 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS]\n"
+               "                               [--chain LAYERS] [--q8x]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
                "              persistent kernel without / with grid barriers (kernels/cuda/krn_cuda_chain.cu)\n"
+               "  --q8x       instead: planar q4_1 GEMV (B = 1) with f32 x vs x quantized to int8 + dp4a\n"
+               "              (kernels/cuda/krn_cuda_q8x.cu), and how far apart their outputs are\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -369,8 +372,36 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm) {
     return rc;
 }
 
+/* ---- --q8x: the int8-x experiment on the 8B shapes ---- */
+static int gk_q8x_table(int dev, int iters, double hbm) {
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels --q8x: no CUDA device %d\n", dev);
+        return 2;
+    }
+    printf("gpu-kernels --q8x: q4_1 planes, B=1, %d launches per kernel, HBM ref %.0f GB/s\n", iters, hbm);
+    printf("%-13s %9s %7s %9s %7s %9s %7s %9s %5s\n", "shape", "f32 x us", "% HBM", "int8 R=1", "% HBM", "int8 R=2",
+           "% HBM", "max rel", "bits");
+    int rc = 0;
+    for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++) {
+        krn_cuda_q8x_result r = {0};
+        dev_err err = {0};
+        if (krn_cuda_q8x_bench(GK_SHAPES[si][0], GK_SHAPES[si][1], iters, &r, &err) != 0) {
+            fprintf(stderr, "gpu-kernels --q8x: %s\n", err.msg);
+            rc = 2;
+            continue;
+        }
+        char shape[32];
+        snprintf(shape, sizeof shape, "%dx%d", GK_SHAPES[si][0], GK_SHAPES[si][1]);
+        const double gbs = r.weight_bytes / 1e3 / hbm * 100.0; /* % of HBM = gbs / us */
+        printf("%-13s %9.2f %6.1f%% %9.2f %6.1f%% %9.2f %6.1f%% %9.2e %5s\n", shape, r.us_f32, gbs / r.us_f32,
+               r.us_q8x, gbs / r.us_q8x, r.us_q8x_r2, gbs / r.us_q8x_r2, r.max_rel_diff,
+               r.r2_same_bits ? "same" : "DIFF");
+    }
+    return rc;
+}
+
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, q8x = 0;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -379,6 +410,9 @@ int bench_gpu_kernels(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--gemm")) {
             gemm = 1;
+            continue;
+        } else if (!strcmp(a, "--q8x")) {
+            q8x = 1;
             continue;
         } else if (!strcmp(a, "--chain") && v) {
             chain = atoi(v);
@@ -407,6 +441,8 @@ int bench_gpu_kernels(int argc, char **argv) {
     }
     if (gemm)
         return gk_gemm_table(dev, iters);
+    if (q8x)
+        return gk_q8x_table(dev, iters, hbm);
     if (chain)
         return chain >= 1 && chain <= 64 ? gk_chain_table(dev, chain, iters, hbm) : 2;
     int n = 0;
