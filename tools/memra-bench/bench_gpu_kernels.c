@@ -45,7 +45,8 @@ static void gk_usage(FILE *f) {
                "                               [--chain LAYERS] [--q8x]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
-               "              persistent kernel without / with grid barriers (kernels/cuda/krn_cuda_chain.cu)\n"
+               "              persistent kernel without / with grid barriers (kernels/cuda/krn_cuda_chain.cu);\n"
+               "              --chain-mode M (0..5) runs that mode only\n"
                "  --q8x       instead: planar q4_1 GEMV (B = 1) with f32 x vs x quantized to int8 + dp4a\n"
                "              (kernels/cuda/krn_cuda_q8x.cu), and how far apart their outputs are\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
@@ -344,7 +345,7 @@ out:
 
 /* ---- --chain: the P2 experiment (krn_cuda_chain.cu): what the GEMVs of a step stream at without kernel
  * boundaries, and what a grid barrier between dependent matrices costs ---- */
-static int gk_chain_table(int dev, int n_layer, int iters, double hbm) {
+static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_mode) {
     static const char *what[6] = {"launches, PDL (production GEMV)", "persistent, no barrier (ceiling)",
                                   "persistent, barrier, next weights before it", "persistent, barrier, weights after",
                                   "ring (cp.async 4 ahead), barrier", "ring (cp.async 4 ahead), no barrier"};
@@ -357,7 +358,7 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm) {
     printf("%-46s %6s %10s %10s %7s\n", "mode", "grid", "us/pass", "GB/s", "% HBM");
     int rc = 0;
     static const int bps[] = {0, 4, 5, 6};
-    for (int mode = 0; mode < 6; mode++)
+    for (int mode = only_mode >= 0 ? only_mode : 0; mode < (only_mode >= 0 ? only_mode + 1 : 6); mode++)
         for (size_t b = 0; b < (mode ? sizeof bps / sizeof bps[0] : 1); b++) {
             krn_cuda_chain_result r = {0};
             dev_err err = {0};
@@ -401,7 +402,7 @@ static int gk_q8x_table(int dev, int iters, double hbm) {
 }
 
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, q8x = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, q8x = 0, chain_mode = -1;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -416,6 +417,8 @@ int bench_gpu_kernels(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--chain") && v) {
             chain = atoi(v);
+        } else if (!strcmp(a, "--chain-mode") && v) {
+            chain_mode = atoi(v);
         } else if (!strcmp(a, "--batch") && v) {
             B = atoi(v);
         } else if (!strcmp(a, "--iters") && v) {
@@ -444,7 +447,9 @@ int bench_gpu_kernels(int argc, char **argv) {
     if (q8x)
         return gk_q8x_table(dev, iters, hbm);
     if (chain)
-        return chain >= 1 && chain <= 64 ? gk_chain_table(dev, chain, iters, hbm) : 2;
+        return chain >= 1 && chain <= 64 && chain_mode >= -1 && chain_mode <= 5
+                   ? gk_chain_table(dev, chain, iters, hbm, chain_mode)
+                   : 2;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {
