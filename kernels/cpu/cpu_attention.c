@@ -6,17 +6,21 @@
 #include "kernels/quant.h"
 
 #define ATT_STACK_POS 4096
-#define ATT_STACK_DIM 512
 
-/* Row `off` (n elements) of a cache of `type` as f32: the row itself (f32), or widened into tmp (exact). */
-static const float *kv_row(const void *cache, int type, size_t off, float *tmp, int n)
+/* Keys or values t = 0..n_t-1 of one kv head, as f32 rows at base + t * stride: the cache itself (f32:
+ * stride kv_dim), or (16-bit) the rows widened once into buf (stride head_dim, exact: the dequant row
+ * kernel's AVX2+F16C path where the CPU has it), shared by the kv head's group of query heads. */
+static const float *kv_rows(const void *cache, int type, size_t off, int n_t, int kv_dim, int hd, float *buf,
+                            size_t *stride)
 {
-    if (type == KRN_F32)
+    if (type == KRN_F32) {
+        *stride = (size_t)kv_dim;
         return (const float *)cache + off;
-    const uint16_t *r = (const uint16_t *)cache + off;
-    for (int i = 0; i < n; i++)
-        tmp[i] = type == KRN_F16 ? krn_f16_to_f32(r[i]) : krn_bf16_to_f32(r[i]);
-    return tmp;
+    }
+    for (int t = 0; t < n_t; t++)
+        krn_dequant_row(type, (const uint16_t *)cache + off + (size_t)t * kv_dim, buf + (size_t)t * hd, hd);
+    *stride = (size_t)hd;
+    return buf;
 }
 
 /* For each row b, query head h (kv head h / (n_head / n_head_kv)), over t = 0..pos[b] of sequence seq[b]:
@@ -24,60 +28,67 @@ static const float *kv_row(const void *cache, int type, size_t off, float *tmp, 
  *   p_t = exp(s_t - max s) / sum p      (f32, t in order)
  *   out = sum_t p_t v_t                 (f32, t in order, then one division by the sum)
  * q (B, n_head*head_dim); caches (n_seq, n_ctx, n_head_kv*head_dim); out (B, n_head*head_dim). A 16-bit
- * cache's rows are widened to f32 first (exactly), so the arithmetic is the f32 cache's.
+ * cache's rows are widened to f32 first (exactly, once per kv head), so the arithmetic is the f32 cache's.
  * Each row depends only on its own q and its cache prefix, so a row gives the same bits whatever the
  * batch or chunk it is computed in. */
 void krn_cpu_attention(const krn_cpu_attention_args *a)
 {
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    float stack[ATT_STACK_POS], tmp_stack[ATT_STACK_DIM];
-    float *tmp = hd <= ATT_STACK_DIM ? tmp_stack : malloc((size_t)hd * sizeof(float));
+    const int wide = a->c.type != KRN_F32;
+    float stack[ATT_STACK_POS];
     for (int b = 0; b < a->B; b++) {
         const int n_t = a->pos[b] + 1;
         float *out_b = a->out + (size_t)b * a->n_head * hd;
-        float *sc = n_t <= ATT_STACK_POS ? stack : malloc((size_t)n_t * sizeof(float));
-        if (a->pos[b] < 0 || a->pos[b] >= a->n_ctx || a->seq[b] < 0 || !sc || !tmp) {
+        const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
+        float *sc = !ok || n_t <= ATT_STACK_POS ? stack : malloc((size_t)n_t * sizeof(float));
+        float *kbuf = ok && wide ? malloc(2 * (size_t)n_t * hd * sizeof(float)) : NULL; /* K then V rows */
+        if (!ok || !sc || (wide && !kbuf)) {
             for (int i = 0; i < a->n_head * hd; i++)
                 out_b[i] = NAN; /* invalid row or no scratch: visible, never silent */
             if (sc != stack)
                 free(sc);
+            free(kbuf);
             continue;
         }
         const size_t c0 = (size_t)a->seq[b] * a->n_ctx * kv_dim; /* this sequence's first cache row */
-        for (int h = 0; h < a->n_head; h++) {
-            const float *q = a->q + ((size_t)b * a->n_head + h) * hd;
-            const size_t kvo = (size_t)(h / group) * hd;
-            float mx = -INFINITY;
-            for (int t = 0; t < n_t; t++) {
-                const float *k = kv_row(a->c.k, a->c.type, c0 + (size_t)t * kv_dim + kvo, tmp, hd);
-                float d = 0.0f;
+        for (int g = 0; g < a->n_head_kv; g++) {
+            size_t ks, vs;
+            const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd, kbuf, &ks);
+            const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd,
+                                      kbuf + (size_t)n_t * hd, &vs);
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *q = a->q + ((size_t)b * a->n_head + h) * hd;
+                float mx = -INFINITY;
+                for (int t = 0; t < n_t; t++) {
+                    const float *k = kg + (size_t)t * ks;
+                    float d = 0.0f;
+                    for (int i = 0; i < hd; i++)
+                        d += q[i] * k[i];
+                    sc[t] = d * scale;
+                    if (sc[t] > mx)
+                        mx = sc[t];
+                }
+                float sum = 0.0f;
+                for (int t = 0; t < n_t; t++) {
+                    sc[t] = expf(sc[t] - mx);
+                    sum += sc[t];
+                }
+                float *o = out_b + (size_t)h * hd;
                 for (int i = 0; i < hd; i++)
-                    d += q[i] * k[i];
-                sc[t] = d * scale;
-                if (sc[t] > mx)
-                    mx = sc[t];
-            }
-            float sum = 0.0f;
-            for (int t = 0; t < n_t; t++) {
-                sc[t] = expf(sc[t] - mx);
-                sum += sc[t];
-            }
-            float *o = out_b + (size_t)h * hd;
-            for (int i = 0; i < hd; i++)
-                o[i] = 0.0f;
-            for (int t = 0; t < n_t; t++) {
-                const float *v = kv_row(a->c.v, a->c.type, c0 + (size_t)t * kv_dim + kvo, tmp, hd);
+                    o[i] = 0.0f;
+                for (int t = 0; t < n_t; t++) {
+                    const float *v = vg + (size_t)t * vs;
+                    for (int i = 0; i < hd; i++)
+                        o[i] += sc[t] * v[i];
+                }
+                const float inv = 1.0f / sum;
                 for (int i = 0; i < hd; i++)
-                    o[i] += sc[t] * v[i];
+                    o[i] *= inv;
             }
-            const float inv = 1.0f / sum;
-            for (int i = 0; i < hd; i++)
-                o[i] *= inv;
         }
         if (sc != stack)
             free(sc);
+        free(kbuf);
     }
-    if (tmp != tmp_stack)
-        free(tmp);
 }
