@@ -22,6 +22,7 @@ typedef struct run_opts {
     float temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
     int stages, n_devices, devices[64]; /* --stages / --devices; the MEMRA_PP_* doors override */
+    memra_kv_type kv_type;              /* --kv-type; DEFAULT: the MEMRA_KV_TYPE door, else f32 */
 } run_opts;
 
 static void usage(FILE *f)
@@ -44,6 +45,8 @@ static void usage(FILE *f)
             "      --spec K            speculative greedy decoding: verify up to K prompt-lookup draft tokens\n"
             "                          per step (needs --temp 0 and one prompt; output = plain greedy)\n"
             "      --chunk N           prompt chunk rows for the prefill (default 32)\n"
+            "      --kv-type T         KV cache elements: f32, f16 or bf16 (default: MEMRA_KV_TYPE, else f32;\n"
+            "                          16-bit halves the cache's memory)\n"
             "  -c, --ctx-size N        context length (default 2048, at most the model's)\n"
             "  -h, --help              this text\n"
             "Text goes to stdout; progress and statistics to stderr. Backend: MEMRA_BACKEND=cpu|cuda;\n"
@@ -141,6 +144,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--chunk")) {
             if (parse_int(v, 1, 4096, &o->chunk))
                 return bad(a, v, "expected an integer in 1..4096");
+        } else if (!strcmp(a, "--kv-type")) {
+            static const char *const names[] = {"f32", "f16", "bf16"};
+            static const memra_kv_type types[] = {MEMRA_KV_F32, MEMRA_KV_F16, MEMRA_KV_BF16};
+            int k = 0;
+            while (k < 3 && !(v && !strcmp(v, names[k])))
+                k++;
+            if (k == 3)
+                return bad(a, v, "expected f32, f16 or bf16");
+            o->kv_type = types[k];
         } else if (!strcmp(a, "--devices")) {
             o->n_devices = 0;
             const char *c = v;
@@ -249,6 +261,7 @@ int main(int argc, char **argv)
     memcpy(rp.devices, o.devices, sizeof rp.devices);
     rp.n_seq = o.n_prompts;
     rp.n_ctx = o.n_ctx;
+    rp.kv_type = o.kv_type;
     rp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
     rp.progress = progress_bar;
     rp.progress_user = &tty;
