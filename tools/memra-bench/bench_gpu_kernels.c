@@ -7,7 +7,7 @@
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
  * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
- * (kernels/cuda/krn_cuda_chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
+ * (tools/memra-bench/cuda/chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
  * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async). Reports only;
  * asserts nothing. */
 #include <stdio.h>
@@ -23,9 +23,9 @@
 #include "device/dev.h"
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
-#include "kernels/cuda/krn_cuda_chain.h"
+#include "cuda/chain.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
-#include "kernels/cuda/krn_cuda_q8x.h"
+#include "cuda/q8x.h"
 #include "kernels/cuda/krn_cuda_planes.h"
 
 typedef struct gk_type {
@@ -45,10 +45,10 @@ static void gk_usage(FILE *f) {
                "                               [--chain LAYERS] [--q8x]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
-               "              persistent kernel without / with grid barriers (kernels/cuda/krn_cuda_chain.cu);\n"
+               "              persistent kernel without / with grid barriers (tools/memra-bench/cuda/chain.cu);\n"
                "              --chain-mode M (0..5) runs that mode only\n"
                "  --q8x       instead: planar q4_1 GEMV (B = 1) with f32 x vs x quantized to int8 + dp4a\n"
-               "              (kernels/cuda/krn_cuda_q8x.cu), and how far apart their outputs are\n"
+               "              (tools/memra-bench/cuda/q8x.cu), and how far apart their outputs are\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -343,7 +343,7 @@ out:
     return rc;
 }
 
-/* ---- --chain: the P2 experiment (krn_cuda_chain.cu): what the GEMVs of a step stream at without kernel
+/* ---- --chain: the P2 experiment (cuda/chain.cu): what the GEMVs of a step stream at without kernel
  * boundaries, and what a grid barrier between dependent matrices costs ---- */
 static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_mode) {
     static const char *what[6] = {"launches, PDL (production GEMV)", "persistent, no barrier (ceiling)",
@@ -360,9 +360,9 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_
     static const int bps[] = {0, 4, 5, 6};
     for (int mode = only_mode >= 0 ? only_mode : 0; mode < (only_mode >= 0 ? only_mode + 1 : 6); mode++)
         for (size_t b = 0; b < (mode ? sizeof bps / sizeof bps[0] : 1); b++) {
-            krn_cuda_chain_result r = {0};
+            bench_chain_result r = {0};
             dev_err err = {0};
-            if (krn_cuda_chain_bench(n_layer, mode, bps[b], iters, &r, &err) != 0) {
+            if (bench_chain_run(n_layer, mode, bps[b], iters, &r, &err) != 0) {
                 fprintf(stderr, "gpu-kernels --chain mode %d: %s\n", mode, err.msg);
                 rc = 2;
                 continue;
@@ -384,9 +384,9 @@ static int gk_q8x_table(int dev, int iters, double hbm) {
            "% HBM", "max rel", "bits");
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++) {
-        krn_cuda_q8x_result r = {0};
+        bench_q8x_result r = {0};
         dev_err err = {0};
-        if (krn_cuda_q8x_bench(GK_SHAPES[si][0], GK_SHAPES[si][1], iters, &r, &err) != 0) {
+        if (bench_q8x_run(GK_SHAPES[si][0], GK_SHAPES[si][1], iters, &r, &err) != 0) {
             fprintf(stderr, "gpu-kernels --q8x: %s\n", err.msg);
             rc = 2;
             continue;

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/cuda/krn_cuda_chain.h"
+#include "chain.h"
 #include "kernels/cuda/krn_cuda_util.cuh"
 
 #define CH_WARPS 4
@@ -220,7 +220,7 @@ __global__ void ch_fill(uint32_t *p, size_t n, uint32_t seed) {
         }                                                                                                      \
     } while (0)
 
-extern "C" int krn_cuda_chain_bench(int n_layer, int mode, int blocks_per_sm, int iters, krn_cuda_chain_result *res,
+extern "C" int bench_chain_run(int n_layer, int mode, int blocks_per_sm, int iters, bench_chain_result *res,
                                     dev_err *err) {
     static const int shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     if (n_layer < 1 || n_layer > 64 || mode < 0 || mode > 5 || iters < 1 || !res)

@@ -4,7 +4,7 @@
  * of the ~6.4 instructions per weight of the f32 planes GEMV (krn_cuda_matmul_p.cu), which leaves q4 planes
  * at 36-48 % of HBM. The price is numerics: x rounded to 8 bits per block (~0.4 % of a block's largest
  * |x|), so a row no longer has the f32 GEMV's value and the CPU backend would have to quantize x the same way
- * to stay within the GPU-vs-CPU tolerance. krn_cuda_q8x_bench measures both kernels on the same random
+ * to stay within the GPU-vs-CPU tolerance. bench_q8x_run measures both kernels on the same random
  * planes and reports the relative difference of their outputs. Measured (docs/bench/gpu.md runs 43-45, no
  * PDL either side): 14336x4096 39.8 -> 62.7 % of HBM, 4096x14336 34.1 -> 57.4 %, 4096^2 27.4 -> 38.2 %;
  * outputs 3.6e-3 to 4.2e-3 of the largest |y| apart; 2 rows per warp (one x load for both) changed nothing.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
-#include "kernels/cuda/krn_cuda_q8x.h"
+#include "q8x.h"
 
 #define QX_WARPS 4
 #define QX_BPL 4 /* 32-element blocks per lane per batch (16 quant bytes each): 4 loads in flight */
@@ -160,7 +160,7 @@ __global__ void qx_fill_x(float *x, int n, uint32_t seed) {
         }                                                                                                      \
     } while (0)
 
-extern "C" int krn_cuda_q8x_bench(int n_out, int n_in, int iters, krn_cuda_q8x_result *res, dev_err *err) {
+extern "C" int bench_q8x_run(int n_out, int n_in, int iters, bench_q8x_result *res, dev_err *err) {
     if (n_out < 1 || n_in < 256 || n_in % 256 || iters < 1 || !res)
         return dev_err_set(err, MEMRA_E_INVAL, "q8x bench: n_out %d (>= 1), n_in %d (a multiple of 256), iters %d",
                            n_out, n_in, iters);
