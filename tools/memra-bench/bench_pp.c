@@ -198,19 +198,50 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     return rc ? 2 : 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* R - 1 more (PP-1, PP-N) pairs after the first (ratio0); prints every pair's PP-N / PP-1 tokens/s and the
+ * median of the R ratios. */
+static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int N, int S, int T,
+                        int prompt, int dev_argmax, int R, double ratio0)
+{
+    double ratio[64] = {ratio0};
+    int rc = 0, n = 1;
+    for (; n < R && rc == 0; n++) {
+        run_result a = {0}, b = {0};
+        if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, &a)) == 0 &&
+            (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, &b)) == 0)
+            ratio[n] = b.tok_s / a.tok_s;
+    }
+    if (rc)
+        return rc;
+    printf("ratio per pair (PP-%d over PP-1):", N);
+    for (int i = 0; i < R; i++)
+        printf(" %.3f", ratio[i]);
+    qsort(ratio, (size_t)R, sizeof ratio[0], cmp_double);
+    printf("  median=%.3f\n", R % 2 ? ratio[R / 2] : 0.5 * (ratio[R / 2 - 1] + ratio[R / 2]));
+    return 0;
+}
+
 int bench_pp_scaling(int argc, char **argv)
 {
     const char *model = NULL, *synth = NULL, *type = "bf16";
-    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0, dev_argmax = 0;
+    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0, dev_argmax = 0, repeat = 1;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
-                                {"--device-argmax", &dev_argmax, NULL, 0, 1}};
+                                {"--device-argmax", &dev_argmax, NULL, 0, 1}, {"--repeat", &repeat, NULL, 1, 64}};
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1]\n"
-                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; placement and "
+                    "    [--repeat R=1]\n"
+                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; --repeat: R pairs of PP-1 then PP-N, "
+                    "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices)"))
         return 2;
@@ -284,6 +315,8 @@ int bench_pp_scaling(int argc, char **argv)
             printf(" PP-1 %016llx (%s)", (unsigned long long)r1.tokens_fnv,
                    r1.tokens_fnv == rn.tokens_fnv ? "same tokens" : "TOKENS DIFFER");
         printf("\n");
+        if (!no_pp1 && repeat > 1) /* more pairs, alternating, so drift and noise hit both sides alike */
+            rc = repeat_pairs(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, repeat, rn.tok_s / r1.tok_s);
         if (!no_pp1)
             printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
     }
