@@ -46,7 +46,9 @@ if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup f
     "batch|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
     "prime|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
     "prime-batch|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2"
-    "spec|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1")
+    "spec|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
+    "replay|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2|MEMRA_PP_OVERLAP=1|MEMRA_KV_TYPE=f16"
+    "prime|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_KV_TYPE=bf16")
   set(i 0)
   foreach(c ${cases})
     string(REPLACE "|" ";" parts "${c}")
