@@ -38,7 +38,6 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
     kv->n_seq = n_seq;
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
-    kv->type = type;
     const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * krn_kv_elem_bytes(type);
     for (int il = 0; il < hp->n_layer; il++) {
         dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
@@ -76,4 +75,3 @@ void mdl_kv_destroy(mdl_kv *kv)
 
 int mdl_kv_n_seq(const mdl_kv *kv) { return kv->n_seq; }
 int mdl_kv_n_ctx(const mdl_kv *kv) { return kv->n_ctx; }
-int mdl_kv_type(const mdl_kv *kv) { return kv->type; }

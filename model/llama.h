@@ -98,7 +98,6 @@ int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out,
  * using it has synced. MEMRA_E_INVAL names a type outside those three. */
 mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
                       dev_err *err);
-int mdl_kv_type(const mdl_kv *kv);
 /* The KV cache's element type from MEMRA_KV_TYPE (f32, f16, bf16; unset: f32) into *type. MEMRA_E_INVAL
  * names the value and what is allowed. */
 int mdl_kv_type_from_env(int *type, dev_err *err);

@@ -43,10 +43,9 @@ struct mdl_model {
 
 struct mdl_kv {
     int n_layer, n_seq, n_ctx, kv_dim;
-    int type;                   /* KRN_F32, KRN_F16, KRN_BF16 */
     struct mdl_kv_layer {
         dev_device *dev;
-        krn_kv_cache c;         /* K, V (n_seq, n_ctx, kv_dim) of `type` each */
+        krn_kv_cache c;         /* K, V (n_seq, n_ctx, kv_dim) each, of c.type (the same for every layer) */
     } *layer;
 };
 
