@@ -145,14 +145,16 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
                     p.n_seq, p.max_rows, p.n_ctx);
         goto fail;
     }
-    if (p.kv_type < 0 ? mdl_kv_type_from_env(&rt->kv_type, err) != 0 : !krn_kv_type_ok(p.kv_type)) {
-        if (p.kv_type >= 0)
-            dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: kv_type=%d (allowed: KRN_F32 %d, KRN_F16 %d, KRN_BF16 "
-                        "%d, -1 = MEMRA_KV_TYPE)", p.kv_type, KRN_F32, KRN_F16, KRN_BF16);
+    if (p.kv_type < 0) { /* -1: the MEMRA_KV_TYPE door (f32 when unset) */
+        if (mdl_kv_type_from_env(&rt->kv_type, err) != 0)
+            goto fail;
+    } else if (krn_kv_type_ok(p.kv_type)) {
+        rt->kv_type = p.kv_type;
+    } else {
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: kv_type=%d (allowed: KRN_F32 %d, KRN_F16 %d, KRN_BF16 %d, "
+                    "-1 = MEMRA_KV_TYPE)", p.kv_type, KRN_F32, KRN_F16, KRN_BF16);
         goto fail;
     }
-    if (p.kv_type >= 0)
-        rt->kv_type = p.kv_type;
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
     rt->seam_defaults = p.seams;
