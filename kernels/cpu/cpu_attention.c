@@ -35,25 +35,27 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
 {
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int wide = a->c.type != KRN_F32;
     float stack[ATT_STACK_POS];
+    int n_max = 0; /* the longest valid row: one widening buffer for the call (16-bit caches) */
+    for (int b = 0; b < a->B; b++)
+        if (a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0 && a->pos[b] + 1 > n_max)
+            n_max = a->pos[b] + 1;
+    float *kbuf = a->c.type != KRN_F32 && n_max ? malloc(2 * (size_t)n_max * hd * sizeof(float)) : NULL;
     for (int b = 0; b < a->B; b++) {
         const int n_t = a->pos[b] + 1;
         float *out_b = a->out + (size_t)b * a->n_head * hd;
         const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
         float *sc = !ok || n_t <= ATT_STACK_POS ? stack : malloc((size_t)n_t * sizeof(float));
-        float *kbuf = ok && wide ? malloc(2 * (size_t)n_t * hd * sizeof(float)) : NULL; /* K then V rows */
-        if (!ok || !sc || (wide && !kbuf)) {
+        if (!ok || !sc || (a->c.type != KRN_F32 && !kbuf)) {
             for (int i = 0; i < a->n_head * hd; i++)
                 out_b[i] = NAN; /* invalid row or no scratch: visible, never silent */
             if (sc != stack)
                 free(sc);
-            free(kbuf);
             continue;
         }
         const size_t c0 = (size_t)a->seq[b] * a->n_ctx * kv_dim; /* this sequence's first cache row */
         for (int g = 0; g < a->n_head_kv; g++) {
-            size_t ks, vs;
+            size_t ks, vs; /* K rows in kbuf[0, n_t*hd), V rows after them */
             const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd, kbuf, &ks);
             const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd,
                                       kbuf + (size_t)n_t * hd, &vs);
@@ -89,6 +91,6 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
         }
         if (sc != stack)
             free(sc);
-        free(kbuf);
     }
+    free(kbuf);
 }
