@@ -69,7 +69,8 @@ static void q4k_to_planar(const uint8_t *qs, uint8_t *p)
     for (int s = 0; s < 8; s++)
         for (int k = 0; k < 4; k++)
             for (int i = 0; i < 4; i++)
-                p[16 * s + 4 * k + i] = (uint8_t)(k_nib(qs, 32 * s + 8 * k + i) | k_nib(qs, 32 * s + 8 * k + 4 + i) << 4);
+                p[16 * s + 4 * k + i] =
+                    (uint8_t)(k_nib(qs, 32 * s + 8 * k + i) | k_nib(qs, 32 * s + 8 * k + 4 + i) << 4);
 }
 
 static void q4k_from_planar(const uint8_t *p, uint8_t *qs)

@@ -355,7 +355,6 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
     const float *xr = x + (size_t)blockIdx.x * n;
     float bv = -INFINITY;
     int bi = INT32_MAX; /* no candidate yet; NaN never becomes one */
-    int tail = 0;
     if (vec) { /* n % 4 == 0, rows 16-byte aligned */
         const float4 *x4 = (const float4 *)xr;
         const int n4 = n / 4, step = AM_THREADS * AM_UNROLL;
@@ -381,10 +380,10 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
             am_merge(&bv, &bi, v.z, 4 * i + 2);
             am_merge(&bv, &bi, v.w, 4 * i + 3);
         }
-        tail = n; /* nothing left */
+    } else {
+        for (int i = threadIdx.x; i < n; i += AM_THREADS)
+            am_merge(&bv, &bi, xr[i], i);
     }
-    for (int i = tail + (int)threadIdx.x; i < n; i += AM_THREADS)
-        am_merge(&bv, &bi, xr[i], i);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);

@@ -40,23 +40,16 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
             for (int k = 0; k < 4; k++)
                 w[k] = q[4 * k] | (uint32_t)q[4 * k + 1] << 8 | (uint32_t)q[4 * k + 2] << 16 |
                        (uint32_t)q[4 * k + 3] << 24;
-        } else if (T == KRN_Q4_K) { /* sub-block h: elements 32h .. 32h+32 of the super-block */
+        } else { /* q4: byte 4k+i of the vector = elements 8k+i (low nibble), 8k+4+i (high) of its 32 */
             const uint8_t *qs = b + SB;
+            /* element e of the vector: q4_K sub-block h = elements 32h .. 32h+32 of the super-block */
+            auto nib = [&](int e) -> uint32_t { return T == KRN_Q4_K ? k_nib(qs, 32 * h + e) : g_nib(qs, e); };
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 w[k] = 0;
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    w[k] |= (k_nib(qs, 32 * h + 8 * k + i) | k_nib(qs, 32 * h + 8 * k + 4 + i) << 4) << (8 * i);
-            }
-        } else {
-            const uint8_t *g = b + SB;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                w[k] = 0;
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    w[k] |= (g_nib(g, 8 * k + i) | g_nib(g, 8 * k + 4 + i) << 4) << (8 * i);
+                    w[k] |= (nib(8 * k + i) | nib(8 * k + 4 + i) << 4) << (8 * i);
             }
         }
         *(uint4 *)(dst + 16 * u) = make_uint4(w[0], w[1], w[2], w[3]);
