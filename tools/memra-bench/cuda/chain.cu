@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "chain.h"
-#include "kernels/cuda/krn_cuda_util.cuh"
+#include "bench_cuda.cuh"
 
 #define CH_WARPS 4
 #define CH_U 4
@@ -204,21 +204,10 @@ __global__ void __launch_bounds__(CH_WARPS *KRN_WARP, 6)
 
 __global__ void ch_fill(uint32_t *p, size_t n, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t v = (uint32_t)i * 2654435761u ^ seed;
-        v ^= v >> 15;
-        v *= 2246822519u;
+        uint32_t v = bench_hash(i, seed);
         p[i] = (v & 0x3FFF3FFFu) | 0x3C003C00u; /* two bf16 values in [0.0078, 2): finite */
     }
 }
-
-#define CH_CK(call)                                                                                            \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            rc = dev_err_set(err, MEMRA_E_DEVICE, "gpu chain: %s: %s", #call, cudaGetErrorString(e_));         \
-            goto out;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 extern "C" int bench_chain_run(int n_layer, int mode, int blocks_per_sm, int iters, bench_chain_result *res,
                                     dev_err *err) {
@@ -243,15 +232,15 @@ extern "C" int bench_chain_run(int n_layer, int mode, int blocks_per_sm, int ite
         rc = dev_err_set(err, MEMRA_E_NOMEM, "gpu chain: host memory");
         goto out;
     }
-    CH_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CH_CK(cudaMalloc(&wmem, bytes));
-    CH_CK(cudaMalloc(&x, 14336 * sizeof(float)));
-    CH_CK(cudaMalloc(&y, 28672 * sizeof(float)));
-    CH_CK(cudaMalloc(&bar, sizeof(unsigned)));
-    CH_CK(cudaMalloc(&dm, (size_t)n * sizeof *dm));
+    BENCH_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    BENCH_CK(cudaMalloc(&wmem, bytes));
+    BENCH_CK(cudaMalloc(&x, 14336 * sizeof(float)));
+    BENCH_CK(cudaMalloc(&y, 28672 * sizeof(float)));
+    BENCH_CK(cudaMalloc(&bar, sizeof(unsigned)));
+    BENCH_CK(cudaMalloc(&dm, (size_t)n * sizeof *dm));
     ch_fill<<<1024, 256, 0, st>>>((uint32_t *)wmem, bytes / 4, 7u);
     ch_fill<<<64, 256, 0, st>>>((uint32_t *)x, 14336, 9u);
-    CH_CK(cudaGetLastError());
+    BENCH_CK(cudaGetLastError());
     {
         size_t off = 0;
         for (int i = 0; i < n; i++) {
@@ -260,14 +249,14 @@ extern "C" int bench_chain_run(int n_layer, int mode, int blocks_per_sm, int ite
             off += (size_t)shapes[i % 4][0] * shapes[i % 4][1] * 2;
         }
     }
-    CH_CK(cudaMemcpyAsync(dm, hm, (size_t)n * sizeof *dm, cudaMemcpyHostToDevice, st));
-    CH_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, CH_WARPS * KRN_WARP, 0));
-    CH_CK(cudaEventCreate(&e0));
-    CH_CK(cudaEventCreate(&e1));
+    BENCH_CK(cudaMemcpyAsync(dm, hm, (size_t)n * sizeof *dm, cudaMemcpyHostToDevice, st));
+    BENCH_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, CH_WARPS * KRN_WARP, 0));
+    BENCH_CK(cudaEventCreate(&e0));
+    BENCH_CK(cudaEventCreate(&e1));
     res->grid = mode ? (blocks_per_sm > 0 && blocks_per_sm < occ ? blocks_per_sm : occ) * krn_cuda_sm_count() : 0;
     for (int it = -1; it < iters; it++) { /* it = -1: warm-up, untimed */
         if (it == 0)
-            CH_CK(cudaEventRecord(e0, st));
+            BENCH_CK(cudaEventRecord(e0, st));
         if (mode == 0) {
             const int prev = krn_cuda_set_pdl(1);
             for (int i = 0; i < n && rc == 0; i++)
@@ -276,17 +265,17 @@ extern "C" int bench_chain_run(int n_layer, int mode, int blocks_per_sm, int ite
             if (rc)
                 goto out;
         } else {
-            CH_CK(cudaMemsetAsync(bar, 0, sizeof(unsigned), st));
+            BENCH_CK(cudaMemsetAsync(bar, 0, sizeof(unsigned), st));
             int nm = n, md = mode < 4 ? mode : mode == 4;
             void *args[] = {(void *)&dm, (void *)&nm, (void *)&x, (void *)&y, (void *)&bar, (void *)&md};
-            CH_CK(cudaLaunchCooperativeKernel(kern, dim3((unsigned)res->grid), dim3(CH_WARPS * KRN_WARP), args, 0, st));
+            BENCH_CK(cudaLaunchCooperativeKernel(kern, dim3((unsigned)res->grid), dim3(CH_WARPS * KRN_WARP), args, 0, st));
         }
     }
-    CH_CK(cudaEventRecord(e1, st));
-    CH_CK(cudaEventSynchronize(e1));
+    BENCH_CK(cudaEventRecord(e1, st));
+    BENCH_CK(cudaEventSynchronize(e1));
     {
         float ms = 0.0f;
-        CH_CK(cudaEventElapsedTime(&ms, e0, e1));
+        BENCH_CK(cudaEventElapsedTime(&ms, e0, e1));
         res->us_per_pass = 1e3 * ms / iters;
         res->bytes_per_pass = (double)bytes;
     }

@@ -11,7 +11,7 @@
  * Shared mutable state: none. */
 #include <math.h>
 #include <stdlib.h>
-#include "kernels/cuda/krn_cuda_util.cuh"
+#include "bench_cuda.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
 #include "q8x.h"
 
@@ -134,9 +134,7 @@ template <int R> static int qx_grid(int n_out, int *blocks) {
 __global__ void qx_fill(uint32_t *p, size_t nq_words, size_t ns_words, uint32_t seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nq_words + ns_words;
          i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t v = (uint32_t)i * 2654435761u ^ seed;
-        v ^= v >> 15;
-        v *= 2246822519u;
+        uint32_t v = bench_hash(i, seed);
         v ^= v >> 13;
         p[i] = i < nq_words ? v : ((0x1400u | (v & 0x3FFu)) | (uint32_t)(0xA000u | ((v >> 16) & 0xFFFu)) << 16);
     }
@@ -144,21 +142,10 @@ __global__ void qx_fill(uint32_t *p, size_t nq_words, size_t ns_words, uint32_t 
 
 __global__ void qx_fill_x(float *x, int n, uint32_t seed) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        uint32_t v = (uint32_t)i * 2654435761u ^ seed;
-        v ^= v >> 15;
-        v *= 2246822519u;
+        uint32_t v = bench_hash(i, seed);
         x[i] = ((float)(v >> 8) / 16777216.0f - 0.5f) * 4.0f;
     }
 }
-
-#define QX_CK(call)                                                                                            \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            rc = dev_err_set(err, MEMRA_E_DEVICE, "q8x bench: %s: %s", #call, cudaGetErrorString(e_));         \
-            goto out;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 extern "C" int bench_q8x_run(int n_out, int n_in, int iters, bench_q8x_result *res, dev_err *err) {
     if (n_out < 1 || n_in < 256 || n_in % 256 || iters < 1 || !res)
@@ -175,28 +162,28 @@ extern "C" int bench_q8x_run(int n_out, int n_in, int iters, bench_q8x_result *r
     cudaEvent_t e[4] = {NULL, NULL, NULL, NULL};
     int blocks1 = 0, blocks2 = 0;
     float *y2 = NULL, *h2 = NULL;
-    QX_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    QX_CK(cudaMalloc(&w, wbytes * copies));
-    QX_CK(cudaMalloc(&x, n_in * sizeof(float)));
-    QX_CK(cudaMalloc(&xq, n_in));
-    QX_CK(cudaMalloc(&ds, (n_in / 32) * sizeof(float2)));
-    QX_CK(cudaMalloc(&y0, n_out * sizeof(float)));
-    QX_CK(cudaMalloc(&y1, n_out * sizeof(float)));
-    QX_CK(cudaMalloc(&y2, n_out * sizeof(float)));
+    BENCH_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    BENCH_CK(cudaMalloc(&w, wbytes * copies));
+    BENCH_CK(cudaMalloc(&x, n_in * sizeof(float)));
+    BENCH_CK(cudaMalloc(&xq, n_in));
+    BENCH_CK(cudaMalloc(&ds, (n_in / 32) * sizeof(float2)));
+    BENCH_CK(cudaMalloc(&y0, n_out * sizeof(float)));
+    BENCH_CK(cudaMalloc(&y1, n_out * sizeof(float)));
+    BENCH_CK(cudaMalloc(&y2, n_out * sizeof(float)));
     for (int c = 0; c < copies; c++)
         qx_fill<<<1024, 256, 0, st>>>((uint32_t *)(w + wbytes * c), (size_t)n_out * n_in / 8,
                                       (size_t)n_out * (n_in / 32), 11u);
     qx_fill_x<<<16, 256, 0, st>>>(x, n_in, 5u);
-    QX_CK(cudaGetLastError());
+    BENCH_CK(cudaGetLastError());
     for (int i = 0; i < 4; i++)
-        QX_CK(cudaEventCreate(&e[i]));
+        BENCH_CK(cudaEventCreate(&e[i]));
     if (qx_grid<1>(n_out, &blocks1) != 0 || qx_grid<2>(n_out, &blocks2) != 0)
-        QX_CK(cudaGetLastError());
+        BENCH_CK(cudaGetLastError());
     /* 0: production f32 planes GEMV; 1: quantize x + dp4a GEMV, a row per warp; 2: the same, 2 rows per warp */
     for (int pass = 0; pass < 3; pass++) {
         for (int it = -1; it < iters; it++) {
             if (it == 0)
-                QX_CK(cudaEventRecord(e[pass], st));
+                BENCH_CK(cudaEventRecord(e[pass], st));
             const uint8_t *wc = w + wbytes * (size_t)((it + copies) % copies);
             if (pass == 0) {
                 const krn_weight W = {KRN_Q4_1, n_out, n_in, wc, KRN_LAYOUT_PLANES};
@@ -211,14 +198,14 @@ extern "C" int bench_q8x_run(int n_out, int n_in, int iters, bench_q8x_result *r
                     qx_gemv<2><<<blocks2, QX_WARPS * KRN_WARP, 0, st>>>(y2, wc, xq, ds, n_out, n_in);
             }
         }
-        QX_CK(cudaEventRecord(e[pass + 1], st));
+        BENCH_CK(cudaEventRecord(e[pass + 1], st));
     }
-    QX_CK(cudaEventSynchronize(e[3]));
+    BENCH_CK(cudaEventSynchronize(e[3]));
     {
         float ms0 = 0.0f, ms1 = 0.0f, ms2 = 0.0f;
-        QX_CK(cudaEventElapsedTime(&ms0, e[0], e[1]));
-        QX_CK(cudaEventElapsedTime(&ms1, e[1], e[2]));
-        QX_CK(cudaEventElapsedTime(&ms2, e[2], e[3]));
+        BENCH_CK(cudaEventElapsedTime(&ms0, e[0], e[1]));
+        BENCH_CK(cudaEventElapsedTime(&ms1, e[1], e[2]));
+        BENCH_CK(cudaEventElapsedTime(&ms2, e[2], e[3]));
         res->us_f32 = 1e3 * ms0 / iters;
         res->us_q8x = 1e3 * ms1 / iters;
         res->us_q8x_r2 = 1e3 * ms2 / iters;
@@ -238,10 +225,10 @@ extern "C" int bench_q8x_run(int n_out, int n_in, int iters, bench_q8x_result *r
             rc = dev_err_set(err, MEMRA_E_NOMEM, "q8x bench: host memory");
             goto out;
         }
-        QX_CK(cudaMemcpyAsync(h0, y0, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
-        QX_CK(cudaMemcpyAsync(h1, y1, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
-        QX_CK(cudaMemcpyAsync(h2, y2, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
-        QX_CK(cudaStreamSynchronize(st));
+        BENCH_CK(cudaMemcpyAsync(h0, y0, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
+        BENCH_CK(cudaMemcpyAsync(h1, y1, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
+        BENCH_CK(cudaMemcpyAsync(h2, y2, n_out * sizeof(float), cudaMemcpyDeviceToHost, st));
+        BENCH_CK(cudaStreamSynchronize(st));
         double mx = 0.0, md = 0.0;
         int same = 1;
         for (int i = 0; i < n_out; i++) {
