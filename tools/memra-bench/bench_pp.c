@@ -100,7 +100,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     int32_t *ptok = calloc((size_t)prompt, sizeof *ptok), *pseq = calloc((size_t)prompt, sizeof *pseq),
             *ppos = calloc((size_t)prompt, sizeof *ppos);
     act_pending **pd = calloc((size_t)S, sizeof *pd);
-    uint64_t *fnv = malloc((size_t)S * sizeof *fnv);
+    uint64_t fnv[64]; /* S <= 64 (--seqs) */
     for (int s = 0; s < S; s++)
         fnv[s] = 14695981039346656037ull;
     int rc = 0;
@@ -194,7 +194,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
             act_pending_release(pd[s]);
         }
     act_pp_destroy(rt);
-    free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd), free(fnv);
+    free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd);
     return rc ? 2 : 0;
 }
 
