@@ -198,12 +198,6 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     return rc ? 2 : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* R - 1 more (PP-1, PP-N) pairs after the first (ratio0); prints every pair's PP-N / PP-1 tokens/s and the
  * median of the R ratios. */
 static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int N, int S, int T,
@@ -222,7 +216,7 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
     printf("ratio per pair (PP-%d over PP-1):", N);
     for (int i = 0; i < R; i++)
         printf(" %.3f", ratio[i]);
-    qsort(ratio, (size_t)R, sizeof ratio[0], cmp_double);
+    bench_sort(ratio, R);
     printf("  median=%.3f\n", R % 2 ? ratio[R / 2] : 0.5 * (ratio[R / 2 - 1] + ratio[R / 2]));
     return 0;
 }
