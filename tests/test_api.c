@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "memra/memra.h"
+#include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
 static char g_path[256];
@@ -20,19 +21,15 @@ static memra_model *g_model;
 
 static int setup(void **state)
 {
-    dev_err err = {0};
-    if (gguf_tiny_write_temp(g_path, sizeof g_path, NULL, &err) != 0) {
-        fprintf(stderr, "tiny model: %s\n", err.msg);
-        return -1;
-    }
-    g_model = memra_model_load(g_path, NULL);
+    (void)state;
+    g_model = api_tiny_open(g_path, sizeof g_path);
     return g_model ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    memra_model_free(g_model);
-    unlink(g_path);
+    (void)state;
+    api_tiny_close(g_model, g_path);
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/quant.h"
 #include "memra/memra.h"
 #include "model/gguf.h"
+#include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
 #define NV 300 /* the tiny model's vocabulary */
@@ -30,18 +31,14 @@ static int g_stop; /* the abort callback's answer */
 static int setup(void **state)
 {
     (void)state;
-    dev_err err = {0};
-    if (gguf_tiny_write_temp(g_path, sizeof g_path, NULL, &err) != 0)
-        return fprintf(stderr, "tiny model: %s\n", err.msg), -1;
-    g_model = memra_model_load(g_path, NULL);
+    g_model = api_tiny_open(g_path, sizeof g_path);
     return g_model ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    memra_model_free(g_model);
-    unlink(g_path);
+    api_tiny_close(g_model, g_path);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "memra/memra.h"
+#include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
 static char g_path[256];
@@ -18,10 +19,7 @@ static int g_nv;
 static int setup(void **state)
 {
     (void)state;
-    dev_err err = {0};
-    if (gguf_tiny_write_temp(g_path, sizeof g_path, NULL, &err) != 0)
-        return fprintf(stderr, "tiny model: %s\n", err.msg), -1;
-    g_model = memra_model_load(g_path, NULL);
+    g_model = api_tiny_open(g_path, sizeof g_path);
     g_nv = g_model ? memra_model_n_vocab(g_model) : 0;
     return g_model ? 0 : -1;
 }
@@ -29,8 +27,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    memra_model_free(g_model);
-    unlink(g_path);
+    api_tiny_close(g_model, g_path);
     return 0;
 }
 
