@@ -86,6 +86,26 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 /* y (B, n_out) += x (B, n_in) @ W^T: the same bits as krn_matmul_async into t, then krn_add_async(y, t). */
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
+/* ---- x quantized to int8 (MEMRA_CUDA_X8), for PLANES weights on CUDA ----
+ * Each 32-element block j of a row of x becomes 32 int8 q = rint(x / d) (ties to even, clamped to +-127; a NaN
+ * gives -127) with d = max|x| / 127 over the block (q = 0 when d is 0), and s = d * sum q. A PLANES weight
+ * then takes its products as exact integer dot products of its quants with q (dp4a on CUDA: ~1.5x the f32-x
+ * GEMV's speed on 4-bit planes, docs/cuda-kernels.md "int8 x"), per block: d_w * d * sum(q_w q) plus the
+ * weight's offset term (q4_0: -8 d_w s, q4_1: m_w s, q4_K: -m1 s). x itself is rounded: a result lies
+ * within ~0.4 % of max |y| of the f32-x product. Every other layout and type reads the f32 x.
+ * Layout of one row (krn_x8_row_bytes(n), a multiple of 16, n % 32 == 0): n int8 quants, then n/32 pairs of
+ * f32 (d, s); row b of B at b * krn_x8_row_bytes(n). The same bits on every backend and device. */
+size_t krn_x8_row_bytes(int n); /* 0 when n <= 0 or n % 32 != 0 */
+/* xq = the quantized rows of x (B, n) in host memory (the CPU backend's op; the tests' reference). */
+void krn_x8_quantize_host(void *xq, const float *x, int B, int n);
+/* The same on s: xq (B * krn_x8_row_bytes(n) bytes of s's device, 16-byte aligned) from x (B, n). */
+int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
+/* krn_matmul_parts_async / krn_matmul_acc_async given x8 = krn_quantize_x8_async of x (same B, n_in), or
+ * NULL (then exactly the plain ops). PLANES parts use x8; other parts, and the CPU backend (which has no
+ * PLANES weights), read x. A row's bits do not depend on B. */
+int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B);
+int krn_matmul_acc_x8_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
+
 /* y (B, n) += bias (n,) */
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 

@@ -168,7 +168,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
                 for (int i = 0; i < 3; i++)
                     y[i] = dalloc(yb[i]), yr[i] = dalloc(yb[i]);
                 const krn_mm_part parts[3] = {{y[0], &W[0]}, {y[1], w1}, {y[2], &W[2]}};
-                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, parts, 3, dx, B, 0, &err), 0);
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, parts, 3, dx, NULL, B, 0, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[0], &W[0], dx, B, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[1], w1, dx, B, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[2], &W[2], dx, B, &err), 0);
@@ -187,7 +187,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
                 float *t0 = dalloc(yb[0]);
                 CK(cudaMemcpy(t0, y[0], yb[0], cudaMemcpyDeviceToDevice));
                 const krn_mm_part acc = {y[0], &W[0]};
-                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, dx, B, 1, &err), 0);
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, dx, NULL, B, 1, &err), 0);
                 assert_int_equal(krn_cuda_add_async(g_s2, yr[0], t0, B, n_out[0], &err), 0);
                 sync_both();
                 float *a = malloc(yb[0]), *b = malloc(yb[0]);

@@ -43,6 +43,12 @@ static void run_attention(void *p) { krn_cpu_attention(p); }
 static void run_swiglu(void *p) { krn_cpu_swiglu(p); }
 static void run_add(void *p) { krn_cpu_add(p); }
 static void run_argmax(void *p) { krn_cpu_argmax(p); }
+typedef struct quantize_x8_args { void *xq; const float *x; int B, n; } quantize_x8_args;
+static void run_quantize_x8(void *p)
+{
+    const quantize_x8_args *a = p;
+    krn_x8_quantize_host(a->xq, a->x, a->B, a->n);
+}
 
 int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
 {
@@ -162,6 +168,15 @@ int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int
     acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, out, I32B(B), DEV_WRITE);
     return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n)
+{
+    quantize_x8_args a = { xq, x, B, n };
+    acc_list l = { .n = 0 };
+    acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, xq, (size_t)B * krn_x8_row_bytes(n), DEV_WRITE);
+    return dev_launch_cpu_async(s, "quantize_x8", run_quantize_x8, &a, sizeof a, l.a, l.n);
 }
 
 int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a)

@@ -61,6 +61,8 @@ int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *
 int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
 int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+/* krn_x8_quantize_host (kernels/x8.c) on s */
+int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                        float freq_base, float freq_scale, int neox);

@@ -46,12 +46,17 @@ int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const fl
  * 16-byte aligned. y and x must not overlap. */
 int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B, dev_err *err);
 
-/* krn_matmul_parts_async / krn_matmul_acc_async: y_i (=, or += when acc) x @ W_i^T for n parts sharing
- * x and n_in. Parts of one float type (f32/f16/bf16) with 16-byte aligned data and n_in % 8 == 0 go in one
+/* krn_matmul_parts_x8_async / krn_matmul_acc_x8_async: y_i (=, or += when acc) x @ W_i^T for n parts sharing
+ * x and n_in; PLANES parts read x8 instead of x when it is not NULL (kernels/krn.h, krn_cuda_matmul_x8.cu;
+ * 16-byte aligned). Parts of one float type (f32/f16/bf16) with 16-byte aligned data and n_in % 8 == 0 go in one
  * launch per 8 rows of x (the grid walks the parts' rows as one list); any other mix is one launch per part.
  * The bits of each y_i are those of krn_cuda_matmul_async (plus, with acc, of one float add). */
-int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, int B, int acc,
-                                dev_err *err);
+int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, const void *x8,
+                                int B, int acc, dev_err *err);
+
+/* xq (B * krn_x8_row_bytes(n) bytes, 16-byte aligned) = x (B, n) quantized to int8 per 32-block: the bytes of
+ * krn_x8_quantize_host. One warp per block. */
+int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const float *x, int B, int n, dev_err *err);
 
 /* y (B, n) += bias (n,) */
 int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float *bias, int B, int n, dev_err *err);
@@ -106,8 +111,9 @@ int krn_cuda_set_pdl(int on);
  * device is made current for the launch and the caller's current device restored. ---- */
 int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
 int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
-int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
-int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B);
+int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
+int krn_cuda_quantize_x8(dev_stream *s, void *xq, const float *x, int B, int n);
 int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                   float freq_base, float freq_scale, int neox);

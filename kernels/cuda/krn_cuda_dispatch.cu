@@ -91,7 +91,8 @@ extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, con
 }
 
 /* Large B: each part cuBLAS may take goes there; the rest share one GEMV launch as before. */
-extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B) {
+extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
+                                     int B) {
     krn_mm_part rest[KRN_MM_PARTS];
     int n_rest = 0;
     for (int i = 0; i < n && i < KRN_MM_PARTS; i++) {
@@ -103,15 +104,20 @@ extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, in
     }
     if (n_rest == 0)
         return 0;
-    ADAPT(krn_cuda_matmul_parts_async(st, rest, n_rest, x, B, 0, NULL));
+    ADAPT(krn_cuda_matmul_parts_async(st, rest, n_rest, x, x8, B, 0, NULL));
 }
 
-extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
+extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8,
+                                   int B) {
     int done = 0, rc = krn_cuda_gemm_try_acc(s, y, W, x, B, 1, &done, NULL);
     if (done)
         return rc;
     const krn_mm_part p = {y, W};
-    ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
+    ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, x8, B, 1, NULL));
+}
+
+extern "C" int krn_cuda_quantize_x8(dev_stream *s, void *xq, const float *x, int B, int n) {
+    ADAPT(krn_cuda_quantize_x8_async(st, xq, x, B, n, NULL));
 }
 
 extern "C" int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a) {

@@ -340,9 +340,11 @@ static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0
 }
 
 /* One part that is not vec-able (unaligned or odd float rows, block types, planes), rows [b0, b0 + nb). */
-static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int acc, cudaStream_t st) {
+static void mm_one(const krn_mm_part *p, const float *x, const void *x8, int b0, int nb, int acc, cudaStream_t st) {
     const krn_weight *W = p->W;
     mm_args a;
+    a.x8_row = krn_x8_row_bytes(W->n_in);
+    a.x8 = x8 ? (const uint8_t *)x8 + (size_t)b0 * a.x8_row : NULL;
     a.y = p->y + (size_t)b0 * W->n_out;
     a.W = (const uint8_t *)W->data;
     a.x = x + (size_t)b0 * W->n_in;
@@ -351,7 +353,10 @@ static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int acc
     a.acc = acc;
     if (W->layout == KRN_LAYOUT_PLANES) {
         a.row_bytes = krn_planes_qrow(W->type, W->n_in);
-        mm_p_launch(W->type, &a, nb, st);
+        if (a.x8)
+            mm_x8_launch(W->type, &a, nb, st);
+        else
+            mm_p_launch(W->type, &a, nb, st);
         return;
     }
     a.row_bytes = krn_row_bytes(W->type, W->n_in);
@@ -363,10 +368,13 @@ static void mm_one(const krn_mm_part *p, const float *x, int b0, int nb, int acc
     }
 }
 
-extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, int B,
-                                           int acc, dev_err *err) {
+extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x,
+                                           const void *x8, int B, int acc, dev_err *err) {
     if (!parts || n < 1 || n > KRN_MM_PARTS)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: %d parts (allowed 1..%d)", n, KRN_MM_PARTS);
+    if (x8 && (!krn_x8_row_bytes(parts[0].W ? parts[0].W->n_in : 0) || !krn_cuda_aligned(x8, 16)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x8 %p needs n_in a multiple of 32 and 16-byte "
+                           "alignment", x8);
     int vec[KRN_MM_PARTS], all_vec = 1;
     for (int i = 0; i < n; i++) {
         int rc = mm_check(parts[i].y, parts[i].W, x, B, &vec[i], err);
@@ -390,7 +398,7 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
                 if (vec[i])
                     mm_vec_parts(&parts[i], 1, x, b0, nb, acc, st);
                 else
-                    mm_one(&parts[i], x, b0, nb, acc, st);
+                    mm_one(&parts[i], x, x8, b0, nb, acc, st);
         }
         int rc = krn_cuda_launch_check(err, "krn_cuda_matmul");
         if (rc)
@@ -402,5 +410,5 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
 extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
                                      dev_err *err) {
     const krn_mm_part p = {y, W};
-    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, B, 0, err);
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, NULL, B, 0, err);
 }

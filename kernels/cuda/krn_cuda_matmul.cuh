@@ -25,6 +25,8 @@ typedef struct mm_args {
     int n_out, n_in;
     size_t row_bytes;
     int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */
+    const uint8_t *x8; /* the nb rows of x quantized (kernels/krn.h "x quantized to int8"), or NULL */
+    size_t x8_row;     /* krn_x8_row_bytes(n_in) */
 } mm_args;
 
 /* The end of a row group in the block kernels (krn_cuda_matmul_q.cu, _p.cu): each warp's butterfly totals of
@@ -65,5 +67,8 @@ void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st);
  * planes, 16-byte aligned; a->row_bytes unused) on st (krn_cuda_matmul_p.cu). Launch errors are left for
  * the caller's cudaGetLastError. */
 void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st);
+
+/* The same with a->x8 (not NULL) in place of a->x: products as int8 dot products (krn_cuda_matmul_x8.cu). */
+void mm_x8_launch(int type, const mm_args *a, int nb, cudaStream_t st);
 
 #endif

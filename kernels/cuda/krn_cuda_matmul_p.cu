@@ -22,20 +22,7 @@
  * Shared mutable state: none (the reduction buffer lives for one launch). */
 #include <stdlib.h>
 
-#include "kernels/cuda/krn_cuda_matmul.cuh"
-#include "kernels/cuda/krn_cuda_planes.h"
-
-#define MP_THREADS (MM_WARPS * KRN_WARP)
-/* Blocks per SM the compiler must fit and the grid uses: 4 at B <= 2 (128 registers), 3 above. */
-#define MP_MINB(NB) ((NB) <= 2 ? 4 : 3)
-
-/* Per type: elements per 16-byte vector, bytes of a scale entry, elements per scale entry; the register
- * type of an entry. */
-template <int T> struct mp_layout;
-template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_K> { enum { VE = 32, SB = 16, SE = 256 }; typedef uint4 S; };
+#include "kernels/cuda/krn_cuda_planes.cuh"
 
 /* Byte I of v minus off as a float, exactly: 2^23 + byte by one permute, minus (2^23 + off). */
 template <int I>
@@ -72,45 +59,6 @@ static __device__ __forceinline__ float mp_dot8_q4(float t, uint32_t w, float of
     t = fmaf(mp_nib<12>(w, off), c.y, t);
     t = fmaf(mp_nib<8>(s, off), c.z, t);
     return fmaf(mp_nib<16>(s, off), c.w, t);
-}
-
-/* The weights of one item: R rows x U vectors, and each vector's scale entry (d, d | m << 16, or the q4_K
- * super-block header). */
-template <int T, int R, int U> struct mp_item {
-    uint4 q[R][U];
-    typename mp_layout<T>::S s[R][U];
-};
-
-/* Issue the loads of item (g, c): vectors v = c*128*U + 128*u + t of rows g*R + r (rows past n_out read
- * row n_out - 1, never written); vectors past nvec are not read (zero). */
-template <int T, int R, int U>
-static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
-                                                int nvec, int g, int c, int t) {
-    enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB, SE = mp_layout<T>::SE };
-    const int v0 = c * MP_THREADS * U + t;
-    const bool full = (c + 1) * MP_THREADS * U <= nvec;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const size_t row = (size_t)min(g * R + r, n_out - 1);
-        const uint8_t *qr = W + row * (size_t)nvec * 16;
-        const size_t sr = row * (size_t)nvec * VE / SE; /* scale entries before this row */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int v = v0 + MP_THREADS * u;
-            if (full || v < nvec) {
-                it.q[r][u] = krn_ld_stream16(qr + (size_t)v * 16);
-                const size_t si = sr + (size_t)v * VE / SE;
-                if constexpr (T == KRN_Q4_K)
-                    it.s[r][u] = __ldg((const uint4 *)S + si); /* one 16-byte header, shared by 8 lanes */
-                else
-                    it.s[r][u] = SB == 4 ? __ldg((const unsigned int *)S + si)
-                                         : (uint32_t)__ldg((const unsigned short *)S + si);
-            } else {
-                it.q[r][u] = make_uint4(0, 0, 0, 0);
-                it.s[r][u] = typename mp_layout<T>::S{};
-            }
-        }
-    }
 }
 
 /* Word k of a vector against x at xv (the word's first element) for NB rows of x: tq[r][b] += the word's
@@ -150,18 +98,6 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
                 tq[r][b] = mp_dot8_q4(tq[r][b], w, off, a[b], c[b]);
         }
     }
-}
-
-/* q4_K: sub-block j (0..7) of the super-block whose header h is (d | dmin << 16, scales[0..12) as 3 words):
- * d1 = d * sc, m1 = dmin * m with GGUF's 6-bit sc, m of sub-block j (get_scale_min_k4), so an element is
- * d1 * q - m1 and the sub-block's dot is d1 * sum(q x) - m1 * sum(x). */
-static __device__ __forceinline__ void mp_q4k_scale(uint4 h, int j, float &d1, float &m1) {
-    const int sh = 8 * (j & 3);
-    const uint32_t by = (h.y >> sh) & 0xFFu, bz = (h.z >> sh) & 0xFFu, bw = (h.w >> sh) & 0xFFu;
-    const uint32_t sc = j < 4 ? by & 63u : (bw & 0xFu) | ((by >> 6) << 4);
-    const uint32_t mn = j < 4 ? bz & 63u : (bw >> 4) | ((bz >> 6) << 4);
-    d1 = krn_h2f((uint16_t)(h.x & 0xFFFFu)) * (float)sc;
-    m1 = krn_h2f((uint16_t)(h.x >> 16)) * (float)mn;
 }
 
 /* acc[r][b] += item's vectors (valid ones: v < nvec) against x. */
@@ -248,83 +184,17 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
 
 /* ---- host side ---- */
 
-/* MEMRA_CUDA_MP_ROWS=1|2|4: rows per group at nb <= 2 (a tuning knob for memra-bench; results have the
- * same bits for any R). */
-static int mp_rows_forced(void) {
-    static int cache = KRN_TUNE_UNREAD;
-    static const int allowed[] = {1, 2, 4};
-    return krn_cuda_tune("MEMRA_CUDA_MP_ROWS", allowed, 3, &cache);
-}
-
 /* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
-template <int T, int NB, int R, int U>
-static void mp_go(const mm_args *a, cudaStream_t st) {
-    enum { MB = MP_MINB(NB) };
-    const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
-    krn_launch(mp_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
-               a->n_out, a->n_in, a->acc);
-}
-
-/* Rows per group and vectors per row per item (q4_K: half of these, its headers take registers too; it
- * ignores MEMRA_CUDA_MP_ROWS): R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
- * R = 8, U = 1 when a row has at most one vector per thread), 4 at B 3..4, 2 above (more x rows need the
- * registers; those batches are compute-bound). */
-template <int T, int NB>
-static void mp_nb(const mm_args *a, cudaStream_t st) {
-    if constexpr (T == KRN_Q4_K) { /* a 16-byte header per vector too: half the items' loads fit the registers */
-        if constexpr (NB == 1)
-            a->n_in / mp_layout<T>::VE <= MP_THREADS ? mp_go<T, NB, 4, 1>(a, st) : mp_go<T, NB, 2, 2>(a, st);
-        else if constexpr (NB == 2)
-            mp_go<T, NB, 2, 2>(a, st);
-        else
-            mp_go<T, NB, 1, 2>(a, st);
-    } else if constexpr (NB == 1) {
-        const int f = mp_rows_forced();
-        if (f == 0 && a->n_in / mp_layout<T>::VE <= MP_THREADS)
-            mp_go<T, NB, 8, 1>(a, st); /* one vector per row per thread (q4 at n_in 4096): 8 rows instead */
-        else if (f == 1)
-            mp_go<T, NB, 1, 8>(a, st);
-        else if (f == 2)
-            mp_go<T, NB, 2, 4>(a, st);
-        else
-            mp_go<T, NB, 4, 2>(a, st);
-    } else if constexpr (NB == 2) {
-        const int f = mp_rows_forced();
-        if (f == 1)
-            mp_go<T, NB, 1, 8>(a, st);
-        else if (f == 4)
-            mp_go<T, NB, 4, 2>(a, st);
-        else
-            mp_go<T, NB, 2, 4>(a, st);
-    } else if constexpr (NB <= 4) {
-        mp_go<T, NB, 2, 2>(a, st);
-    } else {
-        mp_go<T, NB, 1, 2>(a, st);
+struct mp_f32 {
+    template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
+        enum { MB = MP_MINB(NB) };
+        const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
+        krn_launch(mp_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
+                   a->n_out, a->n_in, a->acc);
     }
-}
+};
 
-template <int T>
-static void mp_type(const mm_args *a, int nb, cudaStream_t st) {
-    switch (nb) {
-    case 1: mp_nb<T, 1>(a, st); break;
-    case 2: mp_nb<T, 2>(a, st); break;
-    case 3: mp_nb<T, 3>(a, st); break;
-    case 4: mp_nb<T, 4>(a, st); break;
-    case 5: mp_nb<T, 5>(a, st); break;
-    case 6: mp_nb<T, 6>(a, st); break;
-    case 7: mp_nb<T, 7>(a, st); break;
-    default: mp_nb<T, 8>(a, st); break;
-    }
-}
-
-void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) {
-    switch (type) {
-    case KRN_Q8_0: mp_type<KRN_Q8_0>(a, nb, st); break;
-    case KRN_Q4_0: mp_type<KRN_Q4_0>(a, nb, st); break;
-    case KRN_Q4_K: mp_type<KRN_Q4_K>(a, nb, st); break;
-    default: mp_type<KRN_Q4_1>(a, nb, st); break;
-    }
-}
+void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) { mp_types<mp_f32>(type, a, nb, st); }
 
 /* The checks and the 8-row loop are krn_cuda_matmul_parts_async's (krn_cuda_matmul.cu), which routes a
  * PLANES weight here through mm_p_launch. */
@@ -334,5 +204,5 @@ extern "C" int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul_planes: W is NULL or not in layout planes (%d)",
                            W ? W->layout : -1);
     const krn_mm_part p = {y, W};
-    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, B, 0, err);
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, NULL, B, 0, err);
 }

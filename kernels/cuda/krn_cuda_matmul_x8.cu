@@ -1,0 +1,165 @@
+/* x quantized to int8 (kernels/krn.h "x quantized to int8", MEMRA_CUDA_X8) on CUDA:
+ *   - the quantize kernel: one warp per 32-element block, lane i holds element i; the block's max |x| and the
+ *     quants' sum by butterflies (exact in any order), so the bytes are krn_x8_quantize_host's;
+ *   - the planar GEMV with int8 x: krn_cuda_matmul_p.cu's walk unchanged (items of R rows x U 16-byte
+ *     vectors loaded one item ahead, the first before the PDL wait; the same launch shapes, krn_cuda_planes.cuh)
+ *     but each vector's products are __dp4a over four bytes at a time: a q4 word is 2 logic ops and 2 dp4a
+ *     for 8 weights (the f32 form: 8 lop3 + 8 fadd + 8 fma), a q8_0 word one dp4a for 4. Per vector and
+ *     row of x, the integer sum isum is exact; then, in this order,
+ *       q8_0  acc = fma(d_w * d_x, isum, acc)
+ *       q4_0  acc = fma(d_w * d_x, isum, fma(-8 d_w, s_x, acc))
+ *       q4_1  acc = fma(d_w * d_x, isum, fma(m_w, s_x, acc))
+ *       q4_K  acc = fma(d1 * d_x, isum, fma(-m1, s_x, acc))        (d1, m1: the sub-block's scale and min)
+ *     where (d_x, s_x) is the x block the vector lies in (a q8_0 vector is half a block). Threads add their
+ *     vectors in increasing order, warps by butterfly, the 4 warp totals in warp order (mm_group_store): a
+ *     row's bits depend on neither B nor R nor U. No atomics.
+ * Shared mutable state: none. */
+#include "kernels/cuda/krn_cuda_planes.cuh"
+
+/* ---- quantize ---- */
+
+__global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ xq, const float *__restrict__ x,
+                                                          int B, int n, size_t row_bytes) {
+    krn_pdl_enter(); /* x is written by the previous kernel */
+    const int lane = threadIdx.x % KRN_WARP, nblk = n / 32;
+    const int gw = blockIdx.x * (blockDim.x / KRN_WARP) + threadIdx.x / KRN_WARP;
+    if (gw >= B * nblk)
+        return; /* whole warps leave together: gw is the warp's */
+    const int b = gw / nblk, j = gw % nblk;
+    const float v = x[(size_t)b * n + 32 * j + lane];
+    float amax = fmaxf(0.0f, fabsf(v)); /* a NaN counts as 0, as the host's fmaxf chain */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const int q = d > 0.0f ? (int)fminf(fmaxf(rintf(v / d), -127.0f), 127.0f) : 0;
+    uint8_t *row = xq + (size_t)b * row_bytes;
+    row[32 * j + lane] = (uint8_t)(int8_t)q;
+    int sum = q;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0)
+        ((float2 *)(row + n))[j] = make_float2(d, d * (float)sum);
+    const int pad = (int)(row_bytes - (size_t)n - (size_t)n / 4);
+    if (j == 0 && lane < pad) /* the row's padding, zeroed as the host form does */
+        row[n + n / 4 + lane] = 0;
+}
+
+extern "C" int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const float *x, int B, int n, dev_err *err) {
+    const size_t rb = krn_x8_row_bytes(n);
+    if (!xq || !x || B <= 0 || !rb)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: need xq, x, B > 0 (got %d) and n a positive "
+                           "multiple of 32 (got %d)", B, n);
+    if (!krn_cuda_aligned(xq, 16) || !krn_cuda_aligned(x, 4))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: xq %p must be 16-byte aligned, x %p 4-byte", xq,
+                           (const void *)x);
+    const long warps = (long)B * (n / 32);
+    krn_launch(mx_quantize_kernel, dim3((unsigned)((warps + 3) / 4)), dim3(128), 0, (cudaStream_t)cuda_stream,
+               (uint8_t *)xq, x, B, n, rb);
+    return krn_cuda_launch_check(err, "krn_cuda_quantize_x8");
+}
+
+/* ---- GEMV ---- */
+
+/* Word k (0..3) of a uint4. */
+static __device__ __forceinline__ int mx_word(const uint4 &v, int k) {
+    return (int)(k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w);
+}
+
+/* acc[r][b] += the item's vectors (valid ones: v < nvec) against the quantized x rows (xq, row_bytes apart). */
+template <int T, int NB, int R, int U>
+static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, const uint8_t *__restrict__ xq,
+                                                  size_t row_bytes, int n_in, int nvec, int c, int t,
+                                                  float (&acc)[R][NB]) {
+    enum { VE = mp_layout<T>::VE };
+    const int v0 = c * MP_THREADS * U + t;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int v = v0 + MP_THREADS * u;
+        if (v >= nvec)
+            break; /* vectors ascend with u */
+        float d1[R], m1[R]; /* per row: the factor of isum and of s_x */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if constexpr (T == KRN_Q4_K) {
+                mp_q4k_scale(it.s[r][u], v % 8, d1[r], m1[r]);
+                m1[r] = -m1[r];
+            } else {
+                d1[r] = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
+                m1[r] = T == KRN_Q4_1 ? krn_h2f((uint16_t)(it.s[r][u] >> 16)) : T == KRN_Q4_0 ? -8.0f * d1[r] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            const uint8_t *row = xq + (size_t)b * row_bytes;
+            const int4 xa = __ldg((const int4 *)(row + (size_t)v * VE));
+            const int4 xb = VE == 32 ? __ldg((const int4 *)(row + (size_t)v * VE + 16)) : make_int4(0, 0, 0, 0);
+            const float2 dx = __ldg((const float2 *)(row + n_in) + (size_t)v * VE / 32);
+            const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w}; /* elements 4i..4i+3 */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int isum = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int w = mx_word(it.q[r][u], k);
+                    if constexpr (T == KRN_Q8_0) {
+                        isum = __dp4a(w, xw[k], isum);
+                    } else { /* byte i of w: element 8k+i low nibble, 8k+4+i high nibble */
+                        isum = __dp4a(w & 0x0F0F0F0F, xw[2 * k], isum);
+                        isum = __dp4a((int)(((unsigned)w >> 4) & 0x0F0F0F0Fu), xw[2 * k + 1], isum);
+                    }
+                }
+                float a = acc[r][b];
+                if constexpr (T != KRN_Q8_0)
+                    a = fmaf(m1[r], dx.y, a);
+                acc[r][b] = fmaf(d1[r] * dx.x, (float)isum, a);
+            }
+        }
+    }
+}
+
+template <int T, int NB, int R, int U, int MB>
+__global__ void __launch_bounds__(MP_THREADS, MB)
+    mx_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const uint8_t *__restrict__ xq, size_t row_bytes,
+              int n_out, int n_in, int acc_y) {
+    enum { VE = mp_layout<T>::VE };
+    __shared__ float red[2][MM_WARPS][R * NB];
+    const int t = threadIdx.x;
+    const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
+    const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
+    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
+    mp_item<T, R, U> cur;
+    if ((int)blockIdx.x < ngroups)
+        mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
+    krn_pdl_enter_after_loads(); /* xq is written by the previous kernel (the quantize): read only after this */
+    int buf = 0;
+    for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
+        float acc[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                acc[r][b] = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
+            mp_item<T, R, U> nxt;
+            if (gn < ngroups) /* the next item's loads fly while this one is used */
+                mp_issue<T, R, U>(nxt, W, S, n_out, nvec, gn, cn, t);
+            mx_compute<T, NB, R, U>(cur, xq, row_bytes, n_in, nvec, c, t, acc);
+            cur = nxt;
+        }
+        mm_group_store<R, NB>(red, buf, acc, y, n_out, g, acc_y);
+    }
+}
+
+struct mp_x8 {
+    template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
+        enum { MB = MP_MINB(NB) };
+        const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
+        krn_launch(mx_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x8,
+                   a->x8_row, a->n_out, a->n_in, a->acc);
+    }
+};
+
+void mm_x8_launch(int type, const mm_args *a, int nb, cudaStream_t st) { mp_types<mp_x8>(type, a, nb, st); }

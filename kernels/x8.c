@@ -1,0 +1,49 @@
+/* x quantized to int8 per 32-element block (kernels/krn.h "x quantized to int8"): the host form, which is
+ * the CPU backend's op and the reference the CUDA kernel (kernels/cuda/krn_cuda_matmul_x8.cu) must equal
+ * bit for bit. No shared state. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/krn.h"
+
+size_t krn_x8_row_bytes(int n)
+{
+    if (n <= 0 || n % 32)
+        return 0;
+    return ((size_t)n + (size_t)n / 4 + 15) / 16 * 16; /* n quants + n/32 (d, s) pairs of 8 bytes */
+}
+
+/* One block: the same operations, in the same order, as the CUDA kernel (max is exact in any order; the
+ * quants and their sum are integers). */
+static void quantize_block(int8_t *q, float *ds, const float *x)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++)
+        amax = fmaxf(amax, fabsf(x[i])); /* fmaxf drops a NaN */
+    const float d = amax / 127.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+        const int v = d > 0.0f ? (int)fminf(fmaxf(rintf(x[i] / d), -127.0f), 127.0f) : 0;
+        q[i] = (int8_t)v;
+        sum += v;
+    }
+    ds[0] = d;
+    ds[1] = d * (float)sum;
+}
+
+void krn_x8_quantize_host(void *xq, const float *x, int B, int n)
+{
+    const size_t rb = krn_x8_row_bytes(n);
+    if (!rb || B <= 0)
+        return;
+    for (int b = 0; b < B; b++) {
+        uint8_t *row = (uint8_t *)xq + (size_t)b * rb;
+        float ds[2];
+        for (int j = 0; j < n / 32; j++) {
+            quantize_block((int8_t *)row + 32 * j, ds, x + (size_t)b * n + 32 * j);
+            memcpy(row + n + 8 * (size_t)j, ds, sizeof ds);
+        }
+        memset(row + n + (size_t)n / 4, 0, rb - (size_t)n - (size_t)n / 4); /* the padding: defined bytes */
+    }
+}
