@@ -3,6 +3,22 @@
 #include <stdlib.h>
 
 #include "model/llama_impl.h"
+#include "model/repack.h"
+
+/* Whether any matrix of m on d is in the planar layout (the only one MEMRA_CUDA_X8 changes). */
+static int has_planes_on(const mdl_model *m, const dev_device *d)
+{
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const mdl_layer *L = &m->layers[il];
+        const krn_weight *ws[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7 && L->dev == d; i++)
+            if (ws[i]->layout == KRN_LAYOUT_PLANES)
+                return 1;
+    }
+    return m->head_dev == d && m->lm_head.layout == KRN_LAYOUT_PLANES;
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err)
 {
@@ -42,6 +58,18 @@ mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows,
     sc->att = f + off[4];
     sc->hb = f + off[5];
     sc->hb2 = f + off[6];
+    int x8 = 0;
+    if (mdl_x8_door(&x8, err) != 0) {
+        mdl_scratch_destroy(sc);
+        return NULL;
+    }
+    /* the widest matmul input that can be quantized (n % 32 == 0); the others read f32 x */
+    const size_t row = max3(krn_x8_row_bytes(hp->n_embd), krn_x8_row_bytes((int)q_dim), krn_x8_row_bytes(hp->n_ff));
+    if (x8 && row && has_planes_on(m, d) && !(sc->x8 = dev_malloc(d, R * row, err))) {
+        dev_err_wrap(err, "MEMRA_CUDA_X8 buffer: %d rows x %zu bytes", max_rows, row);
+        mdl_scratch_destroy(sc);
+        return NULL;
+    }
     return sc;
 }
 
@@ -66,6 +94,8 @@ void mdl_scratch_destroy(mdl_scratch *sc)
         return;
     if (sc->att_ws)
         dev_free(sc->dev, sc->att_ws);
+    if (sc->x8)
+        dev_free(sc->dev, sc->x8);
     dev_free(sc->dev, sc->block);
     free(sc);
 }
@@ -81,6 +111,19 @@ int mdl_scratch_max_rows(const mdl_scratch *sc) { return sc->max_rows; }
                                memra_status_str(rc_));                                                    \
     } while (0)
 
+/* MEMRA_CUDA_X8: the input x (B, n) of matmuls whose first weight is W quantized into sc->x8 (*x8 = it), or
+ * *x8 = NULL (no buffer, W not PLANES, or n not a multiple of 32): the matmuls then read x. The buffer is
+ * reused by the next input: ops on s run in order, so the matmuls reading it end before the next quantize. */
+static int quantize_input(mdl_scratch *sc, dev_stream *s, const krn_weight *W, const float *x, int B, int n,
+                          const void **x8)
+{
+    *x8 = NULL;
+    if (!sc->x8 || W->layout != KRN_LAYOUT_PLANES || !krn_x8_row_bytes(n))
+        return 0;
+    *x8 = sc->x8;
+    return krn_quantize_x8_async(s, sc->x8, x, B, n);
+}
+
 /* One transformer block on rows x (B, n_embd), in place. */
 static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
                          const int32_t *pos, const int32_t *seq, int B, int il, dev_err *err)
@@ -89,11 +132,13 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     const mdl_layer *L = &m->layers[il];
     const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     const krn_kv_cache *kvc = &kv->layer[il].c; /* this layer's K, V on this stage's device */
+    const void *x8; /* the current matmul input quantized, or NULL */
 
     /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
     const krn_mm_part qkv[3] = { { sc->q, &L->wq }, { sc->k, &L->wk }, { sc->v, &L->wv } };
-    ENQ(krn_matmul_parts_async(s, qkv, 3, sc->xb, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
+    ENQ(quantize_input(sc, s, &L->wq, sc->xb, B, hp->n_embd, &x8), "x8 of attn_norm");
+    ENQ(krn_matmul_parts_x8_async(s, qkv, 3, sc->xb, x8, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
     if (L->bq) {
         ENQ(krn_add_bias_async(s, sc->q, L->bq, B, q_dim), "attn_q.bias");
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
@@ -108,14 +153,17 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     ENQ(krn_attention_ws_async(s, sc->att, sc->q, kvc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
                                kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
-    ENQ(krn_matmul_acc_async(s, x, &L->wo, sc->att, B), "attn_output + residual"); /* x (B, n_embd) */
+    ENQ(quantize_input(sc, s, &L->wo, sc->att, B, q_dim, &x8), "x8 of attention");
+    ENQ(krn_matmul_acc_x8_async(s, x, &L->wo, sc->att, x8, B), "attn_output + residual"); /* x (B, n_embd) */
 
     /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
     const krn_mm_part gate_up[2] = { { sc->hb, &L->w_gate }, { sc->hb2, &L->w_up } };
-    ENQ(krn_matmul_parts_async(s, gate_up, 2, sc->xb, B), "ffn_gate/up"); /* (B, n_ff) each */
+    ENQ(quantize_input(sc, s, &L->w_gate, sc->xb, B, hp->n_embd, &x8), "x8 of ffn_norm");
+    ENQ(krn_matmul_parts_x8_async(s, gate_up, 2, sc->xb, x8, B), "ffn_gate/up"); /* (B, n_ff) each */
     ENQ(krn_swiglu_async(s, sc->hb, sc->hb, sc->hb2, B, hp->n_ff), "swiglu");
-    ENQ(krn_matmul_acc_async(s, x, &L->w_down, sc->hb, B), "ffn_down + residual"); /* x (B, n_embd) */
+    ENQ(quantize_input(sc, s, &L->w_down, sc->hb, B, hp->n_ff, &x8), "x8 of swiglu");
+    ENQ(krn_matmul_acc_x8_async(s, x, &L->w_down, sc->hb, x8, B), "ffn_down + residual"); /* x (B, n_embd) */
     return 0;
 }
 
@@ -153,6 +201,9 @@ int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, c
                            "scratch's max_rows)", B, sc->max_rows);
     const int il = m->hp.n_layer; /* named "layer n_layer" in messages: the head */
     ENQ(krn_rmsnorm_async(s, sc->xb, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");
-    ENQ(krn_matmul_async(s, logits, &m->lm_head, sc->xb, B), "lm_head"); /* (B, n_vocab) */
+    const void *x8;
+    ENQ(quantize_input(sc, s, &m->lm_head, sc->xb, B, m->hp.n_embd, &x8), "x8 of output_norm");
+    const krn_mm_part head = { logits, &m->lm_head };
+    ENQ(krn_matmul_parts_x8_async(s, &head, 1, sc->xb, x8, B), "lm_head"); /* (B, n_vocab) */
     return 0;
 }

@@ -61,6 +61,8 @@ struct mdl_scratch {
     float *hb, *hb2;            /* (B, n_ff): gate (then swiglu), up */
     float *att_ws;              /* attention's split-K workspace (mdl_scratch_reserve_attention), or NULL */
     size_t att_ws_bytes;
+    void *x8;                   /* MEMRA_CUDA_X8: a matmul input quantized (max_rows x krn_x8_row_bytes of the
+                                   widest input), or NULL: every matmul reads f32 x */
 };
 
 #endif

@@ -23,6 +23,22 @@ int mdl_repack_door(int *on, dev_err *err)
                        "the default) or 0 (keep GGUF blocks)", v);
 }
 
+int mdl_x8_door(int *on, dev_err *err)
+{
+    const char *v = getenv("MEMRA_CUDA_X8");
+    if (!v || !strcmp(v, "0")) {
+        *on = 0;
+        return 0;
+    }
+    if (!strcmp(v, "1")) {
+        *on = 1;
+        return 0;
+    }
+    return dev_err_set(err, MEMRA_E_INVAL,
+                       "MEMRA_CUDA_X8=\"%s\": allowed 0 (f32 x for every matmul, the default) or 1 (x quantized to "
+                       "int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K matmuls on a GPU)", v);
+}
+
 /* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */
 static int wants(const krn_weight *w)
 {

@@ -12,6 +12,11 @@
  * message naming the variable and the allowed values. */
 int mdl_repack_door(int *on, dev_err *err);
 
+/* The MEMRA_CUDA_X8 door (read when a stage's scratch is created): *on = 1 for "1" (the forward quantizes
+ * each matmul input to int8 once and the PLANES matmuls take int8 products, kernels/krn.h), 0 when unset or
+ * "0"; anything else MEMRA_E_INVAL naming the variable and the allowed values. */
+int mdl_x8_door(int *on, dev_err *err);
+
 /* Repack the n weights ws[i] (all living on d, each 16-byte aligned) from GGUF blocks to planes in place,
  * on a stream of d's own, and wait for it: each tensor is copied into one scratch buffer on d (the size of
  * the largest), then repacked back into its own bytes; the scratch (the GGUF-layout copy) is freed before
