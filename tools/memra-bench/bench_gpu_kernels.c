@@ -8,7 +8,9 @@
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
  * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
  * (tools/memra-bench/cuda/chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
- * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async). Reports only;
+ * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
+ * its int8-x row ("q8_0/x8": x quantized once, untimed, then krn_cuda_matmul_parts_async with the x8 rows,
+ * MEMRA_CUDA_X8's path) and, per shape, the quantize kernel's own time ("x8 quantize"). Reports only;
  * asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,6 @@
 #include "kernels/cuda/krn_cuda.h"
 #include "cuda/chain.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
-#include "cuda/q8x.h"
 #include "kernels/cuda/krn_cuda_planes.h"
 
 typedef struct gk_type {
@@ -42,13 +43,11 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS] [--q8x]\n"
+               "                               [--chain LAYERS]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
                "              persistent kernel without / with grid barriers (tools/memra-bench/cuda/chain.cu);\n"
                "              --chain-mode M (0..5) runs that mode only\n"
-               "  --q8x       instead: planar q4_1 GEMV (B = 1) with f32 x vs x quantized to int8 + dp4a\n"
-               "              (tools/memra-bench/cuda/q8x.cu), and how far apart their outputs are\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -76,10 +75,11 @@ static uint64_t gk_next(void) {
 
 /* Average seconds per matmul over max(iters, copies) launches rotating over the weight copies w[0..copies):
  * every copy once untimed, then the timed launches between two events on st. cublas != NULL: through the
- * cuBLAS path on that dev_stream (krn_cuda_gemm_async; its native stream is st); else the GEMV on st.
+ * cuBLAS path on that dev_stream (krn_cuda_gemm_async; its native stream is st); else the GEMV on st, with
+ * the int8 rows x8 when not NULL. copies = 0: the x8 quantize of dx alone (into x8), iters times.
  * Returns 0 or -1 (message printed). */
 static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int copies, float *dy, const float *dx,
-                   int B, int iters, double *sec) {
+                   void *x8, int n_in, int B, int iters, double *sec) {
     cudaEvent_t e0 = NULL, e1 = NULL;
     dev_err err = {0};
     int rc = -1;
@@ -89,8 +89,17 @@ static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int
     for (int i = -copies; i < launches; i++) { /* negative i: warm-up, every copy once */
         if (i == 0)
             GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
+        if (!copies) {
+            if (krn_cuda_quantize_x8_async(st, x8, dx, B, n_in, &err)) {
+                fprintf(stderr, "gpu-kernels: %s\n", err.msg);
+                goto fail;
+            }
+            continue;
+        }
         const krn_weight *W = &w[(i + copies) % copies];
-        if ((cublas ? krn_cuda_gemm_async(cublas, dy, W, dx, B, &err) : krn_cuda_matmul_async(st, dy, W, dx, B, &err))) {
+        const krn_mm_part part = {dy, W};
+        if ((cublas ? krn_cuda_gemm_async(cublas, dy, W, dx, B, &err)
+                    : krn_cuda_matmul_parts_async(st, &part, 1, dx, x8, B, 0, &err))) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
         }
@@ -111,9 +120,10 @@ fail:
 
 /* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1/q4_K repacked on
  * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
- * are made finite first. Returns 0 or -1 (message printed). */
+ * are made finite first; planes = 2: the GEMV takes x quantized to int8 (once, before timing), and
+ * *sec_q = the quantize alone. Returns 0 or -1 (message printed). */
 static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, int planes, double *sec,
-                  double *bytes) {
+                  double *sec_q, double *bytes) {
     const size_t wbytes = (size_t)n_out * (size_t)(n_in / t->be) * (size_t)t->bb;
     const size_t want = (size_t)400 << 20;
     int copies = (int)((want + wbytes - 1) / wbytes);
@@ -125,7 +135,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     uint8_t *hw = malloc(wbytes);
     float *hx = malloc(sizeof(float) * (size_t)B * n_in);
     float *dx = NULL, *dy = NULL;
-    void *blocks = NULL;
+    void *blocks = NULL, *x8 = NULL;
     dev_err err = {0};
     int rc = -1;
     if (!w || !hw || !hx) {
@@ -164,11 +174,17 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
     GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
-    if (gk_time(st, NULL, w, copies, dy, dx, B, iters, sec))
+    if (planes == 2) {
+        GK_CK(cudaMalloc(&x8, (size_t)B * krn_x8_row_bytes(n_in)), "cudaMalloc(x8)");
+        if (gk_time(st, NULL, NULL, 0, NULL, dx, x8, n_in, B, iters, sec_q))
+            goto fail;
+    }
+    if (gk_time(st, NULL, w, copies, dy, dx, x8, n_in, B, iters, sec))
         goto fail;
-    *bytes = (double)wbytes + 4.0 * B * ((double)n_in + (double)n_out);
+    *bytes = (double)wbytes + B * ((planes == 2 ? (double)krn_x8_row_bytes(n_in) : 4.0 * n_in) + 4.0 * n_out);
     rc = 0;
 fail:
+    cudaFree(x8);
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(blocks);
@@ -192,17 +208,22 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
                 if (GK_TYPES[ti].type == types[k])
                     t = &GK_TYPES[ti];
             const int n_out = GK_SHAPES[si][0], n_in = GK_SHAPES[si][1];
-            double sec = 0.0, bytes = 0.0;
-            char shape[32], name[16];
-            snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
-            snprintf(name, sizeof name, "%s/p", t->name);
-            if (gk_run(st, t, n_out, n_in, B, iters, 1, &sec, &bytes) != 0) {
-                rc = 2;
-                continue;
+            for (int planes = 1; planes <= 2; planes++) {
+                double sec = 0.0, sec_q = 0.0, bytes = 0.0;
+                char shape[32], name[16];
+                snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
+                snprintf(name, sizeof name, "%s/%s", t->name, planes == 2 ? "x8" : "p");
+                if (gk_run(st, t, n_out, n_in, B, iters, planes, &sec, &sec_q, &bytes) != 0) {
+                    rc = 2;
+                    continue;
+                }
+                const double gbs = bytes / sec / 1e9;
+                printf("%-13s %-7s %8.2f %10.2f %10.1f %6.1f%%\n", shape, name, bytes / 1e6, sec * 1e6, gbs,
+                       100.0 * gbs / hbm);
+                if (planes == 2 && k + 1 == sizeof types / sizeof types[0])
+                    printf("%-13s %-7s %8s %10.2f   (B=%d rows of %d floats)\n", shape, "x8 quant", "", sec_q * 1e6, B,
+                           n_in);
             }
-            const double gbs = bytes / sec / 1e9;
-            printf("%-13s %-6s %9.2f %10.2f %10.1f %6.1f%%\n", shape, name, bytes / 1e6, sec * 1e6, gbs,
-                   100.0 * gbs / hbm);
         }
     return rc;
 }
@@ -272,7 +293,8 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     for (int bi = 0; bi < GG_NB; bi++) {
         const int B = GG_B[bi];
         double tg = 0.0, tc = 0.0;
-        if (gk_time(st, NULL, ws, copies, dy, dx, B, iters, &tg) || gk_time(st, s, ws, copies, dy, dx, B, iters, &tc))
+        if (gk_time(st, NULL, ws, copies, dy, dx, NULL, n_in, B, iters, &tg) ||
+            gk_time(st, s, ws, copies, dy, dx, NULL, n_in, B, iters, &tc))
             goto fail;
         const double fl = 2.0 * B * (double)n_out * n_in;
         char shape[32];
@@ -373,36 +395,8 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_
     return rc;
 }
 
-/* ---- --q8x: the int8-x experiment on the 8B shapes ---- */
-static int gk_q8x_table(int dev, int iters, double hbm) {
-    if (cudaSetDevice(dev) != cudaSuccess) {
-        fprintf(stderr, "gpu-kernels --q8x: no CUDA device %d\n", dev);
-        return 2;
-    }
-    printf("gpu-kernels --q8x: q4_1 planes, B=1, %d launches per kernel, HBM ref %.0f GB/s\n", iters, hbm);
-    printf("%-13s %9s %7s %9s %7s %9s %7s %9s %5s\n", "shape", "f32 x us", "% HBM", "int8 R=1", "% HBM", "int8 R=2",
-           "% HBM", "max rel", "bits");
-    int rc = 0;
-    for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++) {
-        bench_q8x_result r = {0};
-        dev_err err = {0};
-        if (bench_q8x_run(GK_SHAPES[si][0], GK_SHAPES[si][1], iters, &r, &err) != 0) {
-            fprintf(stderr, "gpu-kernels --q8x: %s\n", err.msg);
-            rc = 2;
-            continue;
-        }
-        char shape[32];
-        snprintf(shape, sizeof shape, "%dx%d", GK_SHAPES[si][0], GK_SHAPES[si][1]);
-        const double gbs = r.weight_bytes / 1e3 / hbm * 100.0; /* % of HBM = gbs / us */
-        printf("%-13s %9.2f %6.1f%% %9.2f %6.1f%% %9.2f %6.1f%% %9.2e %5s\n", shape, r.us_f32, gbs / r.us_f32,
-               r.us_q8x, gbs / r.us_q8x, r.us_q8x_r2, gbs / r.us_q8x_r2, r.max_rel_diff,
-               r.r2_same_bits ? "same" : "DIFF");
-    }
-    return rc;
-}
-
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, q8x = 0, chain_mode = -1;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -411,9 +405,6 @@ int bench_gpu_kernels(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--gemm")) {
             gemm = 1;
-            continue;
-        } else if (!strcmp(a, "--q8x")) {
-            q8x = 1;
             continue;
         } else if (!strcmp(a, "--chain") && v) {
             chain = atoi(v);
@@ -444,8 +435,6 @@ int bench_gpu_kernels(int argc, char **argv) {
     }
     if (gemm)
         return gk_gemm_table(dev, iters);
-    if (q8x)
-        return gk_q8x_table(dev, iters, hbm);
     if (chain)
         return chain >= 1 && chain <= 64 && chain_mode >= -1 && chain_mode <= 5
                    ? gk_chain_table(dev, chain, iters, hbm, chain_mode)
@@ -476,7 +465,7 @@ int bench_gpu_kernels(int argc, char **argv) {
             double sec = 0.0, bytes = 0.0;
             char shape[32];
             snprintf(shape, sizeof shape, "%dx%d", n_out, n_in);
-            if (gk_run(st, &GK_TYPES[ti], n_out, n_in, B, iters, 0, &sec, &bytes) != 0) {
+            if (gk_run(st, &GK_TYPES[ti], n_out, n_in, B, iters, 0, &sec, NULL, &bytes) != 0) {
                 rc = 2;
                 continue;
             }
