@@ -166,6 +166,13 @@ int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up
 /* y (B, n) += a (B, n)   (the residual) */
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 
+/* y (B, n) = rows tokens[b] of the embedding table T (T->n_out rows of n = T->n_in elements, any krn_type, GGUF
+ * blocks), dequantized to f32 with the bits of krn_dequant_row (the host gather, mdl_embed_rows). tokens are
+ * device values (B,): a token outside [0, T->n_out) gives a row of zeros (the step that reads it is
+ * meaningless; the producer of the token reports why). Lets stage 0 embed a token the previous step picked on
+ * the device without the host in between (act_pp_step.feed). */
+int krn_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
+
 /* out (B,) = index of the max of each row of x (B, n); ties -> lowest index; NaN never wins; -1 for a row
  * with nothing above -inf (every value -inf or NaN: no token to pick, as the host sampler's greedy refuses). */
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
