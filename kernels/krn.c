@@ -263,6 +263,14 @@ int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n)
     DISPATCH(s, add, y, a, B, n);
 }
 
+int krn_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B)
+{
+    if (!s || !y || !T || !T->data || !krn_type_supported(T->type) || T->layout != KRN_LAYOUT_BLOCKS ||
+        krn_row_bytes(T->type, T->n_in) == 0 || T->n_out <= 0 || !tokens || B <= 0)
+        return MEMRA_E_INVAL;
+    DISPATCH(s, embed_rows, y, T, tokens, B);
+}
+
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
 {
     if (!s || !out || !x || B <= 0 || n <= 0)

@@ -2,6 +2,8 @@
  * every buffer it touches with its byte range and mode. The backend checks peer grants and stream order
  * against this list and counts remote reads from it, so it must be exact:
  *   - a matmul declares its whole weight (n_out * row_bytes), x and y;
+ *   - embed_rows reads table rows chosen by the device-side tokens: it declares the whole table (n_out *
+ *     row_bytes), the tokens and y;
  *   - kv_store / attention touch cache rows chosen by the device-side seq/pos values, which do not exist
  *     yet at enqueue time: they declare the WHOLE cache (its allocation from the base to its end, asked of
  *     the backend with dev_alloc_extent; each layer's K and V are allocations of their own), so any op on
@@ -43,6 +45,7 @@ static void run_attention(void *p) { krn_cpu_attention(p); }
 static void run_swiglu(void *p) { krn_cpu_swiglu(p); }
 static void run_add(void *p) { krn_cpu_add(p); }
 static void run_argmax(void *p) { krn_cpu_argmax(p); }
+static void run_embed_rows(void *p) { krn_cpu_embed_rows(p); }
 typedef struct quantize_x8_args { void *xq; const float *x; int B, n; } quantize_x8_args;
 static void run_quantize_x8(void *p)
 {
@@ -168,6 +171,17 @@ int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int
     acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, out, I32B(B), DEV_WRITE);
     return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
+}
+
+int krn_cpu_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B)
+{
+    const size_t rb = krn_row_bytes(T->type, T->n_in);
+    krn_cpu_embed_rows_args a = { y, T->data, tokens, T->type, T->n_out, T->n_in, B, rb };
+    acc_list l = { .n = 0 };
+    acc_add(&l, T->data, rb * (size_t)T->n_out, DEV_READ); /* the whole table: see the top of this file */
+    acc_add(&l, tokens, I32B(B), DEV_READ);
+    acc_add(&l, y, F32B((size_t)B * T->n_in), DEV_WRITE);
+    return dev_launch_cpu_async(s, "embed_rows", run_embed_rows, &a, sizeof a, l.a, l.n);
 }
 
 int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n)

@@ -40,6 +40,11 @@ typedef struct krn_cpu_swiglu_args { float *y; const float *gate, *up; int B, n;
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
 /* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf */
 typedef struct krn_cpu_argmax_args { int32_t *out; const float *x; int B, n; } krn_cpu_argmax_args;
+/* y (B, n_in) = rows tokens[b] of table (n_out rows of row_bytes bytes of `type`) dequantized; zeros for a token
+ * outside [0, n_out) */
+typedef struct krn_cpu_embed_rows_args {
+    float *y; const void *table; const int32_t *tokens; int type, n_out, n_in, B; size_t row_bytes;
+} krn_cpu_embed_rows_args;
 
 /* ---- pure kernels (run on the calling thread) ---- */
 void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a);
@@ -55,6 +60,8 @@ void krn_cpu_attention(const krn_cpu_attention_args *a);
 void krn_cpu_swiglu(const krn_cpu_swiglu_args *a);
 void krn_cpu_add(const krn_cpu_add_args *a);
 void krn_cpu_argmax(const krn_cpu_argmax_args *a);
+/* krn_dequant_row of each picked row (kernels/cpu/cpu_embed.c): the host gather's bits */
+void krn_cpu_embed_rows(const krn_cpu_embed_rows_args *a);
 
 /* ---- launch wrappers (same signatures as kernels/krn.h; shapes already validated) ---- */
 int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
@@ -74,5 +81,7 @@ int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn
 int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
 int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
+/* declares the WHOLE table (the row read depends on the device-side tokens), tokens and y */
+int krn_cpu_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
 
 #endif

@@ -8,7 +8,8 @@
  * and the CUDA error, read with cudaGetLastError). B == 0 is a no-op. The stream's device must be current
  * on the calling thread (cudaSetDevice), as for any CUDA launch. Pointers are device memory reachable from
  * that device. Data-dependent faults are not reported: kv_store drops a row whose pos is outside
- * [0, n_ctx), attention clamps pos into it, and seq is trusted (the caller checks both on the host).
+ * [0, n_ctx), attention clamps pos into it, seq is trusted (the caller checks both on the host), and
+ * embed_rows writes zeros for a token outside the table.
  *
  * Deterministic: every reduction has a fixed order and no atomics, so the same inputs give the same bits
  * on any stream and any run. Matmul row results also do not depend on B (a row of a batch of 8 has the
@@ -98,6 +99,14 @@ int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n
  * is above -inf. */
 int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err);
 
+/* y (B, T->n_in) = rows tokens[b] of the table T dequantized to f32: the bits of krn_dequant_row for every
+ * finite (and infinite) value of every type (a NaN gives a NaN whose payload may differ from the host's). A
+ * token outside [0, T->n_out) gives a row of zeros (not reported). T: any type, layout BLOCKS, n_in a multiple
+ * of the type's block; no alignment needed (bytes are read one by one); y must not overlap T or tokens. One
+ * block per row (krn_cuda_embed.cu). */
+int krn_cuda_embed_rows_async(void *cuda_stream, float *y, const krn_weight *T, const int32_t *tokens, int B,
+                              dev_err *err);
+
 /* Programmatic dependent launch (MEMRA_PDL, sm_90) for the kernels the CALLING THREAD enqueues from now on:
  * on = 1 launches each with cudaLaunchKernelEx + cudaLaunchAttributeProgrammaticStreamSerialization, so a
  * kernel's blocks may be scheduled while its predecessor on the stream finishes; every kernel of this
@@ -126,6 +135,7 @@ int krn_cuda_attention(dev_stream *s, float *out, const float *q, const krn_kv_c
 int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);
+int krn_cuda_embed_rows(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
 
 #ifdef __cplusplus
 }
