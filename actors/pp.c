@@ -120,6 +120,32 @@ static int grant_all(act_pp *rt, dev_err *err)
     return 0;
 }
 
+/* act_pp_params.feed: the embedding table, the per-sequence tokens and a row buffer on stage 0's device,
+ * the event on the last stage's device (it is recorded on that stage's stream). */
+static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
+{
+    dev_device *d0 = rt->stage[0].dev;
+    int r = mdl_embed_table_upload(rt->model, d0, &rt->embd_dev, err);
+    if (r)
+        return r;
+    int32_t *zeros = calloc((size_t)rt->n_seq, sizeof *zeros);
+    if (!(rt->feed_src = calloc((size_t)rt->n_seq, sizeof *rt->feed_src)) || !zeros) {
+        free(zeros);
+        return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
+    }
+    /* a sequence's slot holds token 0 until its first ARGMAX step: defined bytes for a fed step's garbage */
+    if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)) ||
+        (r = dev_copy_h2d_sync(d0, rt->feed_tok, zeros, (size_t)rt->n_seq * sizeof(int32_t), err)) != 0 ||
+        !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)) ||
+        !(rt->feed_ev = dev_event_create(last, err))) {
+        free(zeros);
+        return r ? r : err->code;
+    }
+    free(zeros);
+    rt->feed_on = 1;
+    return 0;
+}
+
 act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *params, dev_err *err)
 {
     act_pp_params p = params ? *params : act_pp_default_params();
@@ -234,6 +260,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         rt->stage[b + 1].in = rt->bnd[b];
     }
     dev_device *last = rt->stage[N - 1].dev;
+    if (p.feed && feed_init(rt, last, err) != 0)
+        goto fail;
     if (!(rt->head_pool = mem_pool_create(last, err)))
         goto fail;
     if (!(rt->rb_stream = dev_stream_create(last, "readback", err)))
@@ -291,6 +319,15 @@ void act_pp_destroy(act_pp *rt)
         mdl_kv_destroy(rt->ref_kv);
     if (rt->head_pool)
         mem_pool_destroy(rt->head_pool);
+    if (rt->feed_ev)
+        dev_event_destroy(rt->feed_ev);
+    if (rt->feed_tok)
+        dev_free(rt->stage[0].dev, rt->feed_tok);
+    if (rt->feed_rows)
+        dev_free(rt->stage[0].dev, rt->feed_rows);
+    if (rt->embd_dev.data)
+        dev_free(rt->stage[0].dev, (void *)rt->embd_dev.data);
+    free(rt->feed_src);
     for (int b = 0; rt->bnd && b + 1 < rt->N; b++)
         bnd_destroy(rt->bnd[b]);
     free(rt->bnd);

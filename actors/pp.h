@@ -51,10 +51,16 @@ typedef enum act_logits_mode {
 typedef struct act_pp_step {
     act_step_kind kind;
     int B;
-    const int32_t *tokens; /* (B,) */
+    const int32_t *tokens; /* (B,); ignored (may be NULL) when feed */
     const int32_t *seq;    /* (B,) KV sequence slot of each row, 0..n_seq-1 */
     const int32_t *pos;    /* (B,) position of each row, 0..n_ctx-1 */
     act_logits_mode logits;
+    int feed;              /* 1: a fed step (runtimes created with act_pp_params.feed): row b's token is the one
+                            * the latest ARGMAX step with a row of sequence seq[b] picks, read on the device
+                            * (stage 0 waits for it on its stream, then gathers the embedding row there), so it
+                            * may be submitted before that step's pending is waited. EAGER or BATCH steps
+                            * through the stage actors only. The row embeds whatever that step left: if it
+                            * failed, the fed step's result means nothing (the producer's pending says why). */
 } act_pp_step;
 
 typedef struct act_pp_params {
@@ -73,6 +79,10 @@ typedef struct act_pp_params {
                                          * loading model_path (which may then be NULL); see mdl_model_synthesize */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
     void *progress_ctx;
+    int feed;             /* 1: steps may be fed (act_pp_step.feed): a copy of the embedding table lives on stage
+                           * 0's device (its bytes), and every ARGMAX step leaves each row's token there for its
+                           * sequence (a 4-byte copy per row and one event record on the last stage's stream).
+                           * 0 (default): no copy, no fed steps. */
 } act_pp_params;
 
 act_pp_params act_pp_default_params(void);
@@ -148,6 +158,7 @@ typedef struct act_pp_counters {
     uint64_t steps_done;           /* steps whose logits reached the host (readback actor) */
     uint64_t graph_captures;       /* MEMRA_PP_GRAPH: stage walks captured as a CUDA graph (one per stage, B) */
     uint64_t graph_replays;        /* MEMRA_PP_GRAPH: stage walks enqueued as one graph launch */
+    uint64_t fed_steps;            /* steps whose tokens stage 0 embedded on the device (act_pp_step.feed) */
 } act_pp_counters;
 void act_pp_get_counters(const act_pp *rt, act_pp_counters *out);
 

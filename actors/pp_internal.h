@@ -15,7 +15,11 @@
  *   posted, rendezvous_ms, hold_start, inject_fail_stage, jitter_us/gen   atomics: submitter/tests write,
  *                                      stage actors and stream workers read
  *   mark[].t0_ns                       the stage's stream worker only (begin writes, end reads)
- *   next_id, ref_* (reference arm)     the submitting thread only */
+ *   next_id, ref_* (reference arm)     the submitting thread only
+ *   feed_src, feed_last (fed steps)    the submitting thread only
+ *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
+ *   feed_tok, feed_rows (device)       written by the last stage's stream (feed_tok, after each ARGMAX step,
+ *                                      then feed_ev), read by stage 0's stream after waiting feed_ev */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 
@@ -29,7 +33,7 @@
 #include "model/llama.h"
 #include "transport/boundary.h"
 
-enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK };
+enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED };
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
 #define PP_GRAPH_SLOTS 8  /* MEMRA_PP_GRAPH: captured walks per stage, one per batch size B */
@@ -53,6 +57,9 @@ struct pp_rec {
     int B;
     int out_rows;            /* rows of logits: B, 1 or 0 */
     int argmax;              /* ACT_LOGITS_ARGMAX: the last stage reduces each row to its argmax on the device */
+    int feed;                /* act_pp_step.feed: stage 0 embeds the rows' tokens from feed_tok on the device */
+    uint64_t feed_after;     /* fed: id of the latest split ARGMAX step submitted before it (whose FEED
+                              * message stage 0 waits for before it waits feed_ev) */
     int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */
     act_pp_seams seams;      /* snapshot read by the submitter for this step */
     int32_t *tokens, *seq, *pos; /* (B,) each, owned */
@@ -107,6 +114,7 @@ struct pp_stage {
                                                                   * (B, MEMRA_PDL) */
     int n_graph;
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
+    uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet) */
     /* device-side stats (marker callbacks on this stage's stream) */
     _Atomic uint64_t busy_ns, walks, begins;
     _Atomic uint64_t enqueue_ns, enqueues; /* host side: written by the actor thread, read by stats */
@@ -115,6 +123,14 @@ struct pp_stage {
 struct act_pp {
     dev_platform *plat;
     act_pp_config cfg;
+    /* fed steps (act_pp_params.feed) */
+    int feed_on;
+    krn_weight embd_dev;     /* the embedding table on stage 0's device */
+    int32_t *feed_tok;       /* (n_seq,) on stage 0's device: each sequence's latest ARGMAX token */
+    int32_t *feed_rows;      /* (max_rows,) on stage 0's device: a fed step's tokens, row by row */
+    dev_event *feed_ev;      /* on the last stage's device, recorded after each ARGMAX step's feed_tok copies */
+    uint64_t *feed_src;      /* (n_seq,) submitter: 1 + id of the ARGMAX step that left the sequence's token */
+    uint64_t feed_last;      /* submitter: 1 + id of the latest split ARGMAX step (0: none) */
     int N;
     int fence[ACT_PP_MAX_STAGES + 1];
     int n_seq, n_ctx, max_rows;
@@ -150,7 +166,7 @@ struct act_pp {
     struct {
         _Atomic uint64_t split_steps, pipe_overlaps, unsplit_steps, batch_split_steps, prime_split_chunks,
             prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done, graph_captures,
-            graph_replays;
+            graph_replays, fed_steps;
     } ctr;
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;

@@ -149,6 +149,55 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
     return 0;
 }
 
+/* Stage 0, a fed step: wait on its stream for the tokens the latest ARGMAX step left (feed_ev; the FEED message
+ * that let this step out of the queue says that step's record is enqueued), gather each row's token from its
+ * sequence's slot, upload [pos | seq] only and embed the rows on the device. */
+static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
+{
+    act_pp *rt = st->rt;
+    int i = st->staging_next;
+    st->staging_next = (i + 1) % PP_STAGING_RING;
+    int r;
+    /* ordered by staging_ev[i]: the upload that last read this buffer must be done before we refill it */
+    if ((r = dev_event_sync(st->staging_ev[i], err)) != 0)
+        return r;
+    const size_t xb = (size_t)rec->B * (size_t)rt->n_embd * sizeof(float), tb = (size_t)rec->B * sizeof(int32_t);
+    char *host = st->staging[i], *frame = st->frame;
+    memcpy(host + xb, rec->pos, tb);
+    memcpy(host + xb + tb, rec->seq, tb);
+    /* ordered by feed_ev: the last stage's stream wrote feed_tok (and recorded it) before this wait */
+    if ((r = dev_stream_wait_event_async(st->stream, rt->feed_ev)) != 0)
+        return dev_err_set(err, r, "stage 0: wait for the fed tokens failed");
+    for (int b = 0; b < rec->B; b++)
+        if ((r = dev_copy_d2d_async(st->stream, rt->feed_rows + b, rt->feed_tok + rec->seq[b], sizeof(int32_t))) != 0)
+            return dev_err_set(err, r, "stage 0: gather of fed token %d failed", b);
+    if ((r = dev_copy_h2d_async(st->stream, frame + xb, host + xb, 2 * tb)) != 0)
+        return dev_err_set(err, r, "stage 0: upload of the step's positions failed");
+    if ((r = dev_event_record_async(st->staging_ev[i], st->stream)) != 0)
+        return dev_err_set(err, r, "stage 0: staging event record failed");
+    if ((r = krn_embed_rows_async(st->stream, st->frame, &rt->embd_dev, rt->feed_rows, rec->B)) != 0)
+        return dev_err_set(err, r, "stage 0: embedding of %d fed rows failed", rec->B);
+    atomic_fetch_add(&rt->ctr.fed_steps, 1);
+    return 0;
+}
+
+/* The last stage, an ARGMAX step of a feeding runtime: each row's token into its sequence's slot on stage 0's
+ * device (rows in order: the last row of a sequence wins), then feed_ev, which a later fed step waits. */
+static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_err *err)
+{
+    act_pp *rt = st->rt;
+    const int32_t *tok = pp_result_src(rt, rec, logits_d);
+    dev_device *d0 = rt->stage[0].dev;
+    int r = 0;
+    for (int b = 0; b < rec->out_rows && r == 0; b++)
+        r = d0 == st->dev ? dev_copy_d2d_async(st->stream, rt->feed_tok + rec->seq[b], tok + b, sizeof(int32_t))
+                          : dev_copy_peer_async(st->stream, rt->feed_tok + rec->seq[b], d0, tok + b, st->dev,
+                                                sizeof(int32_t));
+    if (r == 0)
+        r = dev_event_record_async(rt->feed_ev, st->stream);
+    return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
+}
+
 /* The last stage's head: output_norm + lm_head into pool memory (freed by the readback actor's stream). */
 static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
 {
@@ -159,9 +208,10 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
         if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
             return err->code;
         const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
-        if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)))
+        if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)) ||
+            (r = pp_argmax_async(rt, rec, st->stream, rec->logits_d, err)))
             return r;
-        return pp_argmax_async(rt, rec, st->stream, rec->logits_d, err);
+        return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, err) : 0;
     }
     return 0;
 }
@@ -234,7 +284,7 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook */
         return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure (test hook)", st->s);
     if (st->s == 0) {
-        if ((r = stage0_upload(st, rec, err)) != 0)
+        if ((r = rec->feed ? stage0_feed(st, rec, err) : stage0_upload(st, rec, err)) != 0)
             return r;
     } else {
         if ((r = bnd_recv_async(st->in, kin, st->stream, st->frame, bytes)) != 0)
@@ -290,6 +340,11 @@ static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
 {
     act_pp *rt = st->rt;
     if (st->s == rt->N - 1) {
+        /* a feeding runtime: stage 0 may now wait feed_ev for this step (its record, if any, is enqueued) */
+        if (rt->feed_on && rec->argmax) {
+            const uint64_t seen = rec->id + 1;
+            pp_post(rt->stage[0].actor, PP_MSG_FEED, &seen, sizeof seen);
+        }
         /* rec changes hands: the readback actor is its last user (the mailbox orders our writes before its
          * take; the device work behind it is ordered by ev_done, which it waits) */
         pp_post(rt->rb_actor, PP_MSG_READBACK, &rec, sizeof rec);
@@ -309,6 +364,8 @@ static void stage_pump(pp_stage *st)
         pp_rec *rec = it.rec;
         int last = st->s == rt->N - 1;
         int failed = atomic_load(&rec->failed) || (st->s > 0 && it.kin < 0);
+        if (st->s == 0 && rec->feed && !failed && st->feed_seen < rec->feed_after)
+            return; /* wait for the FEED of the ARGMAX step whose tokens this step embeds */
         int kout = -1;
         if (!last && !failed) {
             kout = bnd_peek_slot(st->out, rec->seams.overlap);
@@ -389,6 +446,12 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
         int k;
         memcpy(&k, m->payload, sizeof k);
         st->credit[k] = 1;
+        break;
+    }
+    case PP_MSG_FEED: { /* stage 0: the last stage took this ARGMAX step (FEEDs arrive in step order) */
+        uint64_t seen;
+        memcpy(&seen, m->payload, sizeof seen);
+        st->feed_seen = seen;
         break;
     }
     default:

@@ -8,14 +8,14 @@
 
 static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
 {
-    if (!st || st->B < 1 || st->B > rt->max_rows || !st->tokens || !st->seq || !st->pos)
-        return dev_err_set(err, MEMRA_E_INVAL, "step: B=%d rows (allowed 1..%d) with tokens, seq and pos arrays",
-                           st ? st->B : 0, rt->max_rows);
+    if (!st || st->B < 1 || st->B > rt->max_rows || (!st->tokens && !st->feed) || !st->seq || !st->pos)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: B=%d rows (allowed 1..%d) with tokens (unless fed), seq and "
+                           "pos arrays", st ? st->B : 0, rt->max_rows);
     if (st->logits < ACT_LOGITS_ALL || st->logits > ACT_LOGITS_ARGMAX)
         return dev_err_set(err, MEMRA_E_INVAL, "step: logits mode %d (allowed ALL, LAST, NONE, ARGMAX)",
                            (int)st->logits);
     for (int b = 0; b < st->B; b++) {
-        if (st->tokens[b] < 0 || st->tokens[b] >= rt->n_vocab)
+        if (!st->feed && (st->tokens[b] < 0 || st->tokens[b] >= rt->n_vocab))
             return dev_err_set(err, MEMRA_E_INVAL, "step: row %d token %d outside the vocabulary 0..%d", b,
                                st->tokens[b], rt->n_vocab - 1);
         if (st->seq[b] < 0 || st->seq[b] >= rt->n_seq)
@@ -50,11 +50,16 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
     rec->B = st->B;
     rec->out_rows = out_rows_of(st);
     rec->argmax = st->logits == ACT_LOGITS_ARGMAX;
+    rec->feed = st->feed != 0;
     rec->seams = *seams;
     rec->tokens = arr;
     rec->seq = arr + st->B;
     rec->pos = arr + 2 * st->B;
-    memcpy(rec->tokens, st->tokens, (size_t)st->B * sizeof(int32_t));
+    if (st->feed) /* read on the device; -1 here marks that no host gather may use them */
+        for (int b = 0; b < st->B; b++)
+            rec->tokens[b] = -1;
+    else
+        memcpy(rec->tokens, st->tokens, (size_t)st->B * sizeof(int32_t));
     memcpy(rec->seq, st->seq, (size_t)st->B * sizeof(int32_t));
     memcpy(rec->pos, st->pos, (size_t)st->B * sizeof(int32_t));
     return rec;
@@ -150,9 +155,9 @@ int act_pp_run_unsplit(act_pp *rt, const act_pp_step *st, float *logits_out, dev
         return r;
     if (out_rows_of(st) > 0 && !logits_out)
         return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits_out is NULL but the step wants logits");
-    if (st->logits == ACT_LOGITS_ARGMAX)
-        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits mode ARGMAX (the reference arm returns "
-                                               "logits; allowed ALL, LAST, NONE)");
+    if (st->logits == ACT_LOGITS_ARGMAX || st->feed)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_run_unsplit: logits mode ARGMAX or a fed step (the reference "
+                                               "arm returns logits from host tokens; allowed ALL, LAST, NONE)");
     act_pp_seams seams = act_pp_seams_default();
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
@@ -185,6 +190,40 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
     }
     *out = p;
     return 0;
+}
+
+/* A fed step: the runtime keeps tokens on the device, the step is one the stage actors run, and every row's
+ * sequence has an ARGMAX step before it whose token is (or will be) there. */
+static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, dev_err *err)
+{
+    if (!rt->feed_on)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: a fed step needs a runtime created with act_pp_params.feed = 1");
+    if (st->kind != ACT_STEP_EAGER && st->kind != ACT_STEP_BATCH)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: a fed step is EAGER or BATCH (got kind %d)", (int)st->kind);
+    if (sync)
+        return dev_err_set(err, MEMRA_E_INVAL, "step: a fed step runs through the stage actors only, not the unsplit "
+                           "body of an A/B seam (MEMRA_BATCH_PP=0, MEMRA_PP_STREAMS=0)");
+    for (int b = 0; b < st->B; b++)
+        if (!rt->feed_src[st->seq[b]])
+            return dev_err_set(err, MEMRA_E_INVAL, "step: row %d of a fed step: sequence %d has no ARGMAX step through "
+                               "the stage actors before it (nothing to feed)", b, st->seq[b]);
+    return 0;
+}
+
+/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences (and
+ * is what a later fed step waits for); one run synchronously on the primary does not touch feed_tok. A fed
+ * step waits for the latest split ARGMAX step before it, whichever sequences it has: the last stage takes
+ * steps in order, so that step's feed_ev record comes after every earlier one. */
+static void feed_note(act_pp *rt, pp_rec *rec, int sync)
+{
+    if (rec->feed) /* 1 + id, like feed_last: stage 0 waits until that step's FEED arrived */
+        rec->feed_after = rt->feed_last;
+    if (!rt->feed_on || !rec->argmax)
+        return;
+    for (int b = 0; b < rec->B; b++)
+        rt->feed_src[rec->seq[b]] = sync ? 0 : rec->id + 1;
+    if (!sync)
+        rt->feed_last = rec->id + 1;
 }
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
@@ -234,13 +273,15 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
                                "devices with MEMRA_PP_DEVICES (MEMRA_PP_SAME_DEVICE_PIPE=1 lifts the refusal)",
                                rt->N);
     }
+    const int sync = unsplit || (rt->N > 1 && !rt->cfg.streams);
+    if (st->feed && (r = feed_check(rt, st, sync, err)) != 0)
+        return r;
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
         return err->code;
-    if (unsplit)
-        return submit_sync(rt, rec, 1, out, err);
-    if (rt->N > 1 && !rt->cfg.streams)
-        return submit_sync(rt, rec, rt->N, out, err);
+    feed_note(rt, rec, sync);
+    if (sync)
+        return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);
 
     rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
     if (!(rec->pending = pp_pending_get(rt, rec, err))) {
@@ -299,6 +340,7 @@ void act_pp_get_counters(const act_pp *rt, act_pp_counters *o)
     o->steps_done = atomic_load(&m->ctr.steps_done);
     o->graph_captures = atomic_load(&m->ctr.graph_captures);
     o->graph_replays = atomic_load(&m->ctr.graph_replays);
+    o->fed_steps = atomic_load(&m->ctr.fed_steps);
 }
 
 void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *o)

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include "device/dev.h"
+#include "kernels/krn.h"
 #include "model/tokenizer.h"
 
 typedef struct mdl_model mdl_model;
@@ -92,6 +93,10 @@ const char *mdl_model_arch_name(const mdl_model *m);
 /* Host-side gather: out (B, n_embd) host = rows tokens[0..B) of token_embd (mmapped, dequantized per
  * row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
 int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out, dev_err *err);
+/* A copy of the embedding table on device d (n_vocab rows of n_embd elements of its GGUF type, blocks layout):
+ * *out describes it (out->data device memory of d, dev_free it). For krn_embed_rows_async, which gives the
+ * rows mdl_embed_rows gives. 0 or MEMRA_E_* + err (no memory on d, copy failed). Cost: the table's bytes. */
+int mdl_embed_table_upload(const mdl_model *m, dev_device *d, krn_weight *out, dev_err *err);
 
 /* KV cache: per layer K and V (n_seq, n_ctx, n_head_kv*head_dim) of `type` (KRN_F32, KRN_F16 or KRN_BF16:
  * krn_kv_cache) on layer_dev[il] (NULL = the model's layer devices). Zero-filled. Destroy after every stream

@@ -464,3 +464,21 @@ int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out,
                         out + (size_t)b * m->hp.n_embd, m->hp.n_embd);
     return 0;
 }
+
+int mdl_embed_table_upload(const mdl_model *m, dev_device *d, krn_weight *out, dev_err *err)
+{
+    if (!m || !d || !out)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_embed_table_upload: need a model, a device and an output");
+    const size_t bytes = (size_t)m->hp.n_vocab * m->embd_row_bytes;
+    void *p = dev_malloc(d, bytes, err);
+    if (!p)
+        return dev_err_wrap(err, "embedding table copy (%zu bytes) on %s", bytes, dev_device_name(d));
+    int r = dev_copy_h2d_sync(d, p, m->embd, bytes, err);
+    if (r) {
+        dev_free(d, p);
+        return r;
+    }
+    *out = (krn_weight){ .type = m->embd_type, .n_out = m->hp.n_vocab, .n_in = m->hp.n_embd, .data = p,
+                         .layout = KRN_LAYOUT_BLOCKS };
+    return 0;
+}

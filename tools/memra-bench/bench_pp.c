@@ -77,13 +77,24 @@ static int submit_token(act_pp *rt, int32_t *tok, int32_t *seq, int32_t *pos, ac
     return act_pp_submit(rt, &st, p, err);
 }
 
+/* Submit one fed decode row of sequence *seq at position pos (act_pp_step.feed: its token is the one the
+ * sequence's previous ARGMAX step picks, read on the device). */
+static int submit_fed(act_pp *rt, int32_t *seq, int32_t pos, act_pending **p, dev_err *err)
+{
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .seq = seq, .pos = &pos, .logits = ACT_LOGITS_ARGMAX,
+                      .feed = 1};
+    return act_pp_submit(rt, &st, p, err);
+}
+
 /* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
- * device). */
+ * device; dev_argmax 2: and each sequence's next step submitted fed, before its current one is waited). */
 static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
                    int prompt, int dev_argmax, run_result *out)
 {
     const act_logits_mode mode = dev_argmax ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL;
+    const int feed = dev_argmax == 2;
     act_pp_params p = act_pp_default_params();
+    p.feed = feed;
     p.synth = syn;
     p.config.stages = stages;
     p.apply_env = stages > 1; /* PP-1 is the door shut whatever the environment says */
@@ -99,7 +110,8 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     int32_t *tok = calloc((size_t)S, sizeof *tok), *pos = calloc((size_t)S, sizeof *pos);
     int32_t *ptok = calloc((size_t)prompt, sizeof *ptok), *pseq = calloc((size_t)prompt, sizeof *pseq),
             *ppos = calloc((size_t)prompt, sizeof *ppos);
-    act_pending **pd = calloc((size_t)S, sizeof *pd);
+    act_pending **pd = calloc((size_t)S, sizeof *pd), *ahead[64] = {NULL}; /* feed: each sequence's next step */
+    int sub[64] = {0}; /* feed: timed steps submitted per sequence */
     uint64_t fnv[64]; /* S <= 64 (--seqs) */
     for (int s = 0; s < S; s++)
         fnv[s] = 14695981039346656037ull;
@@ -136,9 +148,14 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     double t0 = bench_now_s();
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
-    /* keep every sequence in flight: one pending per sequence, resubmitted as soon as it is drained */
-    for (int s = 0; s < S && rc == 0; s++)
+    /* keep every sequence in flight: one pending per sequence, resubmitted as soon as it is drained (feed: two,
+     * the second fed on the device from the first, so the host's turn is off the device's critical path) */
+    for (int s = 0; s < S && rc == 0; s++) {
         rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err);
+        sub[s] = 1;
+        if (rc == 0 && feed && T > 1 && (rc = submit_fed(rt, &seq_ids[s], pos[s] + 1, &ahead[s], &err)) == 0)
+            sub[s] = 2;
+    }
     act_pending_times pt = {0};
     for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
         if (!pd[k])
@@ -152,7 +169,12 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         pd[k] = NULL;
         pos[k]++;
         done++;
-        if (pos[k] - start < T) {
+        if (feed) {
+            pd[k] = ahead[k];
+            ahead[k] = NULL;
+            if (pd[k] && sub[k] < T && (rc = submit_fed(rt, &seq_ids[k], pos[k] + 1, &ahead[k], &err)) == 0)
+                sub[k]++;
+        } else if (pos[k] - start < T) {
             const uint64_t t_next = bench_now_ns();
             if (S == 1 && pt.stage0_ns && pt.enqueued_ns && pt.done_ns) {
                 const uint64_t pts[HT_N + 1] = {t_sub, pt.stage0_ns, pt.enqueued_ns, pt.readback_ns, pt.synced_ns,
@@ -189,10 +211,14 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     out->graph_replays = c.graph_replays;
     out->graph_captures = c.graph_captures;
     for (int s = 0; s < S; s++)
-        if (pd[s]) {
-            act_pending_wait(pd[s], NULL, NULL, NULL);
-            act_pending_release(pd[s]);
-        }
+        for (act_pending **q = &pd[s]; q; q = q == &pd[s] ? &ahead[s] : NULL)
+            if (*q) {
+                if (dev_argmax)
+                    act_pending_wait_tokens(*q, NULL, NULL, NULL);
+                else
+                    act_pending_wait(*q, NULL, NULL, NULL);
+                act_pending_release(*q);
+            }
     act_pp_destroy(rt);
     free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd);
     return rc ? 2 : 0;
@@ -229,12 +255,13 @@ int bench_pp_scaling(int argc, char **argv)
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
-                                {"--device-argmax", &dev_argmax, NULL, 0, 1}, {"--repeat", &repeat, NULL, 1, 64}};
+                                {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64}};
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
-                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1]\n"
+                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
                     "    [--repeat R=1]\n"
-                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; --repeat: R pairs of PP-1 then PP-N, "
+                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
+                    "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices)"))

@@ -1,0 +1,219 @@
+/* Fed steps (act_pp_step.feed, act_pp_params.feed): greedy decoding with each sequence's next step submitted
+ * before its current one is waited, the token read on the device. The token streams equal those of steps
+ * fed by the host, at N = 1..3 stages on one CPU device and across devices, with two sequences interleaved,
+ * and the stream-order race checker sees no race; a fed step behind a failed producer completes (its result
+ * means nothing) and the pipeline keeps serving; the misuses are refused with a message. Every leg. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "actors/pp.h"
+#include "model/gguf_synth.h"
+#include "model/llama.h"
+
+enum { S = 2, T = 10 }; /* sequences, tokens each */
+static char model_path[256];
+static dev_platform *plat;
+static const char *doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_DEVICES", "MEMRA_PP_OVERLAP", "MEMRA_BATCH_PP",
+                              "MEMRA_PP_STREAMS", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT"};
+
+static void clear_doors(void)
+{
+    for (size_t i = 0; i < sizeof doors / sizeof doors[0]; i++)
+        unsetenv(doors[i]);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    clear_doors();
+    dev_err e = {0};
+    if (!(plat = dev_platform_open(DEV_KIND_CPU, 4, &e)))
+        return -1;
+    mdl_gguf_synth p;
+    mdl_gguf_synth_defaults(&p);
+    p.n_layer = 6;
+    snprintf(model_path, sizeof model_path, "%s/memra-test-feed-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    return mdl_gguf_synth_write(model_path, &p, &e) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(model_path);
+    dev_platform_close(plat);
+    return 0;
+}
+
+static act_pp *create(int feed, dev_err *e)
+{
+    act_pp_params p = act_pp_default_params();
+    p.feed = feed;
+    return act_pp_create(plat, model_path, &p, e);
+}
+
+/* One ARGMAX decode row of sequence s at pos: with the host's token, or fed (tok < 0). */
+static act_pending *submit(act_pp *rt, int32_t tok, int32_t s, int32_t pos)
+{
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = tok >= 0 ? &tok : NULL, .seq = &s, .pos = &pos,
+                      .logits = ACT_LOGITS_ARGMAX, .feed = tok < 0};
+    act_pending *p = NULL;
+    dev_err e = {0};
+    if (act_pp_submit(rt, &st, &p, &e) != 0)
+        fail_msg("submit (seq %d pos %d%s): %s", s, pos, tok < 0 ? ", fed" : "", e.msg);
+    return p;
+}
+
+static int32_t token_of(act_pending *p)
+{
+    const int32_t *t;
+    dev_err e = {0};
+    if (act_pending_wait_tokens(p, &t, NULL, &e) != 0)
+        fail_msg("wait: %s", e.msg);
+    const int32_t v = t[0];
+    act_pending_release(p);
+    return v;
+}
+
+/* out[s][i]: S sequences, T greedy tokens each from token 7 + s at position 0, lanes interleaved. fed = 0:
+ * each step carries the token the host read; 1: the first step of each sequence does, every later one is
+ * fed and submitted while the step before it is in flight. */
+static void decode(int fed, int32_t out[S][T])
+{
+    dev_err e = {0};
+    act_pp *rt = create(fed, &e);
+    if (!rt)
+        fail_msg("create: %s", e.msg);
+    act_pending *cur[S], *next[S] = {NULL};
+    for (int s = 0; s < S; s++) {
+        cur[s] = submit(rt, 7 + s, s, 0);
+        if (fed)
+            next[s] = submit(rt, -1, s, 1);
+    }
+    for (int i = 0; i < T; i++)
+        for (int s = 0; s < S; s++) {
+            out[s][i] = token_of(cur[s]);
+            if (fed) {
+                cur[s] = next[s];
+                next[s] = i + 2 < T ? submit(rt, -1, s, i + 2) : NULL;
+            } else {
+                cur[s] = i + 1 < T ? submit(rt, out[s][i], s, i + 1) : NULL;
+            }
+        }
+    act_pp_destroy(rt);
+}
+
+static void test_fed_steps_give_the_host_fed_tokens_at_every_placement(void **state)
+{
+    (void)state;
+    static const char *stages[] = {NULL, "2", "3", "2", "3"};
+    static const char *devices[] = {NULL, NULL, NULL, "0,1", "0,1,2"};
+    for (size_t c = 0; c < sizeof stages / sizeof stages[0]; c++) {
+        clear_doors();
+        if (stages[c]) {
+            setenv("MEMRA_PP_STAGES", stages[c], 1);
+            setenv("MEMRA_PP_OVERLAP", "1", 1);
+        }
+        if (devices[c])
+            setenv("MEMRA_PP_DEVICES", devices[c], 1);
+        int32_t host[S][T], fed[S][T];
+        dev_race_check_enable(plat, 1);
+        const uint64_t races = dev_race_count(plat);
+        decode(0, host);
+        decode(1, fed);
+        if (dev_race_count(plat) != races) {
+            char msg[512];
+            dev_race_first(plat, msg, sizeof msg);
+            fail_msg("N=%s devices %s: %s", stages[c] ? stages[c] : "1", devices[c] ? devices[c] : "0", msg);
+        }
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < T; i++)
+                if (host[s][i] != fed[s][i])
+                    fail_msg("N=%s devices %s: sequence %d token %d: %d fed by the host, %d fed on the device",
+                             stages[c] ? stages[c] : "1", devices[c] ? devices[c] : "0", s, i, host[s][i], fed[s][i]);
+    }
+    clear_doors();
+}
+
+/* A producer that fails: its pending says why; the fed step behind it completes (it embedded whatever the
+ * slot held) and a host-fed redo puts the sequence back on track. */
+static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    dev_err e = {0};
+    act_pp *rt = create(1, &e);
+    assert_non_null(rt);
+    const int32_t t0 = token_of(submit(rt, 7, 0, 0));
+    act_pp_inject_stage_failure(rt, 1);
+    act_pending *bad = submit(rt, t0, 0, 1), *fed = submit(rt, -1, 0, 2);
+    const int32_t *t;
+    dev_err we = {0};
+    assert_int_equal(act_pending_wait_tokens(bad, &t, NULL, &we), MEMRA_E_DEVICE);
+    assert_non_null(strstr(we.msg, "injected failure"));
+    act_pending_release(bad);
+    assert_int_equal(act_pending_wait_tokens(fed, &t, NULL, &e), 0); /* done, meaningless */
+    act_pending_release(fed);
+    const int32_t t1 = token_of(submit(rt, t0, 0, 1)); /* the redo, then fed again from it */
+    const int32_t t2 = token_of(submit(rt, -1, 0, 2));
+    act_pp_destroy(rt);
+    int32_t ref[S][T];
+    clear_doors();
+    decode(0, ref);
+    assert_int_equal(t0, ref[0][0]);
+    assert_int_equal(t1, ref[0][1]);
+    assert_int_equal(t2, ref[0][2]);
+}
+
+static void test_misused_fed_steps_are_refused_with_a_message(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    dev_err e = {0};
+    act_pp *plain = create(0, &e), *rt = create(1, &e);
+    assert_true(plain && rt);
+    int32_t s = 0, pos = 0, tok = 3;
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .seq = &s, .pos = &pos, .logits = ACT_LOGITS_ARGMAX,
+                      .feed = 1};
+    act_pending *p = NULL;
+    dev_err e1 = {0}, e2 = {0}, e3 = {0}, e4 = {0}, e5 = {0};
+    assert_int_equal(act_pp_submit(plain, &st, &p, &e1), MEMRA_E_INVAL);
+    assert_non_null(strstr(e1.msg, "act_pp_params.feed"));
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e2), MEMRA_E_INVAL); /* nothing decoded greedily yet */
+    assert_non_null(strstr(e2.msg, "sequence 0 has no ARGMAX step"));
+    (void)token_of(submit(rt, tok, 0, 0));
+    st.kind = ACT_STEP_PRIME;
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e3), MEMRA_E_INVAL);
+    assert_non_null(strstr(e3.msg, "EAGER or BATCH"));
+    st.kind = ACT_STEP_BATCH;
+    setenv("MEMRA_BATCH_PP", "0", 1); /* the batch seam's unsplit body has no fed tokens */
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e4), MEMRA_E_INVAL);
+    assert_non_null(strstr(e4.msg, "stage actors only"));
+    unsetenv("MEMRA_BATCH_PP");
+    st.kind = ACT_STEP_EAGER;
+    float out[1];
+    assert_int_equal(act_pp_run_unsplit(rt, &st, out, &e5), MEMRA_E_INVAL);
+    assert_non_null(strstr(e5.msg, "fed step"));
+    assert_null(p);
+    act_pp_destroy(plain);
+    act_pp_destroy(rt);
+    clear_doors();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fed_steps_give_the_host_fed_tokens_at_every_placement),
+        cmocka_unit_test(test_a_failed_producer_does_not_stall_the_fed_step),
+        cmocka_unit_test(test_misused_fed_steps_are_refused_with_a_message),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
