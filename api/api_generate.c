@@ -2,7 +2,8 @@
  * are submitted and drained round-robin, so the oldest step is always the one waited on and the pipeline
  * holds one step per lane (every stage busy when lanes >= stages). A request whose sampler would take the
  * argmax of the raw logits decodes through memra_seq_decode_greedy (the token picked on the device, no logits
- * read back); the others sample on the host. State: local to the call (one thread); submits go through
+ * read back), and with device feed keeps a second step in flight, fed from the first on the device
+ * (memra_seq_decode_greedy_next); the others sample on the host. State: local to the call (one thread); submits go through
  * api_submit (rt->mu). */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@ typedef struct lane {
     memra_seq *seq;
     memra_sampler *smp;
     memra_pending *pend; /* the step whose result gives this request's next token: logits, or a greedy token */
+    memra_pending *ahead; /* device feed: the greedy step after pend, fed from it on the device, or NULL */
     int req;             /* request index, -1 = idle */
     int greedy;          /* the request's pick is the raw argmax: decode steps go through the device argmax */
 } lane;
@@ -53,7 +55,8 @@ static void finish(lane *l, memra_request *rq, int status)
     memra_sampler_free(l->smp);
     l->smp = NULL;
     memra_pending_free(l->pend);
-    l->pend = NULL;
+    memra_pending_free(l->ahead); /* an unread step past the end: it still runs; the rewind drops its row */
+    l->pend = l->ahead = NULL;
     l->req = -1;
     memra_seq_rewind(l->seq, 0);
 }
@@ -168,7 +171,16 @@ int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, mem
                 finish(l, rq, MEMRA_OK), active--;
                 continue;
             }
-            int d = l->greedy ? memra_seq_decode_greedy(l->seq, t, &l->pend) : memra_seq_decode(l->seq, t, &l->pend);
+            int d = 0;
+            if (l->ahead) /* already in flight, fed from the step just read */
+                l->pend = l->ahead, l->ahead = NULL;
+            else
+                d = l->greedy ? memra_seq_decode_greedy(l->seq, t, &l->pend) : memra_seq_decode(l->seq, t, &l->pend);
+            /* device feed: the step after that one goes in now, so the device never waits for this loop; if the
+             * request stops before its token, finish() drops it. A full context just means no step ahead. */
+            if (d == 0 && l->greedy && rt->feed && rq->n_out + 1 < rq->n_predict &&
+                (d = memra_seq_decode_greedy_next(l->seq, &l->ahead)) == MEMRA_E_FULL)
+                d = 0;
             if (d == MEMRA_E_FULL) {
                 finish(l, rq, MEMRA_E_FULL), active--;
             } else if (d) {

@@ -48,6 +48,8 @@ struct memra_seq {
     memra_runtime *rt;
     int slot;                 /* KV slot, -1 once closed */
     int pos;                  /* tokens in the sequence */
+    int greedy_tail;          /* its last step is a greedy one (memra_seq_decode_greedy[_next]) and pos was not
+                               * rewound since: memra_seq_decode_greedy_next may feed from it */
     memra_seq *next;          /* in rt->open_list or rt->retired FIFO */
 };
 
@@ -66,6 +68,7 @@ struct memra_runtime {
     dev_platform *plat;
     act_pp *pp;
     int n_seq, n_ctx, max_rows, n_vocab, N;
+    int feed;                 /* created with device feed (act_pp_params.feed): memra_seq_decode_greedy_next */
     memra_abort_fn abort_cb;
     void *abort_user;
     pthread_mutex_t mu;       /* see the top of the file */

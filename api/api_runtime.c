@@ -52,6 +52,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.max_rows = %d (allowed 1..65536)", p->max_rows);
     if (p->apply_env < 0 || p->apply_env > 1)
         BAD("memra_runtime_params.apply_env = %d (allowed 0 or 1)", p->apply_env);
+    if (p->device_feed < MEMRA_FEED_AUTO || p->device_feed > MEMRA_FEED_OFF)
+        BAD("memra_runtime_params.device_feed = %d (allowed MEMRA_FEED_AUTO 0, ON 1, OFF 2)", (int)p->device_feed);
     if (p->kv_type < MEMRA_KV_DEFAULT || p->kv_type > MEMRA_KV_BF16)
         BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
 #undef BAD
@@ -124,8 +126,13 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
         ap.seams.overlap = p.overlap;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
+    /* AUTO: on with CUDA, where the host's turn between greedy steps leaves the GPU idle; off on the CPU
+     * backend, whose stage workers are the CPU the host turn runs on (and the table copy is host memory) */
+    ap.feed = p.device_feed == MEMRA_FEED_ON ||
+              (p.device_feed == MEMRA_FEED_AUTO && dev_platform_kind(rt->plat) == DEV_KIND_CUDA);
     if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
         goto fail;
+    rt->feed = ap.feed;
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
     rt->n_seq = p.n_seq;
     rt->n_ctx = act_pp_n_ctx(rt->pp);
@@ -221,6 +228,7 @@ int memra_runtime_counters(const memra_runtime *rt, memra_counters *out)
     out->batch_split_steps = c.batch_split_steps;
     out->prime_split_chunks = c.prime_split_chunks;
     out->prime_pipe_overlaps = c.prime_pipe_overlaps;
+    out->fed_steps = c.fed_steps;
     memra_runtime *w = (memra_runtime *)rt;
     pthread_mutex_lock(&w->mu);
     out->tokens_decoded = rt->tokens_decoded;
@@ -355,5 +363,6 @@ int memra_seq_rewind(memra_seq *seq, int pos)
         return api_fail(&seq->rt->err, MEMRA_E_INVAL, "memra_seq_rewind: pos %d outside 0..%d (the tokens held)",
                         pos, seq->pos);
     seq->pos = pos;
+    seq->greedy_tail = 0; /* the slot's fed token belongs to the position rewound away */
     return MEMRA_OK;
 }

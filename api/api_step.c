@@ -146,8 +146,10 @@ out:
 }
 
 /* One decode step of seq: token at position memra_seq_pos(), its result as `mode` asks (ACT_LOGITS_ALL: the
- * row's logits; ACT_LOGITS_ARGMAX: its greedy token, picked on the device). fn names the public call. */
-static int seq_decode(memra_seq *seq, memra_token token, act_logits_mode mode, memra_pending **out, const char *fn)
+ * row's logits; ACT_LOGITS_ARGMAX: its greedy token, picked on the device); fed: the token is the one the
+ * sequence's previous greedy step picks, read on the device (token unused). fn names the public call. */
+static int seq_decode(memra_seq *seq, memra_token token, int fed, act_logits_mode mode, memra_pending **out,
+                      const char *fn)
 {
     if (out)
         *out = NULL;
@@ -157,27 +159,41 @@ static int seq_decode(memra_seq *seq, memra_token token, act_logits_mode mode, m
     memra_runtime *rt = seq->rt;
     if (!out)
         return api_fail(&rt->err, MEMRA_E_INVAL, "%s: out is NULL", fn);
-    if ((r = check_tokens(rt, &token, 1, fn)) != 0)
+    if (fed && !rt->feed)
+        return api_fail(&rt->err, MEMRA_E_STATE, "%s: the runtime was created without device feed "
+                        "(memra_runtime_params.device_feed)", fn);
+    if (fed && !seq->greedy_tail)
+        return api_fail(&rt->err, MEMRA_E_STATE, "%s: the sequence's last step is not a greedy decode "
+                        "(memra_seq_decode_greedy or this call, not rewound since): there is no token to feed", fn);
+    if (!fed && (r = check_tokens(rt, &token, 1, fn)) != 0)
         return r;
     if (seq->pos >= rt->n_ctx)
         return api_fail(&rt->err, MEMRA_E_FULL, "%s: the sequence holds n_ctx = %d tokens", fn, rt->n_ctx);
     if (api_should_abort(rt))
         return MEMRA_E_ABORTED;
     int32_t slot = seq->slot, pos = seq->pos;
-    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &token, .seq = &slot, .pos = &pos, .logits = mode};
-    if ((r = api_submit(rt, &st, NULL, 0, out)) == 0)
+    act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &token, .seq = &slot, .pos = &pos, .logits = mode,
+                      .feed = fed};
+    if ((r = api_submit(rt, &st, NULL, 0, out)) == 0) {
         seq->pos++;
+        seq->greedy_tail = mode == ACT_LOGITS_ARGMAX;
+    }
     return r;
 }
 
 int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending **out)
 {
-    return seq_decode(seq, token, ACT_LOGITS_ALL, out, "memra_seq_decode");
+    return seq_decode(seq, token, 0, ACT_LOGITS_ALL, out, "memra_seq_decode");
 }
 
 int memra_seq_decode_greedy(memra_seq *seq, memra_token token, memra_pending **out)
 {
-    return seq_decode(seq, token, ACT_LOGITS_ARGMAX, out, "memra_seq_decode_greedy");
+    return seq_decode(seq, token, 0, ACT_LOGITS_ARGMAX, out, "memra_seq_decode_greedy");
+}
+
+int memra_seq_decode_greedy_next(memra_seq *seq, memra_pending **out)
+{
+    return seq_decode(seq, 0, 1, ACT_LOGITS_ARGMAX, out, "memra_seq_decode_greedy_next");
 }
 
 int memra_seq_verify(memra_seq *seq, const memra_token *tokens, int n, memra_pending **out)
@@ -206,7 +222,7 @@ int memra_seq_verify(memra_seq *seq, const memra_token *tokens, int n, memra_pen
     act_pp_step st = {.kind = ACT_STEP_SPEC, .B = n, .tokens = tokens, .seq = sp, .pos = sp + n,
                       .logits = ACT_LOGITS_ALL};
     if ((r = api_submit(rt, &st, NULL, 0, out)) == 0)
-        seq->pos += n;
+        seq->pos += n, seq->greedy_tail = 0;
     free(sp);
     return r;
 }
@@ -251,7 +267,7 @@ int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_to
     free(sp);
     if (r == 0)
         for (int i = 0; i < n; i++)
-            seqs[i]->pos++;
+            seqs[i]->pos++, seqs[i]->greedy_tail = 0;
     return r;
 }
 

@@ -157,6 +157,14 @@ typedef enum memra_kv_type {
     MEMRA_KV_BF16 = 3,
 } memra_kv_type;
 
+/* Greedy steps fed on the device (memra_seq_decode_greedy_next): a copy of the embedding table on stage 0's
+ * device, the token each greedy step picks left there for its sequence. */
+typedef enum memra_feed_mode {
+    MEMRA_FEED_AUTO = 0, /* on with the CUDA backend, off on the CPU backend */
+    MEMRA_FEED_ON = 1,
+    MEMRA_FEED_OFF = 2,
+} memra_feed_mode;
+
 typedef struct memra_runtime_params {
     memra_backend backend;   /* default AUTO */
     int cpu_devices;         /* emulated CPU devices 1..64 (default 8); ignored for CUDA */
@@ -176,6 +184,8 @@ typedef struct memra_runtime_params {
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
     int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
     memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
+    memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
+                              * uses it for greedy requests when on */
     memra_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
     memra_abort_fn abort_cb; /* may be NULL; checked between chunks and steps (MEMRA_E_ABORTED) */
@@ -219,6 +229,7 @@ typedef struct memra_counters {
     uint64_t prime_pipe_overlaps; /* prompt chunks that overlapped across stages */
     uint64_t tokens_decoded;      /* rows submitted by decode, decode_batch and generate */
     uint64_t tokens_primed;       /* prompt tokens submitted by prime and generate */
+    uint64_t fed_steps;           /* greedy steps fed on the device (memra_seq_decode_greedy_next, generate) */
 } memra_counters;
 /* Fill *out; MEMRA_E_INVAL for NULL. */
 MEMRA_API int memra_runtime_counters(const memra_runtime *rt, memra_counters *out);
@@ -278,6 +289,16 @@ MEMRA_API int memra_seq_decode(memra_seq *seq, memra_token token, memra_pending 
  * memra_seq_decode (MEMRA_E_INVAL: NULL, token out of range; MEMRA_E_STATE; MEMRA_E_FULL; MEMRA_E_ABORTED;
  * a submit error; on failure *out = NULL, pos unchanged). */
 MEMRA_API int memra_seq_decode_greedy(memra_seq *seq, memra_token token, memra_pending **out);
+/* The next greedy step of seq, fed on the device: its token is the one the sequence's previous greedy step
+ * (memra_seq_decode_greedy or this call) picks, read where that step left it, so this may be called before
+ * that step's pending is waited: the device goes from one token to the next without the host's turn in
+ * between (stage 0 waits on its stream for the token, then gathers its embedding row there). *out: as
+ * memra_seq_decode_greedy. If the previous step fails, this one's result means nothing (that step's pending
+ * says why). Needs a runtime created with device feed (memra_runtime_params.device_feed). Returns
+ * MEMRA_OK; MEMRA_E_STATE (closed; no device feed; the last step of seq is not a greedy one, or it was
+ * rewound since); MEMRA_E_INVAL (out NULL); MEMRA_E_FULL; MEMRA_E_ABORTED; or a submit error. On failure
+ * *out = NULL, pos unchanged. Threads: as memra_seq_decode. */
+MEMRA_API int memra_seq_decode_greedy_next(memra_seq *seq, memra_pending **out);
 /* Speculative verify: submit n tokens of seq at positions memra_seq_pos() .. +n-1 in ONE step (the spec
  * arm, split across the stages like decode) and return at once; *out gets n rows of logits, row i predicting
  * the token after tokens[i]. The sequence then holds all n: rewind it (memra_seq_rewind) to the last token

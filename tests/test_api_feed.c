@@ -1,0 +1,249 @@
+/* Device feed in the embedding API: memra_seq_decode_greedy_next (a greedy step fed on the device from the
+ * one before it, submitted before that one is waited) gives the tokens of memra_seq_decode_greedy on 1 and 2
+ * stages with two sequences in flight; memra_generate with device feed gives the outputs it gives without,
+ * for greedy and sampled requests, n_predict 1, 2 and longer, and a callback that stops a request while its
+ * next step is already in flight, and leaves its lanes clean for the next call; the misuses are refused by
+ * name with MEMRA_E_STATE / MEMRA_E_INVAL. CPU backend, every leg. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "memra/memra.h"
+#include "support/api_tiny.h"
+
+#define NV 300 /* the tiny model's vocabulary */
+#define GEN 12
+
+static char g_path[256];
+static memra_model *g_model;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_model = api_tiny_open(g_path, sizeof g_path);
+    return g_model ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    api_tiny_close(g_model, g_path);
+    return 0;
+}
+
+static memra_runtime *make_rt(int stages, memra_feed_mode feed)
+{
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU;
+    p.cpu_devices = 4;
+    p.apply_env = 0;
+    p.stages = stages;
+    if (stages > 1) {
+        p.n_devices = stages;
+        for (int s = 0; s < stages; s++)
+            p.devices[s] = s;
+    }
+    p.n_seq = 4;
+    p.n_ctx = 64;
+    p.max_rows = 8;
+    p.device_feed = feed;
+    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    if (!rt)
+        fail_msg("runtime: %s", memra_last_error());
+    return rt;
+}
+
+static void prompt_of(memra_token *t, int n, int salt)
+{
+    for (int i = 0; i < n; i++)
+        t[i] = (memra_token)((i * 37 + salt * 11 + 5) % NV);
+}
+
+static memra_token wait_token(memra_pending *p)
+{
+    memra_token t = -1;
+    if (memra_pending_wait_token(p, &t) != MEMRA_OK)
+        fail_msg("wait: %s", memra_last_error());
+    memra_pending_free(p);
+    return t;
+}
+
+/* GEN tokens of two sequences: the first from the prime's logits, the rest greedy on the device; fed = 1:
+ * each sequence keeps its next step in flight, fed from the current one (memra_seq_decode_greedy_next). */
+static void decode_two(memra_runtime *rt, int fed, memra_token out[2][GEN])
+{
+    memra_seq *s[2];
+    memra_pending *cur[2], *next[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        memra_token pr[9];
+        prompt_of(pr, 9, 70 + k);
+        assert_non_null(s[k] = memra_seq_open(rt));
+        memra_pending *p;
+        const float *l;
+        assert_int_equal(memra_seq_prime(s[k], pr, 9, 4, &p), MEMRA_OK);
+        assert_int_equal(memra_pending_wait(p, &l, NULL), MEMRA_OK);
+        out[k][0] = memra_argmax(l, NV);
+        memra_pending_free(p);
+        assert_int_equal(memra_seq_decode_greedy(s[k], out[k][0], &cur[k]), MEMRA_OK);
+        if (fed)
+            assert_int_equal(memra_seq_decode_greedy_next(s[k], &next[k]), MEMRA_OK);
+    }
+    for (int i = 1; i < GEN; i++)
+        for (int k = 0; k < 2; k++) {
+            out[k][i] = wait_token(cur[k]);
+            cur[k] = NULL;
+            if (fed) {
+                cur[k] = next[k];
+                next[k] = NULL;
+                if (i + 2 < GEN)
+                    assert_int_equal(memra_seq_decode_greedy_next(s[k], &next[k]), MEMRA_OK);
+            } else if (i + 1 < GEN) {
+                assert_int_equal(memra_seq_decode_greedy(s[k], out[k][i], &cur[k]), MEMRA_OK);
+            }
+        }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(memra_seq_pos(s[k]), 9 + GEN - 1);
+        memra_seq_close(s[k]);
+    }
+}
+
+static void test_fed_greedy_steps_give_the_tokens_of_host_fed_ones(void **state)
+{
+    (void)state;
+    for (int stages = 1; stages <= 2; stages++) {
+        memra_runtime *rt = make_rt(stages, MEMRA_FEED_ON);
+        memra_token ref[2][GEN], got[2][GEN];
+        decode_two(rt, 0, ref);
+        memra_counters c;
+        assert_int_equal(memra_runtime_counters(rt, &c), MEMRA_OK);
+        assert_int_equal(c.fed_steps, 0);
+        decode_two(rt, 1, got);
+        assert_int_equal(memra_runtime_counters(rt, &c), MEMRA_OK);
+        assert_int_equal(c.fed_steps, 2 * (GEN - 2)); /* every greedy step but each sequence's first */
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < GEN; i++)
+                if (got[k][i] != ref[k][i])
+                    fail_msg("%d stage(s), sequence %d, token %d: fed %d, host-fed %d", stages, k, i, got[k][i],
+                             ref[k][i]);
+        memra_runtime_free(rt);
+    }
+}
+
+static int g_stop_after; /* on_token: stop request 0 after this many tokens */
+static int stop_request0(void *user, int req, memra_token t, const char *piece, int n_piece)
+{
+    (void)user, (void)t, (void)piece, (void)n_piece;
+    static int seen;
+    if (req == 0 && ++seen == g_stop_after) {
+        seen = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Requests: greedy with n_predict GEN, 1 and 2, one sampled; request 0 stopped by the callback after 5
+ * tokens (its fed step already in flight). Run twice on the runtime: the lanes come back clean. */
+static void run_requests(memra_runtime *rt, memra_token out[4][GEN], int n_out[4])
+{
+    memra_token prompts[4][7];
+    memra_request r[4];
+    static const int n_predict[4] = {GEN, 1, 2, GEN};
+    for (int i = 0; i < 4; i++) {
+        prompt_of(prompts[i], 7, 90 + i);
+        r[i] = (memra_request){.prompt = prompts[i], .n_prompt = 7, .n_predict = n_predict[i],
+                               .sampling = memra_sampler_greedy_params(), .out = out[i], .out_cap = GEN};
+    }
+    r[3].sampling = memra_sampler_default_params(); /* sampled on the host: no device feed for it */
+    r[3].sampling.seed = 11;
+    g_stop_after = 5;
+    assert_int_equal(memra_generate(rt, r, 4, 3, stop_request0, NULL), MEMRA_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(r[i].status, MEMRA_OK);
+        n_out[i] = r[i].n_out;
+    }
+    assert_int_equal(n_out[0], 5);
+}
+
+static void test_generate_with_device_feed_gives_what_it_gives_without(void **state)
+{
+    (void)state;
+    memra_token ref[4][GEN], got[4][GEN], again[4][GEN];
+    int n_ref[4], n_got[4], n_again[4];
+    memra_runtime *off = make_rt(2, MEMRA_FEED_OFF), *on = make_rt(2, MEMRA_FEED_ON);
+    run_requests(off, ref, n_ref);
+    run_requests(on, got, n_got);
+    run_requests(on, again, n_again);
+    memra_counters c_off, c_on;
+    assert_int_equal(memra_runtime_counters(off, &c_off), MEMRA_OK);
+    assert_int_equal(memra_runtime_counters(on, &c_on), MEMRA_OK);
+    assert_int_equal(c_off.fed_steps, 0);
+    /* per call, request 0 only: tokens 3..6 fed (token 1 from the prime, 2 host-fed), token 6 in flight when
+     * the callback stops it at 5; n_predict 1 and 2 leave nothing to feed; request 3 samples on the host */
+    assert_int_equal(c_on.fed_steps, 2 * 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(n_got[i], n_ref[i]);
+        assert_int_equal(n_again[i], n_ref[i]);
+        for (int k = 0; k < n_ref[i]; k++)
+            if (got[i][k] != ref[i][k] || again[i][k] != ref[i][k])
+                fail_msg("request %d token %d: without feed %d, with %d, again %d", i, k, ref[i][k], got[i][k],
+                         again[i][k]);
+    }
+    memra_runtime_free(off);
+    memra_runtime_free(on);
+}
+
+static void assert_error_mentions(int code, const char *what)
+{
+    const char *msg = memra_last_error();
+    if (!strstr(msg, what) || !strstr(msg, memra_status_str(code)))
+        fail_msg("error message '%s' should name '%s' and %s", msg, what, memra_status_str(code));
+}
+
+static void test_misuses_of_the_fed_step_are_refused_by_name(void **state)
+{
+    (void)state;
+    memra_runtime *off = make_rt(1, MEMRA_FEED_OFF), *rt = make_rt(1, MEMRA_FEED_ON);
+    memra_pending *p = (memra_pending *)&p; /* must be cleared on failure */
+    memra_seq *s = memra_seq_open(off);
+    assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE);
+    assert_error_mentions(MEMRA_E_STATE, "device_feed");
+    assert_null(p);
+    memra_seq_close(s);
+    s = memra_seq_open(rt);
+    memra_token pr[5];
+    prompt_of(pr, 5, 3);
+    assert_int_equal(memra_seq_prime(s, pr, 5, 5, &p), MEMRA_OK);
+    memra_pending_free(p);
+    assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE); /* the last step was a prime */
+    assert_error_mentions(MEMRA_E_STATE, "not a greedy decode");
+    assert_int_equal(memra_seq_pos(s), 5);
+    assert_int_equal(memra_seq_decode_greedy(s, pr[4], &p), MEMRA_OK);
+    (void)wait_token(p);
+    assert_int_equal(memra_seq_decode_greedy_next(s, NULL), MEMRA_E_INVAL);
+    assert_int_equal(memra_seq_rewind(s, 5), MEMRA_OK); /* the fed token belongs to the dropped position */
+    assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE);
+    assert_error_mentions(MEMRA_E_STATE, "rewound");
+    memra_seq_close(s);
+    assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE); /* closed */
+    memra_runtime_params bad = memra_runtime_default_params();
+    bad.backend = MEMRA_BACKEND_CPU;
+    bad.device_feed = (memra_feed_mode)7;
+    assert_null(memra_runtime_create(g_model, &bad));
+    assert_error_mentions(MEMRA_E_INVAL, "device_feed = 7");
+    memra_runtime_free(off);
+    memra_runtime_free(rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fed_greedy_steps_give_the_tokens_of_host_fed_ones),
+        cmocka_unit_test(test_generate_with_device_feed_gives_what_it_gives_without),
+        cmocka_unit_test(test_misuses_of_the_fed_step_are_refused_by_name),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
