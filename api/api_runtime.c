@@ -70,6 +70,14 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
                                                                                        : MEMRA_BACKEND_AUTO;
         p->cpu_devices = n;
     }
+    const char *f = getenv("MEMRA_DEVICE_FEED"); /* device_feed's door */
+    if (r == 0 && f) {
+        if (!strcmp(f, "0") || !strcmp(f, "1"))
+            p->device_feed = f[0] == '1' ? MEMRA_FEED_ON : MEMRA_FEED_OFF;
+        else
+            r = dev_err_set(err, MEMRA_E_INVAL, "MEMRA_DEVICE_FEED=\"%s\": allowed 0 (no fed greedy steps) or 1 (fed "
+                            "on the device; unset: memra_runtime_params.device_feed, AUTO = on with CUDA)", f);
+    }
     return r;
 }
 

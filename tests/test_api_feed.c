@@ -234,6 +234,24 @@ static void test_misuses_of_the_fed_step_are_refused_by_name(void **state)
     bad.device_feed = (memra_feed_mode)7;
     assert_null(memra_runtime_create(g_model, &bad));
     assert_error_mentions(MEMRA_E_INVAL, "device_feed = 7");
+    /* the door (apply_env): a bad value is named; 1 turns device feed on over the field */
+    bad.device_feed = MEMRA_FEED_OFF;
+    bad.apply_env = 1;
+    setenv("MEMRA_DEVICE_FEED", "on", 1);
+    assert_null(memra_runtime_create(g_model, &bad));
+    assert_error_mentions(MEMRA_E_INVAL, "MEMRA_DEVICE_FEED=\"on\"");
+    setenv("MEMRA_DEVICE_FEED", "1", 1);
+    memra_runtime *door = memra_runtime_create(g_model, &bad);
+    unsetenv("MEMRA_DEVICE_FEED");
+    assert_non_null(door);
+    s = memra_seq_open(door);
+    assert_int_equal(memra_seq_decode_greedy(s, pr[0], &p), MEMRA_OK);
+    memra_pending *q = NULL;
+    assert_int_equal(memra_seq_decode_greedy_next(s, &q), MEMRA_OK);
+    (void)wait_token(p);
+    (void)wait_token(q);
+    memra_seq_close(s);
+    memra_runtime_free(door);
     memra_runtime_free(off);
     memra_runtime_free(rt);
 }
