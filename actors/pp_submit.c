@@ -210,20 +210,29 @@ static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, dev_err
     return 0;
 }
 
-/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences (and
- * is what a later fed step waits for); one run synchronously on the primary does not touch feed_tok. A fed
- * step waits for the latest split ARGMAX step before it, whichever sequences it has: the last stage takes
- * steps in order, so that step's feed_ev record comes after every earlier one. */
-static void feed_note(act_pp *rt, pp_rec *rec, int sync)
+/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences and
+ * is what a later fed step waits for (rec->feed_after); one run synchronously on the primary does not touch
+ * feed_tok. A fed step waits for the latest split ARGMAX step before it, whichever sequences it has: the last
+ * stage takes steps in order, so that step's feed_ev record comes after every earlier one. Noted before the
+ * post (rec is not ours after it); a refused post puts feed_last back (a FEED that never comes would hold
+ * every later fed step) and clears its sequences' slots. */
+static void feed_note(act_pp *rt, const pp_rec *rec, int sync)
 {
-    if (rec->feed) /* 1 + id, like feed_last: stage 0 waits until that step's FEED arrived */
-        rec->feed_after = rt->feed_last;
     if (!rt->feed_on || !rec->argmax)
         return;
     for (int b = 0; b < rec->B; b++)
         rt->feed_src[rec->seq[b]] = sync ? 0 : rec->id + 1;
     if (!sync)
         rt->feed_last = rec->id + 1;
+}
+
+static void feed_unnote(act_pp *rt, const pp_rec *rec, uint64_t feed_last)
+{
+    if (!rt->feed_on || !rec->argmax)
+        return;
+    for (int b = 0; b < rec->B; b++)
+        rt->feed_src[rec->seq[b]] = 0;
+    rt->feed_last = feed_last;
 }
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
@@ -279,12 +288,17 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
         return err->code;
-    feed_note(rt, rec, sync);
-    if (sync)
+    rec->feed_after = rt->feed_last; /* fed: stage 0 waits until that step's FEED (1 + id; 0: none) */
+    if (sync) {
+        feed_note(rt, rec, 1); /* before: submit_sync frees rec; clearing a sequence's slot is safe either way */
         return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);
+    }
 
+    const uint64_t feed_last = rt->feed_last;
+    feed_note(rt, rec, 0);
     rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
     if (!(rec->pending = pp_pending_get(rt, rec, err))) {
+        feed_unnote(rt, rec, feed_last);
         pp_rec_free(rec);
         return err->code;
     }
@@ -299,6 +313,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         pp_inflight_add(rt, -1);
         act_pending_release(p);
         act_pending_release(p);
+        feed_unnote(rt, rec, feed_last);
         pp_rec_free(rec);
         return dev_err_set(err, r, "act_pp_submit: stage 0 mailbox refused the step");
     }
