@@ -3,8 +3,8 @@
  * holds one step per lane (every stage busy when lanes >= stages). A request whose sampler would take the
  * argmax of the raw logits decodes through memra_seq_decode_greedy (the token picked on the device, no logits
  * read back), and with device feed keeps a second step in flight, fed from the first on the device
- * (memra_seq_decode_greedy_next); the others sample on the host. State: local to the call (one thread); submits go through
- * api_submit (rt->mu). */
+ * (memra_seq_decode_greedy_next); the others sample on the host. State: local to the call (one thread);
+ * submits go through api_submit (rt->mu). */
 #include <stdlib.h>
 #include <string.h>
 

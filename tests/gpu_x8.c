@@ -96,7 +96,8 @@ static void test_cuda_quantize_writes_the_host_bytes(void **state) {
 static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
     size_t bytes;
     uint8_t *h = rand_blocks(t, n_out, n_in, &bytes);
-    const size_t rb = bytes / (size_t)n_out, xb = sizeof(float) * (size_t)B * n_in, yb = sizeof(float) * (size_t)B * n_out;
+    const size_t rb = bytes / (size_t)n_out, xb = sizeof(float) * (size_t)B * n_in;
+    const size_t yb = sizeof(float) * (size_t)B * n_out;
     const size_t qrow = krn_x8_row_bytes(n_in);
     float *hx = malloc(xb), *hy = malloc(yb), *hy2 = malloc(yb), *hf = malloc(yb), *y0 = malloc(yb);
     uint8_t *hq = malloc((size_t)B * qrow);
