@@ -1,5 +1,6 @@
 /* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
 #include "actors/pp_internal.h"
+#include "model/repack.h"
 #include "kernels/krn.h"
 #include "model/gguf_synth.h"
 
@@ -38,7 +39,7 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 
 mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err)
 {
-    mdl_scratch *sc = mdl_scratch_create(rt->model, d, rt->max_rows, err);
+    mdl_scratch *sc = mdl_scratch_create_x8(rt->model, d, rt->max_rows, rt->x8, err);
     if (sc && mdl_scratch_reserve_attention(sc, rt->n_ctx, err) != 0) {
         mdl_scratch_destroy(sc);
         return NULL;
@@ -137,13 +138,32 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
     if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)) ||
         (r = dev_copy_h2d_sync(d0, rt->feed_tok, zeros, (size_t)rt->n_seq * sizeof(int32_t), err)) != 0 ||
         !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)) ||
-        !(rt->feed_ev = dev_event_create(last, err))) {
+        !(rt->feed_ev = calloc((size_t)rt->n_seq, sizeof *rt->feed_ev))) {
         free(zeros);
-        return r ? r : err->code;
+        return r ? r : rt->feed_ev ? err->code : dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
     }
     free(zeros);
+    for (int i = 0; i < rt->n_seq; i++) /* one per sequence: a fed step waits its own sequence's producer only */
+        if (!(rt->feed_ev[i] = dev_event_create(last, err)))
+            return err->code;
     rt->feed_on = 1;
     return 0;
+}
+
+/* act_pp_params.feed against the placement: ON is refused where a fed step cannot run (the one-stream seam
+ * runs every step on the host's clock); AUTO is on only where it can run ahead. 1 = make the feed buffers,
+ * 0 = none, -1 = refused (err set). */
+static int feed_wanted(act_pp *rt, int feed, dev_err *err)
+{
+    const int one_stream = rt->N > 1 && !rt->cfg.streams;
+    if (feed == ACT_FEED_ON && one_stream) {
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: act_pp_params.feed = ON needs the stage streams "
+                    "(MEMRA_PP_STREAMS=0 runs each step on the primary stream); use AUTO or OFF");
+        return -1;
+    }
+    if (feed == ACT_FEED_AUTO)
+        return !one_stream && !act_pp_pipelining_refused(rt);
+    return feed == ACT_FEED_ON;
 }
 
 act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *params, dev_err *err)
@@ -237,6 +257,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     rt->n_vocab = hp->n_vocab;
     rt->n_layer = hp->n_layer;
     rt->n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train < 1024 ? hp->n_ctx_train : 1024);
+    if (mdl_x8_door(&rt->x8, err) != 0)
+        goto fail;
 
     if (!(rt->stage = calloc((size_t)N, sizeof *rt->stage)))
         goto nomem;
@@ -260,7 +282,12 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         rt->stage[b + 1].in = rt->bnd[b];
     }
     dev_device *last = rt->stage[N - 1].dev;
-    if (p.feed && feed_init(rt, last, err) != 0)
+    if (p.feed < ACT_FEED_OFF || p.feed > ACT_FEED_AUTO) {
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: feed = %d (allowed ACT_FEED_OFF 0, ON 1, AUTO 2)", p.feed);
+        goto fail;
+    }
+    const int feed = feed_wanted(rt, p.feed, err);
+    if (feed < 0 || (feed && feed_init(rt, last, err) != 0))
         goto fail;
     if (!(rt->head_pool = mem_pool_create(last, err)))
         goto fail;
@@ -319,8 +346,10 @@ void act_pp_destroy(act_pp *rt)
         mdl_kv_destroy(rt->ref_kv);
     if (rt->head_pool)
         mem_pool_destroy(rt->head_pool);
-    if (rt->feed_ev)
-        dev_event_destroy(rt->feed_ev);
+    for (int i = 0; rt->feed_ev && i < rt->n_seq; i++)
+        if (rt->feed_ev[i])
+            dev_event_destroy(rt->feed_ev[i]);
+    free(rt->feed_ev);
     if (rt->feed_tok)
         dev_free(rt->stage[0].dev, rt->feed_tok);
     if (rt->feed_rows)
@@ -344,6 +373,7 @@ void act_pp_destroy(act_pp *rt)
 }
 
 int act_pp_stages(const act_pp *rt) { return rt->N; }
+int act_pp_feeds(const act_pp *rt) { return rt->feed_on; }
 int act_pp_n_ctx(const act_pp *rt) { return rt->n_ctx; }
 int act_pp_n_seq(const act_pp *rt) { return rt->n_seq; }
 const int *act_pp_fence(const act_pp *rt) { return rt->fence; }

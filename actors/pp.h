@@ -79,11 +79,16 @@ typedef struct act_pp_params {
                                          * loading model_path (which may then be NULL); see mdl_model_synthesize */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
     void *progress_ctx;
-    int feed;             /* 1: steps may be fed (act_pp_step.feed): a copy of the embedding table lives on stage
-                           * 0's device (its bytes), and every ARGMAX step leaves each row's token there for its
-                           * sequence (a 4-byte copy per row and one event record on the last stage's stream).
-                           * 0 (default): no copy, no fed steps. */
+    int feed;             /* ACT_FEED_ON: steps may be fed (act_pp_step.feed): a copy of the embedding table lives
+                           * on stage 0's device (its bytes), and every ARGMAX step leaves each row's token there
+                           * for its sequence (a 4-byte copy and an event record per row on the last stage's
+                           * stream); refused (MEMRA_E_INVAL) on the one-stream seam, which runs steps on the
+                           * host's clock. ACT_FEED_AUTO: on unless that seam is set or the pipelining of a
+                           * second step is refused (stage streams sharing one CUDA device), where a fed step
+                           * could not run ahead. ACT_FEED_OFF (0, default): no copy, no fed steps. */
 } act_pp_params;
+
+enum { ACT_FEED_OFF = 0, ACT_FEED_ON = 1, ACT_FEED_AUTO = 2 };
 
 act_pp_params act_pp_default_params(void);
 
@@ -98,6 +103,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
 void act_pp_destroy(act_pp *rt);
 
 int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
+int act_pp_feeds(const act_pp *rt);             /* 1 when fed steps are allowed (act_pp_params.feed) */
 int act_pp_n_ctx(const act_pp *rt);             /* positions per sequence */
 int act_pp_n_seq(const act_pp *rt);             /* KV sequence slots */
 /* 1 when a second step in flight would be refused right now (CUDA, two or more stage streams on one

@@ -16,10 +16,10 @@
  *                                      stage actors and stream workers read
  *   mark[].t0_ns                       the stage's stream worker only (begin writes, end reads)
  *   next_id, ref_* (reference arm)     the submitting thread only
- *   feed_src, feed_last (fed steps)    the submitting thread only
+ *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
- *   feed_tok, feed_rows (device)       written by the last stage's stream (feed_tok, after each ARGMAX step,
- *                                      then feed_ev), read by stage 0's stream after waiting feed_ev */
+ *   feed_tok, feed_rows (device)       written by the last stage's stream (feed_tok[seq] after each ARGMAX
+ *                                      step, then feed_ev[seq]), read by stage 0's stream after waiting it */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 
@@ -58,8 +58,8 @@ struct pp_rec {
     int out_rows;            /* rows of logits: B, 1 or 0 */
     int argmax;              /* ACT_LOGITS_ARGMAX: the last stage reduces each row to its argmax on the device */
     int feed;                /* act_pp_step.feed: stage 0 embeds the rows' tokens from feed_tok on the device */
-    uint64_t feed_after;     /* fed: id of the latest split ARGMAX step submitted before it (whose FEED
-                              * message stage 0 waits for before it waits feed_ev) */
+    uint64_t feed_after;     /* fed: 1 + the id of the latest of its rows' producers (the ARGMAX steps that
+                              * left their sequences' tokens), whose FEED stage 0 waits for before feed_ev */
     int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */
     act_pp_seams seams;      /* snapshot read by the submitter for this step */
     int32_t *tokens, *seq, *pos; /* (B,) each, owned */
@@ -114,7 +114,8 @@ struct pp_stage {
                                                                   * (B, MEMRA_PDL) */
     int n_graph;
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
-    uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet) */
+    uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
+                              * arrive in step order, so every step up to it has its feed_ev records enqueued */
     /* device-side stats (marker callbacks on this stage's stream) */
     _Atomic uint64_t busy_ns, walks, begins;
     _Atomic uint64_t enqueue_ns, enqueues; /* host side: written by the actor thread, read by stats */
@@ -128,13 +129,13 @@ struct act_pp {
     krn_weight embd_dev;     /* the embedding table on stage 0's device */
     int32_t *feed_tok;       /* (n_seq,) on stage 0's device: each sequence's latest ARGMAX token */
     int32_t *feed_rows;      /* (max_rows,) on stage 0's device: a fed step's tokens, row by row */
-    dev_event *feed_ev;      /* on the last stage's device, recorded after each ARGMAX step's feed_tok copies */
+    dev_event **feed_ev;     /* (n_seq,) on the last stage's device: recorded after a sequence's feed_tok copy */
     uint64_t *feed_src;      /* (n_seq,) submitter: 1 + id of the ARGMAX step that left the sequence's token */
-    uint64_t feed_last;      /* submitter: 1 + id of the latest split ARGMAX step (0: none) */
     int N;
     int fence[ACT_PP_MAX_STAGES + 1];
     int n_seq, n_ctx, max_rows;
     int kv_type;                 /* the KV cache's element type (act_pp_params.kv_type) */
+    int x8;                      /* MEMRA_CUDA_X8, read once at create: every scratch (stages, unsplit arm) alike */
     act_pp_seams seam_defaults; /* per-step seams before the environment's overrides */
     int n_embd, n_vocab, n_layer;
     mdl_model *model;

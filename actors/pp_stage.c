@@ -149,9 +149,10 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
     return 0;
 }
 
-/* Stage 0, a fed step: wait on its stream for the tokens the latest ARGMAX step left (feed_ev; the FEED message
- * that let this step out of the queue says that step's record is enqueued), gather each row's token from its
- * sequence's slot, upload [pos | seq] only and embed the rows on the device. */
+/* Stage 0, a fed step: wait on its stream for each row's sequence's token (feed_ev[seq]; the FEED message that
+ * let this step out of the queue says its producers' records are enqueued, and no later record of those
+ * sequences can be: their later steps queue behind this one), gather each row's token from its sequence's
+ * slot, upload [pos | seq] only and embed the rows on the device. */
 static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
@@ -165,12 +166,13 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     char *host = st->staging[i], *frame = st->frame;
     memcpy(host + xb, rec->pos, tb);
     memcpy(host + xb + tb, rec->seq, tb);
-    /* ordered by feed_ev: the last stage's stream wrote feed_tok (and recorded it) before this wait */
-    if ((r = dev_stream_wait_event_async(st->stream, rt->feed_ev)) != 0)
-        return dev_err_set(err, r, "stage 0: wait for the fed tokens failed");
-    for (int b = 0; b < rec->B; b++)
+    for (int b = 0; b < rec->B; b++) {
+        /* ordered by feed_ev[seq]: the last stage's stream wrote feed_tok[seq] before recording it */
+        if ((r = dev_stream_wait_event_async(st->stream, rt->feed_ev[rec->seq[b]])) != 0)
+            return dev_err_set(err, r, "stage 0: wait for the fed token of row %d failed", b);
         if ((r = dev_copy_d2d_async(st->stream, rt->feed_rows + b, rt->feed_tok + rec->seq[b], sizeof(int32_t))) != 0)
             return dev_err_set(err, r, "stage 0: gather of fed token %d failed", b);
+    }
     if ((r = dev_copy_h2d_async(st->stream, frame + xb, host + xb, 2 * tb)) != 0)
         return dev_err_set(err, r, "stage 0: upload of the step's positions failed");
     if ((r = dev_event_record_async(st->staging_ev[i], st->stream)) != 0)
@@ -182,19 +184,23 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 }
 
 /* The last stage, an ARGMAX step of a feeding runtime: each row's token into its sequence's slot on stage 0's
- * device (rows in order: the last row of a sequence wins), then feed_ev, which a later fed step waits. */
+ * device (rows in order: the last row of a sequence wins), then its sequence's feed_ev, which that sequence's
+ * next fed step waits. Every row's event is recorded even after a failed copy, so no wait can pass a copy
+ * still in flight (the step fails; the fed step behind it reads what the slot holds). */
 static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_err *err)
 {
     act_pp *rt = st->rt;
     const int32_t *tok = pp_result_src(rt, rec, logits_d);
     dev_device *d0 = rt->stage[0].dev;
     int r = 0;
-    for (int b = 0; b < rec->out_rows && r == 0; b++)
-        r = d0 == st->dev ? dev_copy_d2d_async(st->stream, rt->feed_tok + rec->seq[b], tok + b, sizeof(int32_t))
-                          : dev_copy_peer_async(st->stream, rt->feed_tok + rec->seq[b], d0, tok + b, st->dev,
-                                                sizeof(int32_t));
-    if (r == 0)
-        r = dev_event_record_async(rt->feed_ev, st->stream);
+    for (int b = 0; b < rec->out_rows; b++) {
+        int32_t *slot = rt->feed_tok + rec->seq[b];
+        if (r == 0)
+            r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))
+                              : dev_copy_peer_async(st->stream, slot, d0, tok + b, st->dev, sizeof(int32_t));
+        const int re = dev_event_record_async(rt->feed_ev[rec->seq[b]], st->stream);
+        r = r ? r : re;
+    }
     return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
 }
 

@@ -210,29 +210,26 @@ static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, dev_err
     return 0;
 }
 
-/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences and
- * is what a later fed step waits for (rec->feed_after); one run synchronously on the primary does not touch
- * feed_tok. A fed step waits for the latest split ARGMAX step before it, whichever sequences it has: the last
- * stage takes steps in order, so that step's feed_ev record comes after every earlier one. Noted before the
- * post (rec is not ours after it); a refused post puts feed_last back (a FEED that never comes would hold
- * every later fed step) and clears its sequences' slots. */
-static void feed_note(act_pp *rt, const pp_rec *rec, int sync)
+/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences
+ * (feed_src: what a later fed step of that sequence waits for); one run synchronously on the primary does not
+ * touch feed_tok, so it clears its sequences. Noted before the post (rec is not ours after it); a refused post
+ * clears them too (a FEED that never comes would hold the next fed step of those sequences forever). */
+static void feed_note(act_pp *rt, const pp_rec *rec, int keep)
 {
     if (!rt->feed_on || !rec->argmax)
         return;
     for (int b = 0; b < rec->B; b++)
-        rt->feed_src[rec->seq[b]] = sync ? 0 : rec->id + 1;
-    if (!sync)
-        rt->feed_last = rec->id + 1;
+        rt->feed_src[rec->seq[b]] = keep ? rec->id + 1 : 0;
 }
 
-static void feed_unnote(act_pp *rt, const pp_rec *rec, uint64_t feed_last)
+/* A fed step waits for the FEED of the latest producer among its rows' sequences only: other sequences' steps
+ * run on, so lanes interleaved by memra_generate keep every stage busy. */
+static uint64_t feed_after_of(const act_pp *rt, const pp_rec *rec)
 {
-    if (!rt->feed_on || !rec->argmax)
-        return;
-    for (int b = 0; b < rec->B; b++)
-        rt->feed_src[rec->seq[b]] = 0;
-    rt->feed_last = feed_last;
+    uint64_t after = 0;
+    for (int b = 0; rec->feed && b < rec->B; b++)
+        after = rt->feed_src[rec->seq[b]] > after ? rt->feed_src[rec->seq[b]] : after;
+    return after;
 }
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
@@ -288,17 +285,15 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
         return err->code;
-    rec->feed_after = rt->feed_last; /* fed: stage 0 waits until that step's FEED (1 + id; 0: none) */
+    rec->feed_after = feed_after_of(rt, rec); /* fed: stage 0 waits until that step's FEED (1 + id) */
     if (sync) {
-        feed_note(rt, rec, 1); /* before: submit_sync frees rec; clearing a sequence's slot is safe either way */
+        feed_note(rt, rec, 0); /* before: submit_sync frees rec */
         return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);
     }
-
-    const uint64_t feed_last = rt->feed_last;
-    feed_note(rt, rec, 0);
+    feed_note(rt, rec, 1);
     rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
     if (!(rec->pending = pp_pending_get(rt, rec, err))) {
-        feed_unnote(rt, rec, feed_last);
+        feed_note(rt, rec, 0);
         pp_rec_free(rec);
         return err->code;
     }
@@ -313,7 +308,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         pp_inflight_add(rt, -1);
         act_pending_release(p);
         act_pending_release(p);
-        feed_unnote(rt, rec, feed_last);
+        feed_note(rt, rec, 0);
         pp_rec_free(rec);
         return dev_err_set(err, r, "act_pp_submit: stage 0 mailbox refused the step");
     }

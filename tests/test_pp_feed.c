@@ -205,6 +205,22 @@ static void test_misused_fed_steps_are_refused_with_a_message(void **state)
     assert_null(p);
     act_pp_destroy(plain);
     act_pp_destroy(rt);
+    /* the one-stream seam runs steps on the host's clock: ON is refused at create, AUTO turns feeding off */
+    setenv("MEMRA_PP_STREAMS", "0", 1);
+    act_pp_params pp = act_pp_default_params();
+    pp.feed = ACT_FEED_ON;
+    dev_err e6 = {0};
+    assert_null(act_pp_create(plat, model_path, &pp, &e6));
+    assert_non_null(strstr(e6.msg, "MEMRA_PP_STREAMS=0"));
+    pp.feed = ACT_FEED_AUTO;
+    act_pp *seam = act_pp_create(plat, model_path, &pp, &e);
+    assert_non_null(seam);
+    assert_int_equal(act_pp_feeds(seam), 0);
+    act_pp_destroy(seam);
+    pp.feed = 7;
+    dev_err e7 = {0};
+    assert_null(act_pp_create(plat, model_path, &pp, &e7));
+    assert_non_null(strstr(e7.msg, "feed = 7"));
     clear_doors();
 }
 
