@@ -60,7 +60,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
     return 0;
 }
 
-/* The backend doors, MEMRA_BACKEND and MEMRA_CPU_DEVICES, on top of the params (device/'s parser). */
+/* The doors of the fields read here rather than by act_pp_create, on top of the params: MEMRA_BACKEND and
+ * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_DEVICE_FEED. */
 static int backend_doors(memra_runtime_params *p, dev_err *err)
 {
     int kind = p->backend == MEMRA_BACKEND_CPU ? DEV_KIND_CPU : p->backend == MEMRA_BACKEND_CUDA ? DEV_KIND_CUDA : -1;
@@ -134,13 +135,15 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
         ap.seams.overlap = p.overlap;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
-    /* AUTO: on with CUDA, where the host's turn between greedy steps leaves the GPU idle; off on the CPU
-     * backend, whose stage workers are the CPU the host turn runs on (and the table copy is host memory) */
-    ap.feed = p.device_feed == MEMRA_FEED_ON ||
-              (p.device_feed == MEMRA_FEED_AUTO && dev_platform_kind(rt->plat) == DEV_KIND_CUDA);
+    /* AUTO: with CUDA, where the host's turn between greedy steps leaves the GPU idle, wherever a fed step can
+     * run ahead (act_pp's AUTO); off on the CPU backend, whose stage workers are the CPU the host's turn runs
+     * on (and the table copy is host memory) */
+    ap.feed = p.device_feed == MEMRA_FEED_ON ? ACT_FEED_ON
+              : p.device_feed == MEMRA_FEED_AUTO && dev_platform_kind(rt->plat) == DEV_KIND_CUDA ? ACT_FEED_AUTO
+                                                                                                 : ACT_FEED_OFF;
     if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
         goto fail;
-    rt->feed = ap.feed;
+    rt->feed = act_pp_feeds(rt->pp);
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
     rt->n_seq = p.n_seq;
     rt->n_ctx = act_pp_n_ctx(rt->pp);

@@ -108,6 +108,7 @@ int memra_seq_prime(memra_seq *seq, const memra_token *tokens, int n, int chunk,
         r = api_fail(&rt->err, MEMRA_E_NOMEM, "memra_seq_prime: out of host memory");
         goto out;
     }
+    seq->greedy_tail = 0; /* a prompt follows the last greedy token: nothing to feed from (even if a chunk fails) */
     for (int c = 0; c < n_chunks; c++) {
         if (api_should_abort(rt)) {
             r = MEMRA_E_ABORTED;

@@ -223,8 +223,14 @@ static void test_misuses_of_the_fed_step_are_refused_by_name(void **state)
     assert_int_equal(memra_seq_pos(s), 5);
     assert_int_equal(memra_seq_decode_greedy(s, pr[4], &p), MEMRA_OK);
     (void)wait_token(p);
+    assert_int_equal(memra_seq_prime(s, pr, 3, 3, &p), MEMRA_OK); /* a prompt after the greedy token */
+    memra_pending_free(p);
+    assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE);
+    assert_error_mentions(MEMRA_E_STATE, "not a greedy decode");
+    assert_int_equal(memra_seq_decode_greedy(s, pr[2], &p), MEMRA_OK);
+    (void)wait_token(p);
     assert_int_equal(memra_seq_decode_greedy_next(s, NULL), MEMRA_E_INVAL);
-    assert_int_equal(memra_seq_rewind(s, 5), MEMRA_OK); /* the fed token belongs to the dropped position */
+    assert_int_equal(memra_seq_rewind(s, 9), MEMRA_OK); /* the fed token belongs to the dropped position */
     assert_int_equal(memra_seq_decode_greedy_next(s, &p), MEMRA_E_STATE);
     assert_error_mentions(MEMRA_E_STATE, "rewound");
     memra_seq_close(s);

@@ -160,8 +160,10 @@ typedef enum memra_kv_type {
 /* Greedy steps fed on the device (memra_seq_decode_greedy_next): a copy of the embedding table on stage 0's
  * device, the token each greedy step picks left there for its sequence. */
 typedef enum memra_feed_mode {
-    MEMRA_FEED_AUTO = 0, /* on with the CUDA backend, off on the CPU backend */
-    MEMRA_FEED_ON = 1,
+    MEMRA_FEED_AUTO = 0, /* on with the CUDA backend wherever a fed step can run ahead (not with the one-stream
+                          * seam, nor with stage streams sharing one GPU while that pipelining is refused); off
+                          * on the CPU backend */
+    MEMRA_FEED_ON = 1,   /* on; memra_runtime_create refuses it (MEMRA_E_INVAL) with the one-stream seam */
     MEMRA_FEED_OFF = 2,
 } memra_feed_mode;
 
@@ -229,7 +231,7 @@ typedef struct memra_counters {
     uint64_t prime_pipe_overlaps; /* prompt chunks that overlapped across stages */
     uint64_t tokens_decoded;      /* rows submitted by decode, decode_batch and generate */
     uint64_t tokens_primed;       /* prompt tokens submitted by prime and generate */
-    uint64_t fed_steps;           /* greedy steps fed on the device (memra_seq_decode_greedy_next, generate) */
+    uint64_t fed_steps;           /* greedy steps fed on the device, as enqueued (memra_seq_decode_greedy_next) */
 } memra_counters;
 /* Fill *out; MEMRA_E_INVAL for NULL. */
 MEMRA_API int memra_runtime_counters(const memra_runtime *rt, memra_counters *out);
