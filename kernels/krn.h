@@ -87,8 +87,9 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
 /* ---- x quantized to int8 (MEMRA_CUDA_X8), for PLANES weights on CUDA ----
- * Each 32-element block j of a row of x becomes 32 int8 q = rint(x / d) (ties to even, clamped to +-127; a NaN
- * gives -127) with d = max|x| / 127 over the block (q = 0 when d is 0), and s = d * sum q. A PLANES weight
+ * Each 32-element block j of a row of x becomes 32 int8 q = rint(x / d) (ties to even, clamped to +-127) with
+ * d = max|x| / 127 over the block (q = 0 when d is 0), and s = d * sum q. A block holding a NaN or an infinity
+ * gets q = 0 and d = s = NaN (0x7fc00000): its products are NaN, as they would not be finite from f32 x. A PLANES weight
  * then takes its products as exact integer dot products of its quants with q (dp4a on CUDA: ~1.5x the f32-x
  * GEMV's speed on 4-bit planes, docs/cuda-kernels.md "int8 x"), per block: d_w * d * sum(q_w q) plus the
  * weight's offset term (q4_0: -8 d_w s, q4_1: m_w s, q4_K: -m1 s). x itself is rounded: a result lies

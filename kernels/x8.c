@@ -14,13 +14,30 @@ size_t krn_x8_row_bytes(int n)
     return ((size_t)n + (size_t)n / 4 + 15) / 16 * 16; /* n quants + n/32 (d, s) pairs of 8 bytes */
 }
 
+/* The NaN a non-finite block's d and s hold (the bits the CUDA kernel writes too). */
+static float x8_nan(void)
+{
+    const uint32_t u = 0x7fc00000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* One block: the same operations, in the same order, as the CUDA kernel (max is exact in any order; the
  * quants and their sum are integers). */
 static void quantize_block(int8_t *q, float *ds, const float *x)
 {
     float amax = 0.0f;
-    for (int i = 0; i < 32; i++)
-        amax = fmaxf(amax, fabsf(x[i])); /* fmaxf drops a NaN */
+    int finite = 1;
+    for (int i = 0; i < 32; i++) {
+        amax = fmaxf(amax, fabsf(x[i]));
+        finite &= isfinite(x[i]) != 0;
+    }
+    if (!finite) { /* NaN or inf in the block: NaN products, never a silent 0 */
+        memset(q, 0, 32);
+        ds[0] = ds[1] = x8_nan();
+        return;
+    }
     const float d = amax / 127.0f;
     int sum = 0;
     for (int i = 0; i < 32; i++) {

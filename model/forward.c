@@ -5,22 +5,31 @@
 #include "model/llama_impl.h"
 #include "model/repack.h"
 
-/* Whether any matrix of m on d is in the planar layout (the only one MEMRA_CUDA_X8 changes). */
-static int has_planes_on(const mdl_model *m, const dev_device *d)
+/* Whether any matrix of m is in the planar layout (the only one MEMRA_CUDA_X8 changes). Model-wide, not per
+ * device: an unsplit arm on a device without layers still multiplies every layer's (peer-read) planes. */
+static int has_planes(const mdl_model *m)
 {
     for (int il = 0; il < m->hp.n_layer; il++) {
         const mdl_layer *L = &m->layers[il];
         const krn_weight *ws[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (int i = 0; i < 7 && L->dev == d; i++)
+        for (int i = 0; i < 7; i++)
             if (ws[i]->layout == KRN_LAYOUT_PLANES)
                 return 1;
     }
-    return m->head_dev == d && m->lm_head.layout == KRN_LAYOUT_PLANES;
+    return m->lm_head.layout == KRN_LAYOUT_PLANES;
 }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err)
+{
+    int x8 = 0;
+    if (mdl_x8_door(&x8, err) != 0)
+        return NULL;
+    return mdl_scratch_create_x8(m, d, max_rows, x8, err);
+}
+
+mdl_scratch *mdl_scratch_create_x8(const mdl_model *m, dev_device *d, int max_rows, int x8, dev_err *err)
 {
     if (!m || !d || max_rows <= 0) {
         dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create: need a model, a device and max_rows > 0 (got %d)",
@@ -58,14 +67,9 @@ mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows,
     sc->att = f + off[4];
     sc->hb = f + off[5];
     sc->hb2 = f + off[6];
-    int x8 = 0;
-    if (mdl_x8_door(&x8, err) != 0) {
-        mdl_scratch_destroy(sc);
-        return NULL;
-    }
     /* the widest matmul input that can be quantized (n % 32 == 0); the others read f32 x */
     const size_t row = max3(krn_x8_row_bytes(hp->n_embd), krn_x8_row_bytes((int)q_dim), krn_x8_row_bytes(hp->n_ff));
-    if (x8 && row && has_planes_on(m, d) && !(sc->x8 = dev_malloc(d, R * row, err))) {
+    if (x8 && row && has_planes(m) && !(sc->x8 = dev_malloc(d, R * row, err))) {
         dev_err_wrap(err, "MEMRA_CUDA_X8 buffer: %d rows x %zu bytes", max_rows, row);
         mdl_scratch_destroy(sc);
         return NULL;

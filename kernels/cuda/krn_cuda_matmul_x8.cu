@@ -27,12 +27,13 @@ __global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ 
         return; /* whole warps leave together: gw is the warp's */
     const int b = gw / nblk, j = gw % nblk;
     const float v = x[(size_t)b * n + 32 * j + lane];
-    float amax = fmaxf(0.0f, fabsf(v)); /* a NaN counts as 0, as the host's fmaxf chain */
+    float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    const int q = d > 0.0f ? (int)fminf(fmaxf(rintf(v / d), -127.0f), 127.0f) : 0;
+    const bool finite = __all_sync(0xffffffffu, isfinite(v)); /* else q = 0, d = s = NaN, as the host */
+    const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
+    const int q = finite && d > 0.0f ? (int)fminf(fmaxf(rintf(v / d), -127.0f), 127.0f) : 0;
     uint8_t *row = xq + (size_t)b * row_bytes;
     row[32 * j + lane] = (uint8_t)(int8_t)q;
     int sum = q;
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ 
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0)
-        ((float2 *)(row + n))[j] = make_float2(d, d * (float)sum);
+        ((float2 *)(row + n))[j] = make_float2(d, finite ? d * (float)sum : d);
     const int pad = (int)(row_bytes - (size_t)n - (size_t)n / 4);
     if (j == 0 && lane < pad) /* the row's padding, zeroed as the host form does */
         row[n + n / 4 + lane] = 0;
