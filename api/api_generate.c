@@ -2,8 +2,9 @@
  * are submitted and drained round-robin, so the oldest step is always the one waited on and the pipeline
  * holds one step per lane (every stage busy when lanes >= stages). A request whose sampler would take the
  * argmax of the raw logits decodes through memra_seq_decode_greedy (the token picked on the device, no logits
- * read back), and with device feed keeps a second step in flight, fed from the first on the device
- * (memra_seq_decode_greedy_next); the others sample on the host. State: local to the call (one thread);
+ * read back), and with device feed, while the lanes in flight are no more than the stages, keeps a second
+ * step in flight, fed from the first on the device (memra_seq_decode_greedy_next); the others sample on the
+ * host. State: local to the call (one thread);
  * submits go through api_submit (rt->mu). */
 #include <stdlib.h>
 #include <string.h>
@@ -177,8 +178,10 @@ int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, mem
             else
                 d = l->greedy ? memra_seq_decode_greedy(l->seq, t, &l->pend) : memra_seq_decode(l->seq, t, &l->pend);
             /* device feed: the step after that one goes in now, so the device never waits for this loop; if the
-             * request stops before its token, finish() drops it. A full context just means no step ahead. */
-            if (d == 0 && l->greedy && rt->feed && rq->n_out + 1 < rq->n_predict &&
+             * request stops before its token, finish() drops it. A full context just means no step ahead. Only
+             * while the requests in flight are no more than the stages: more lanes already keep every stage busy
+             * through the host's turns, and the fed steps' waits cost ~2 % there (docs/bench/gpu.md run 55). */
+            if (d == 0 && l->greedy && rt->feed && active <= rt->N && rq->n_out + 1 < rq->n_predict &&
                 (d = memra_seq_decode_greedy_next(l->seq, &l->ahead)) == MEMRA_E_FULL)
                 d = 0;
             if (d == MEMRA_E_FULL) {

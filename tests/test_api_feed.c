@@ -2,8 +2,9 @@
  * one before it, submitted before that one is waited) gives the tokens of memra_seq_decode_greedy on 1 and 2
  * stages with two sequences in flight; memra_generate with device feed gives the outputs it gives without,
  * for greedy and sampled requests, n_predict 1, 2 and longer, and a callback that stops a request while its
- * next step is already in flight, and leaves its lanes clean for the next call; the misuses are refused by
- * name with MEMRA_E_STATE / MEMRA_E_INVAL. CPU backend, every leg. */
+ * next step is already in flight, and leaves its lanes clean for the next call; with more requests in flight
+ * than stages it feeds nothing (those lanes keep the stages busy anyway); the misuses are refused by name
+ * with MEMRA_E_STATE / MEMRA_E_INVAL. CPU backend, every leg. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,7 +174,8 @@ static void test_generate_with_device_feed_gives_what_it_gives_without(void **st
     (void)state;
     memra_token ref[4][GEN], got[4][GEN], again[4][GEN];
     int n_ref[4], n_got[4], n_again[4];
-    memra_runtime *off = make_rt(2, MEMRA_FEED_OFF), *on = make_rt(2, MEMRA_FEED_ON);
+    /* 4 stages: generate feeds while the requests in flight are no more than the stages (here always) */
+    memra_runtime *off = make_rt(4, MEMRA_FEED_OFF), *on = make_rt(4, MEMRA_FEED_ON);
     run_requests(off, ref, n_ref);
     run_requests(on, got, n_got);
     run_requests(on, again, n_again);
@@ -194,6 +196,14 @@ static void test_generate_with_device_feed_gives_what_it_gives_without(void **st
     }
     memra_runtime_free(off);
     memra_runtime_free(on);
+    memra_runtime *two = make_rt(2, MEMRA_FEED_ON); /* 4 requests on 2 stages: the host-fed path, same outputs */
+    run_requests(two, again, n_again);
+    assert_int_equal(memra_runtime_counters(two, &c_on), MEMRA_OK);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < n_ref[i]; k++)
+            assert_int_equal(again[i][k], ref[i][k]);
+    assert_true(c_on.fed_steps < 2 * 4); /* fed only once fewer than 3 requests were left */
+    memra_runtime_free(two);
 }
 
 static void assert_error_mentions(int code, const char *what)
