@@ -128,7 +128,7 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
     dev_device *d0 = rt->stage[0].dev;
     int r = mdl_embed_table_upload(rt->model, d0, &rt->embd_dev, err);
     if (r)
-        return r;
+        return dev_err_wrap(err, "device feed (act_pp_params.feed; the API's MEMRA_DEVICE_FEED=0 turns it off)");
     int32_t *zeros = calloc((size_t)rt->n_seq, sizeof *zeros);
     if (!(rt->feed_src = calloc((size_t)rt->n_seq, sizeof *rt->feed_src)) || !zeros) {
         free(zeros);
