@@ -10,8 +10,8 @@
  * its layers; it enqueues its work and returns to its mailbox at once, so several steps are in flight.
  * Stage 0 gathers embedding rows on the host (a fed step: on its device, from the tokens the last stage left
  * there) and uploads them with the step's positions and sequence ids on its stream BEFORE its first TX;
- * every hop carries [hidden | pos | seq] in one copy, so each stage owns its own copy of the positions (no stage reads another stage's buffer — a documented departure from the
- * seed's shared pos_d). The last stage runs output_norm + lm_head into pool memory and records a completion
+ * every hop carries [hidden | pos | seq] in one copy, so each stage owns its own copy of the positions (no
+ * stage reads another stage's buffer — a documented departure from the seed's shared pos_d). The last stage runs output_norm + lm_head into pool memory and records a completion
  * event; the readback actor drains it through a DEDICATED readback stream (deferred readback, the seed's
  * PendingLogits), so steps t+1.. keep enqueuing while the caller drains step t.
  *
