@@ -11,9 +11,10 @@
  * Stage 0 gathers embedding rows on the host (a fed step: on its device, from the tokens the last stage left
  * there) and uploads them with the step's positions and sequence ids on its stream BEFORE its first TX;
  * every hop carries [hidden | pos | seq] in one copy, so each stage owns its own copy of the positions (no
- * stage reads another stage's buffer — a documented departure from the seed's shared pos_d). The last stage runs output_norm + lm_head into pool memory and records a completion
- * event; the readback actor drains it through a DEDICATED readback stream (deferred readback, the seed's
- * PendingLogits), so steps t+1.. keep enqueuing while the caller drains step t.
+ * stage reads another stage's buffer — a documented departure from the seed's shared pos_d). The last stage
+ * runs output_norm + lm_head into pool memory and records a completion event; the readback actor drains it
+ * through a DEDICATED readback stream (deferred readback, the seed's PendingLogits), so steps t+1.. keep
+ * enqueuing while the caller drains step t.
  *
  * Threads: act_pp_submit* / act_pp_run_unsplit may be called by ONE submitting thread at a time per runtime
  * (the scheduler serializes clients); act_pending_* from any thread; create/destroy from one thread. */
