@@ -120,47 +120,14 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
     }
 }
 
-template <int T, int NB, int R, int U, int MB>
-__global__ void __launch_bounds__(MP_THREADS, MB)
-    mx_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const uint8_t *__restrict__ xq, size_t row_bytes,
-              int n_out, int n_in, int acc_y) {
-    enum { VE = mp_layout<T>::VE };
-    __shared__ float red[2][MM_WARPS][R * NB];
-    const int t = threadIdx.x;
-    const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
-    const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
-    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
-    mp_item<T, R, U> cur;
-    if ((int)blockIdx.x < ngroups)
-        mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
-    krn_pdl_enter_after_loads(); /* xq is written by the previous kernel (the quantize): read only after this */
-    int buf = 0;
-    for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
-        float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                acc[r][b] = 0.0f;
-        for (int c = 0; c < nch; c++) {
-            const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
-            mp_item<T, R, U> nxt;
-            if (gn < ngroups) /* the next item's loads fly while this one is used */
-                mp_issue<T, R, U>(nxt, W, S, n_out, nvec, gn, cn, t);
-            mx_compute<T, NB, R, U>(cur, xq, row_bytes, n_in, nvec, c, t, acc);
-            cur = nxt;
-        }
-        mm_group_store<R, NB>(red, buf, acc, y, n_out, g, acc_y);
-    }
-}
-
+/* The int8-x products of mp_kernel (krn_cuda_planes.cuh). */
 struct mp_x8 {
-    template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
-        enum { MB = MP_MINB(NB) };
-        const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
-        krn_launch(mx_kernel<T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x8,
-                   a->x8_row, a->n_out, a->n_in, a->acc);
+    template <int T, int NB, int R, int U>
+    static __device__ __forceinline__ void compute(const mp_item<T, R, U> &it, const float *,
+                                                   const uint8_t *__restrict__ xq, size_t xq_row, int n_in,
+                                                   int nvec, int c, int t, float (&acc)[R][NB]) {
+        mx_compute<T, NB, R, U>(it, xq, xq_row, n_in, nvec, c, t, acc);
     }
 };
 
-void mm_x8_launch(int type, const mm_args *a, int nb, cudaStream_t st) { mp_types<mp_x8>(type, a, nb, st); }
+void mm_x8_launch(int type, const mm_args *a, int nb, cudaStream_t st) { mp_types<mp_go<mp_x8>>(type, a, nb, st); }

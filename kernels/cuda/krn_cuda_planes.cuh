@@ -1,6 +1,6 @@
 /* Private to the planar GEMVs (krn_cuda_matmul_p.cu: f32 x; krn_cuda_matmul_x8.cu: int8 x): the per-type
  * layout of a PLANES weight (kernels/krn.h), the item of R rows x U 16-byte vectors a thread loads ahead,
- * and the q4_K sub-block scale. See krn_cuda_matmul_p.cu's file comment for the walk both kernels share. */
+ * the q4_K sub-block scale, the walk kernel over the products of either, and its launch shape. See krn_cuda_matmul_p.cu's file comment for the walk both kernels share. */
 #ifndef KRN_CUDA_PLANES_CUH
 #define KRN_CUDA_PLANES_CUH
 
@@ -70,6 +70,45 @@ static __device__ __forceinline__ void mp_q4k_scale(uint4 h, int j, float &d1, f
     m1 = krn_h2f((uint16_t)(h.x >> 16)) * (float)mn;
 }
 
+/* The planar GEMV's walk (krn_cuda_matmul_p.cu's file comment) with the products of C:
+ * C::compute<T, NB, R, U>(item, x, xq, xq_row, n_in, nvec, c, t, acc) adds the item's vectors against the rows
+ * of x into acc — f32 x (mp_f32, krn_cuda_matmul_p.cu) or int8 x (mp_x8, krn_cuda_matmul_x8.cu; xq the
+ * quantized rows, xq_row bytes apart). red is double-buffered by group parity: a group's writers pass the
+ * barrier of the previous group, which its readers reach only after reading. */
+template <class C, int T, int NB, int R, int U, int MB>
+__global__ void __launch_bounds__(MP_THREADS, MB)
+    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x,
+              const uint8_t *__restrict__ xq, size_t xq_row, int n_out, int n_in, int acc_y) {
+    enum { VE = mp_layout<T>::VE };
+    __shared__ float red[2][MM_WARPS][R * NB];
+    const int t = threadIdx.x;
+    const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
+    const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
+    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
+    mp_item<T, R, U> cur;
+    if ((int)blockIdx.x < ngroups)
+        mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
+    krn_pdl_enter_after_loads(); /* x / xq is written by the previous kernel: read only after this */
+    int buf = 0;
+    for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
+        float acc[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                acc[r][b] = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
+            mp_item<T, R, U> nxt;
+            if (gn < ngroups) /* the next item's loads fly while this one is used */
+                mp_issue<T, R, U>(nxt, W, S, n_out, nvec, gn, cn, t);
+            C::template compute<T, NB, R, U>(cur, x, xq, xq_row, n_in, nvec, c, t, acc);
+            cur = nxt;
+        }
+        mm_group_store<R, NB>(red, buf, acc, y, n_out, g, acc_y);
+    }
+}
+
 /* ---- host side: the launch shape, shared by both planar GEMVs; G::go<T, NB, R, U>(a, st) launches ---- */
 
 /* MEMRA_CUDA_MP_ROWS=1|2|4: rows per group at nb <= 2 (a tuning knob for memra-bench; results have the
@@ -132,6 +171,17 @@ static void mp_type(const mm_args *a, int nb, cudaStream_t st) {
     default: mp_nb<G, T, 8>(a, st); break;
     }
 }
+
+/* Launch mp_kernel with the products of C. Grid: at most MB blocks per SM (all resident at once), the groups
+ * spread evenly over the rounds. */
+template <class C> struct mp_go {
+    template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
+        enum { MB = MP_MINB(NB) };
+        const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
+        krn_launch(mp_kernel<C, T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
+                   a->x8, a->x8_row, a->n_out, a->n_in, a->acc);
+    }
+};
 
 template <class G>
 static void mp_types(int type, const mm_args *a, int nb, cudaStream_t st) {
