@@ -91,23 +91,6 @@ int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *
     DISPATCH(s, matmul, y, W, x, B);
 }
 
-/* x8 on CUDA goes to the PLANES parts; the CPU backend has none (krn_layout_check) and reads x. */
-#if KRN_CUDA
-#define DISPATCH_X8(s, op, cpu_call, ...)                                                                 \
-    do {                                                                                                  \
-        if (on_cuda(s))                                                                                   \
-            return krn_cuda_##op(s, __VA_ARGS__);                                                         \
-        return cpu_call;                                                                                  \
-    } while (0)
-#else
-#define DISPATCH_X8(s, op, cpu_call, ...)                                                                 \
-    do {                                                                                                  \
-        if (on_cuda(s))                                                                                   \
-            return MEMRA_E_UNSUPPORTED;                                                                   \
-        return cpu_call;                                                                                  \
-    } while (0)
-#endif
-
 int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B)
 {
     if (!s || !parts || n < 1 || n > KRN_MM_PARTS || !x || B <= 0)
@@ -117,7 +100,7 @@ int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, co
             return MEMRA_E_INVAL;
     if (x8 && !krn_x8_row_bytes(parts[0].W->n_in))
         return MEMRA_E_INVAL;
-    DISPATCH_X8(s, matmul_parts, krn_cpu_matmul_parts_async(s, parts, n, x, B), parts, n, x, x8, B);
+    DISPATCH(s, matmul_parts, parts, n, x, x8, B); /* x8 serves PLANES parts: CUDA only (krn_layout_check) */
 }
 
 int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B)
@@ -129,7 +112,7 @@ int krn_matmul_acc_x8_async(dev_stream *s, float *y, const krn_weight *W, const 
 {
     if (!s || !y || !x || B <= 0 || !weight_ok(s, W) || (x8 && !krn_x8_row_bytes(W->n_in)))
         return MEMRA_E_INVAL;
-    DISPATCH_X8(s, matmul_acc, krn_cpu_matmul_acc_async(s, y, W, x, B), y, W, x, x8, B);
+    DISPATCH(s, matmul_acc, y, W, x, x8, B);
 }
 
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)

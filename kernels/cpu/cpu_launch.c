@@ -80,8 +80,10 @@ int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const flo
 }
 
 /* One op per part: the CPU has no launch cost to save. */
-int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B)
+int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
+                               int B)
 {
+    (void)x8;
     for (int i = 0; i < n; i++) {
         int rc = cpu_matmul(s, parts[i].y, parts[i].W, x, B, 0);
         if (rc)
@@ -90,8 +92,9 @@ int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, c
     return 0;
 }
 
-int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
+int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B)
 {
+    (void)x8;
     return cpu_matmul(s, y, W, x, B, 1);
 }
 

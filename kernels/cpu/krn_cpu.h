@@ -66,8 +66,10 @@ void krn_cpu_embed_rows(const krn_cpu_embed_rows_args *a);
 /* ---- launch wrappers (same signatures as kernels/krn.h; shapes already validated) ---- */
 int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
 int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
-int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B);
-int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
+/* x8 (kernels/krn.h "x quantized to int8") is not read: it serves PLANES weights, which the CPU never holds. */
+int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
+                               int B);
+int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
 /* krn_x8_quantize_host (kernels/x8.c) on s */
 int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
