@@ -129,24 +129,34 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec)
         pp_count_split(rt, rec->kind);
 }
 
+/* Stage 0's next pinned staging buffer (a ring of PP_STAGING_RING) into *i, once the upload that last read it
+ * is done; 0 or the failed upload's error. */
+static int staging_take(pp_stage *st, int *i, dev_err *err)
+{
+    *i = st->staging_next;
+    st->staging_next = (*i + 1) % PP_STAGING_RING;
+    /* ordered by staging_ev[i]: the upload that last read this buffer must be done before we refill it */
+    return dev_event_sync(st->staging_ev[*i], err);
+}
+
+/* After the upload from staging buffer i is enqueued: staging_ev[i] marks when the buffer may be refilled. */
+static int staging_done(pp_stage *st, int i, dev_err *err)
+{
+    int r = dev_event_record_async(st->staging_ev[i], st->stream);
+    return r ? dev_err_set(err, r, "stage 0: staging event record failed") : 0;
+}
+
 /* Stage 0: gather the step's embedding rows on the host into a pinned staging buffer and upload
  * [x | pos | seq] into the frame on stage 0's stream — the position snapshot lands BEFORE the first TX. */
 static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
-    int i = st->staging_next;
-    st->staging_next = (i + 1) % PP_STAGING_RING;
-    int r;
-    /* ordered by staging_ev[i]: the upload that last read this buffer must be done before we refill it */
-    if ((r = dev_event_sync(st->staging_ev[i], err)) != 0)
-        return r;
-    if ((r = pp_fill_frame(rt, rec, st->staging[i], err)) != 0)
+    int i, r;
+    if ((r = staging_take(st, &i, err)) != 0 || (r = pp_fill_frame(rt, rec, st->staging[i], err)) != 0)
         return r;
     if ((r = dev_copy_h2d_async(st->stream, st->frame, st->staging[i], pp_frame_bytes(rt, rec->B))) != 0)
         return dev_err_set(err, r, "stage 0: upload of the step's frame failed");
-    if ((r = dev_event_record_async(st->staging_ev[i], st->stream)) != 0)
-        return dev_err_set(err, r, "stage 0: staging event record failed");
-    return 0;
+    return staging_done(st, i, err);
 }
 
 /* Stage 0, a fed step: wait on its stream for each row's sequence's token (feed_ev[seq]; the FEED message that
@@ -156,11 +166,8 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
 static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
-    int i = st->staging_next;
-    st->staging_next = (i + 1) % PP_STAGING_RING;
-    int r;
-    /* ordered by staging_ev[i]: the upload that last read this buffer must be done before we refill it */
-    if ((r = dev_event_sync(st->staging_ev[i], err)) != 0)
+    int i, r;
+    if ((r = staging_take(st, &i, err)) != 0)
         return r;
     const size_t xb = (size_t)rec->B * (size_t)rt->n_embd * sizeof(float), tb = (size_t)rec->B * sizeof(int32_t);
     char *host = st->staging[i], *frame = st->frame;
@@ -175,8 +182,8 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     }
     if ((r = dev_copy_h2d_async(st->stream, frame + xb, host + xb, 2 * tb)) != 0)
         return dev_err_set(err, r, "stage 0: upload of the step's positions failed");
-    if ((r = dev_event_record_async(st->staging_ev[i], st->stream)) != 0)
-        return dev_err_set(err, r, "stage 0: staging event record failed");
+    if ((r = staging_done(st, i, err)) != 0)
+        return r;
     if ((r = krn_embed_rows_async(st->stream, st->frame, &rt->embd_dev, rt->feed_rows, rec->B)) != 0)
         return dev_err_set(err, r, "stage 0: embedding of %d fed rows failed", rec->B);
     atomic_fetch_add(&rt->ctr.fed_steps, 1);
