@@ -7,36 +7,29 @@
 
 #include "model/repack.h"
 
+/* A 0/1 door: *on = dflt when unset, else its value; anything else MEMRA_E_INVAL naming the variable and both
+ * values (what_dflt: what the default does; what_other: the other value). */
+static int door01(const char *name, int dflt, const char *what_dflt, const char *what_other, int *on, dev_err *err)
+{
+    const char *v = getenv(name);
+    if (!v || (!strcmp(v, "0") || !strcmp(v, "1"))) {
+        *on = v ? v[0] == '1' : dflt;
+        return 0;
+    }
+    return dev_err_set(err, MEMRA_E_INVAL, "%s=\"%s\": allowed %d (%s, the default) or %d (%s)", name, v, dflt,
+                       what_dflt, !dflt, what_other);
+}
+
 int mdl_repack_door(int *on, dev_err *err)
 {
-    const char *v = getenv("MEMRA_CUDA_REPACK");
-    if (!v || !strcmp(v, "1")) {
-        *on = 1;
-        return 0;
-    }
-    if (!strcmp(v, "0")) {
-        *on = 0;
-        return 0;
-    }
-    return dev_err_set(err, MEMRA_E_INVAL,
-                       "MEMRA_CUDA_REPACK=\"%s\": allowed 1 (repack q8_0/q4_0/q4_1/q4_K to planes on the owning GPU, "
-                       "the default) or 0 (keep GGUF blocks)", v);
+    return door01("MEMRA_CUDA_REPACK", 1, "repack q8_0/q4_0/q4_1/q4_K to planes on the owning GPU",
+                  "keep GGUF blocks", on, err);
 }
 
 int mdl_x8_door(int *on, dev_err *err)
 {
-    const char *v = getenv("MEMRA_CUDA_X8");
-    if (!v || !strcmp(v, "0")) {
-        *on = 0;
-        return 0;
-    }
-    if (!strcmp(v, "1")) {
-        *on = 1;
-        return 0;
-    }
-    return dev_err_set(err, MEMRA_E_INVAL,
-                       "MEMRA_CUDA_X8=\"%s\": allowed 0 (f32 x for every matmul, the default) or 1 (x quantized to "
-                       "int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K matmuls on a GPU)", v);
+    return door01("MEMRA_CUDA_X8", 0, "f32 x for every matmul",
+                  "x quantized to int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K matmuls on a GPU", on, err);
 }
 
 /* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */
