@@ -24,12 +24,10 @@
 
 /* A random (n_out, n_in) table of type t in GGUF blocks on the host; *rb = its row bytes. */
 static uint8_t *rand_table(const cuda_ref_type *t, int n_out, int n_in, size_t *rb) {
-    *rb = (size_t)(n_in / t->be) * t->bb;
+    size_t bytes;
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
+    *rb = bytes / (size_t)n_out;
     assert_int_equal(*rb, krn_row_bytes(t->type, n_in));
-    uint8_t *h = malloc(*rb * (size_t)n_out);
-    assert_non_null(h);
-    for (int r = 0; r < n_out; r++)
-        cuda_ref_rand_row(t, h + (size_t)r * *rb, n_in);
     return h;
 }
 

@@ -31,30 +31,6 @@
 #define NPT 4
 static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
 
-/* A random (n_out, n_in) tensor of type t in GGUF blocks on the host. */
-static uint8_t *rand_blocks(const cuda_ref_type *t, int n_out, int n_in, size_t *bytes) {
-    const size_t rb = (size_t)(n_in / t->be) * t->bb;
-    *bytes = rb * (size_t)n_out;
-    uint8_t *h = malloc(*bytes);
-    assert_non_null(h);
-    for (int r = 0; r < n_out; r++)
-        cuda_ref_rand_row(t, h + (size_t)r * rb, n_in);
-    return h;
-}
-
-/* Device planes of the blocks at dblocks (repacked on the device). */
-static krn_weight planes_of(const cuda_ref_type *t, int n_out, int n_in, const void *dblocks, size_t bytes) {
-    krn_weight src = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = dblocks};
-    krn_weight dst = src;
-    dst.data = dalloc(bytes);
-    dev_err err = {0};
-    if (krn_cuda_repack_async(g_s1, &dst, &src, &err) != 0)
-        fail_msg("repack %s %dx%d: %s", t->name, n_out, n_in, err.msg);
-    assert_int_equal(dst.layout, KRN_LAYOUT_PLANES);
-    CK(cudaStreamSynchronize(g_s1));
-    return dst;
-}
-
 static void test_device_repack_writes_the_host_repack_bytes(void **state) {
     (void)state;
     static const int shapes[][2] = {{1, 32}, {3001, 32}, {7, 4096}, {5, 14336}, {33, 160}};
@@ -64,11 +40,11 @@ static void test_device_repack_writes_the_host_repack_bytes(void **state) {
             const cuda_ref_type *t = ptype(ti);
             const int n_out = (t->be == 256 ? kshapes : shapes)[k][0], n_in = (t->be == 256 ? kshapes : shapes)[k][1];
             size_t bytes;
-            uint8_t *h = rand_blocks(t, n_out, n_in, &bytes), *want = malloc(bytes), *got = malloc(bytes);
+            uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes), *want = malloc(bytes), *got = malloc(bytes);
             assert_true(want && got);
             krn_repack_host(t->type, n_out, n_in, h, want);
             void *db = dupload(h, bytes);
-            krn_weight P = planes_of(t, n_out, n_in, db, bytes);
+            krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
             download(got, P.data, bytes);
             if (memcmp(got, want, bytes) != 0)
                 fail_msg("device repack of %s %dx%d differs from krn_repack_host", t->name, n_out, n_in);
@@ -82,7 +58,7 @@ static void test_device_repack_writes_the_host_repack_bytes(void **state) {
  * run give the same bits; each row alone (B = 1) gives the bits of the batch. */
 static void check_planes(const cuda_ref_type *t, int n_out, int n_in, int B) {
     size_t bytes;
-    uint8_t *h = rand_blocks(t, n_out, n_in, &bytes);
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
     const size_t rb = bytes / (size_t)n_out, xb = sizeof(float) * (size_t)B * n_in;
     const size_t yb = sizeof(float) * (size_t)B * n_out;
     float *hx = malloc(xb), *hy = malloc(yb), *hy2 = malloc(yb), *hblk = malloc(yb);
@@ -91,7 +67,7 @@ static void check_planes(const cuda_ref_type *t, int n_out, int n_in, int B) {
     cuda_ref_rand_floats(hx, (size_t)B * n_in);
     void *db = dupload(h, bytes);
     float *dx = dupload(hx, xb), *dy = dalloc(yb), *dy2 = dalloc(yb), *d1 = dalloc(sizeof(float) * n_out);
-    krn_weight P = planes_of(t, n_out, n_in, db, bytes);
+    krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
     krn_weight Bk = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = db};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, dy, &P, dx, B, &err), 0);
@@ -184,7 +160,7 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     const cuda_ref_type *t = ptype(2); /* q4_1 */
     const int n_out = 301, n_in = 4096, B = 3;
     size_t bytes;
-    uint8_t *h = rand_blocks(t, n_out, n_in, &bytes);
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
     const size_t xb = sizeof(float) * (size_t)B * n_in, yb = sizeof(float) * (size_t)B * n_out;
     float *hx = malloc(xb), *ref = malloc(yb), *got = malloc(yb);
     uint8_t *planes = malloc(bytes), *back = malloc(bytes);
@@ -193,7 +169,7 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     krn_repack_host(t->type, n_out, n_in, h, planes);
     void *db = dupload(h, bytes);
     float *dx = dupload(hx, xb), *dy = dalloc(yb);
-    krn_weight P = planes_of(t, n_out, n_in, db, bytes);
+    krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, dy, &P, dx, B, &err), 0);
     sync_both();

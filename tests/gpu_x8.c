@@ -28,27 +28,6 @@
 #define NPT 4 /* q8_0, q4_0, q4_1, q4_k in CUDA_REF_TYPES */
 static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
 
-static uint8_t *rand_blocks(const cuda_ref_type *t, int n_out, int n_in, size_t *bytes) {
-    const size_t rb = (size_t)(n_in / t->be) * t->bb;
-    *bytes = rb * (size_t)n_out;
-    uint8_t *h = malloc(*bytes);
-    assert_non_null(h);
-    for (int r = 0; r < n_out; r++)
-        cuda_ref_rand_row(t, h + (size_t)r * rb, n_in);
-    return h;
-}
-
-static krn_weight planes_of(const cuda_ref_type *t, int n_out, int n_in, const void *dblocks, size_t bytes) {
-    krn_weight src = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = dblocks};
-    krn_weight dst = src;
-    dst.data = dalloc(bytes);
-    dev_err err = {0};
-    if (krn_cuda_repack_async(g_s1, &dst, &src, &err) != 0)
-        fail_msg("repack %s %dx%d: %s", t->name, n_out, n_in, err.msg);
-    CK(cudaStreamSynchronize(g_s1));
-    return dst;
-}
-
 /* x8 of x (B, n) on the device through the CUDA kernel. */
 static void *quantize_on_device(const float *dx, int B, int n) {
     void *xq = dalloc((size_t)B * krn_x8_row_bytes(n));
@@ -95,7 +74,7 @@ static void test_cuda_quantize_writes_the_host_bytes(void **state) {
  * batch invariance; acc. */
 static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
     size_t bytes;
-    uint8_t *h = rand_blocks(t, n_out, n_in, &bytes);
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
     const size_t rb = bytes / (size_t)n_out, xb = sizeof(float) * (size_t)B * n_in;
     const size_t yb = sizeof(float) * (size_t)B * n_out;
     const size_t qrow = krn_x8_row_bytes(n_in);
@@ -109,7 +88,7 @@ static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
     void *db = dupload(h, bytes);
     float *dx = dupload(hx, xb), *dy = dalloc(yb), *dy2 = dalloc(yb), *d1 = dalloc(sizeof(float) * n_out);
     void *xq = quantize_on_device(dx, B, n_in);
-    krn_weight P = planes_of(t, n_out, n_in, db, bytes);
+    krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
     const krn_mm_part part = {dy, &P}, part2 = {dy2, &P};
     dev_err err = {0};
     assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, dx, xq, B, 0, &err), 0);
@@ -207,7 +186,7 @@ static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
     assert_non_null(s);
     const cuda_ref_type *q41 = ptype(2), *f16 = &CUDA_REF_TYPES[1];
     size_t bq, bf;
-    uint8_t *hq = rand_blocks(q41, n_out, n_in, &bq), *hf = rand_blocks(f16, n_out, n_in, &bf);
+    uint8_t *hq = cuda_fix_rand_blocks(q41, n_out, n_in, &bq), *hf = cuda_fix_rand_blocks(f16, n_out, n_in, &bf);
     const size_t xb = sizeof(float) * (size_t)B * n_in, yb = sizeof(float) * (size_t)B * n_out;
     float *hx = malloc(xb), *got = malloc(yb), *want = malloc(yb);
     assert_true(hx && got && want);
@@ -217,7 +196,7 @@ static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
     float *x = dupload(hx, xb), *y[3], *r[3];
     for (int i = 0; i < 3; i++)
         y[i] = dalloc(yb), r[i] = dalloc(yb);
-    krn_weight P = planes_of(q41, n_out, n_in, wq, bq);
+    krn_weight P = cuda_fix_planes(q41, n_out, n_in, wq, bq);
     const krn_weight Bk = {.type = KRN_Q4_1, .n_out = n_out, .n_in = n_in, .data = wq};
     const krn_weight F = {.type = KRN_F16, .n_out = n_out, .n_in = n_in, .data = wf};
     void *xq = dalloc((size_t)B * krn_x8_row_bytes(n_in));

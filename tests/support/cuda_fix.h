@@ -4,6 +4,9 @@
 #ifndef TESTS_SUPPORT_CUDA_FIX_H
 #define TESTS_SUPPORT_CUDA_FIX_H
 
+#include "kernels/cuda/krn_cuda_planes.h"
+#include "support/cuda_ref.h"
+
 #define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
 
 static inline void *dalloc(size_t bytes) { /* cudaMalloc, at least 1 byte */
@@ -37,6 +40,27 @@ static inline int two_streams_teardown(void **state) {
     cudaStreamDestroy(g_s1);
     cudaStreamDestroy(g_s2);
     return 0;
+}
+
+/* A random (n_out, n_in) tensor of type t in GGUF blocks on the host (cuda_ref_rand_blocks, asserted). */
+static inline uint8_t *cuda_fix_rand_blocks(const cuda_ref_type *t, int n_out, int n_in, size_t *bytes) {
+    uint8_t *h = cuda_ref_rand_blocks(t, n_out, n_in, bytes);
+    assert_non_null(h);
+    return h;
+}
+
+/* Device planes (a new allocation) of the GGUF blocks at dblocks, repacked on g_s1 and synced. */
+static inline krn_weight cuda_fix_planes(const cuda_ref_type *t, int n_out, int n_in, const void *dblocks,
+                                         size_t bytes) {
+    krn_weight src = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = dblocks};
+    krn_weight dst = src;
+    dst.data = dalloc(bytes);
+    dev_err err = {0};
+    if (krn_cuda_repack_async(g_s1, &dst, &src, &err) != 0)
+        fail_msg("repack %s %dx%d: %s", t->name, n_out, n_in, err.msg);
+    assert_int_equal(dst.layout, KRN_LAYOUT_PLANES);
+    CK(cudaStreamSynchronize(g_s1));
+    return dst;
 }
 
 /* 1 (after printing "<test>: skipped: ..." for ctest's exit code 77) when no CUDA device is visible. */

@@ -4,6 +4,7 @@
 #include "support/cuda_ref.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Shared mutable state: the generator's state, touched only by the (single) test thread. */
@@ -175,4 +176,13 @@ void cuda_ref_dequant(const cuda_ref_type *t, const uint8_t *row, int n, double 
         }
         }
     }
+}
+
+uint8_t *cuda_ref_rand_blocks(const cuda_ref_type *t, int n_out, int n_in, size_t *bytes) {
+    const size_t rb = (size_t)(n_in / t->be) * t->bb;
+    *bytes = rb * (size_t)n_out;
+    uint8_t *h = malloc(*bytes ? *bytes : 1);
+    for (int r = 0; h && r < n_out; r++)
+        cuda_ref_rand_row(t, h + (size_t)r * rb, n_in);
+    return h;
 }

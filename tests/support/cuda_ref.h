@@ -22,6 +22,9 @@ void cuda_ref_rand_floats(float *p, size_t n); /* p[i] = cuda_ref_rand_unit() */
 
 /* A random valid row of n elements of type t: random quant bytes, finite random scales. */
 void cuda_ref_rand_row(const cuda_ref_type *t, uint8_t *row, int n);
+/* A random (n_out, n_in) tensor of type t in GGUF blocks: n_out rows of cuda_ref_rand_row, malloc'd (the
+ * caller frees it), *bytes its size; NULL when out of memory. */
+uint8_t *cuda_ref_rand_blocks(const cuda_ref_type *t, int n_out, int n_in, size_t *bytes);
 
 /* w[i] = element i of the row, in double; wabs[i] = |scale part| + |offset part| of it (bounds the
  * rounding error of a dot product that applies scale and offset separately). */
