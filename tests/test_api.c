@@ -16,23 +16,6 @@
 #include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
-static char g_path[256];
-static memra_model *g_model;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_model = api_tiny_open(g_path, sizeof g_path);
-    return g_model ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    api_tiny_close(g_model, g_path);
-    return 0;
-}
-
 static memra_runtime *rt_small(int n_seq, int max_rows)
 {
     memra_runtime_params p = memra_runtime_default_params();
@@ -41,7 +24,7 @@ static memra_runtime *rt_small(int n_seq, int max_rows)
     p.n_seq = n_seq;
     p.n_ctx = 32;
     p.max_rows = max_rows;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     if (!rt)
         fprintf(stderr, "runtime: %s\n", memra_last_error());
     assert_non_null(rt);
@@ -97,7 +80,7 @@ static void test_model_load_reports_progress_and_reads_the_hparams(void **state)
     memra_model_params mp = memra_model_default_params();
     mp.progress = progress_record;
     mp.progress_user = seen;
-    memra_model *m = memra_model_load(g_path, &mp);
+    memra_model *m = memra_model_load(api_tiny_path, &mp);
     assert_non_null(m);
     assert_true(seen[0] == 0.0f && seen[1] == 1.0f);
     assert_string_equal(memra_model_arch(m), "llama");
@@ -131,20 +114,20 @@ static void test_tokenize_says_how_many_are_needed_when_cap_is_too_small(void **
     const char *text = "the quick brown fox jumps over the lazy dog";
     memra_token t[128];
     int n = 0, need = 0;
-    assert_int_equal(memra_tokenize(g_model, text, (int)strlen(text), 0, 0, t, 128, &n), MEMRA_OK);
+    assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 128, &n), MEMRA_OK);
     assert_true(n > 2);
-    assert_int_equal(memra_tokenize(g_model, text, (int)strlen(text), 0, 0, t, 2, &need), MEMRA_E_FULL);
+    assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 2, &need), MEMRA_E_FULL);
     assert_int_equal(need, n);
-    assert_error_mentions(memra_model_last_error(g_model), MEMRA_E_FULL, "cap 2");
-    assert_int_equal(memra_tokenize(g_model, text, -1, 0, 0, t, 128, &n), MEMRA_E_INVAL);
-    assert_int_equal(memra_tokenize(g_model, text, 3, 0, 0, NULL, 5, &n), MEMRA_E_INVAL);
+    assert_error_mentions(memra_model_last_error(api_tiny_model), MEMRA_E_FULL, "cap 2");
+    assert_int_equal(memra_tokenize(api_tiny_model, text, -1, 0, 0, t, 128, &n), MEMRA_E_INVAL);
+    assert_int_equal(memra_tokenize(api_tiny_model, text, 3, 0, 0, NULL, 5, &n), MEMRA_E_INVAL);
     char buf[256];
     int len = 0;
-    assert_int_equal(memra_tokenize(g_model, text, (int)strlen(text), 0, 0, t, 128, &n), MEMRA_OK);
-    assert_int_equal(memra_detokenize(g_model, t, n, buf, sizeof buf, 0, &len), MEMRA_OK);
+    assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 128, &n), MEMRA_OK);
+    assert_int_equal(memra_detokenize(api_tiny_model, t, n, buf, sizeof buf, 0, &len), MEMRA_OK);
     assert_string_equal(buf, text);
     assert_int_equal(len, (int)strlen(text));
-    assert_int_equal(memra_detokenize(g_model, t, n, buf, 4, 0, &len), MEMRA_E_FULL);
+    assert_int_equal(memra_detokenize(api_tiny_model, t, n, buf, 4, 0, &len), MEMRA_E_FULL);
     assert_int_equal(len, (int)strlen(text));
 }
 
@@ -152,13 +135,13 @@ static void test_token_to_piece_rejects_ids_outside_the_vocab(void **state)
 {
     char buf[32];
     int n = 0;
-    assert_int_equal(memra_token_to_piece(g_model, 300, buf, 32, 0, &n), MEMRA_E_INVAL);
+    assert_int_equal(memra_token_to_piece(api_tiny_model, 300, buf, 32, 0, &n), MEMRA_E_INVAL);
     assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "token 300");
-    assert_int_equal(memra_token_to_piece(g_model, -1, buf, 32, 0, &n), MEMRA_E_INVAL);
-    assert_int_equal(memra_token_to_piece(g_model, 100, buf, 32, 0, &n), MEMRA_OK);
+    assert_int_equal(memra_token_to_piece(api_tiny_model, -1, buf, 32, 0, &n), MEMRA_E_INVAL);
+    assert_int_equal(memra_token_to_piece(api_tiny_model, 100, buf, 32, 0, &n), MEMRA_OK);
     assert_true(n >= 1);
     memra_token bad[2] = {5, 999};
-    assert_int_equal(memra_detokenize(g_model, bad, 2, buf, 32, 0, &n), MEMRA_E_INVAL);
+    assert_int_equal(memra_detokenize(api_tiny_model, bad, 2, buf, 32, 0, &n), MEMRA_E_INVAL);
 }
 
 static void test_chat_apply_without_a_template_is_unsupported_and_a_named_one_renders(void **state)
@@ -166,8 +149,8 @@ static void test_chat_apply_without_a_template_is_unsupported_and_a_named_one_re
     memra_chat_message msgs[2] = {{"system", "be brief"}, {"user", "hi"}};
     char buf[256];
     size_t n = 0;
-    assert_int_equal(memra_chat_apply(g_model, NULL, msgs, 2, 1, buf, sizeof buf, &n), MEMRA_E_UNSUPPORTED);
-    assert_int_equal(memra_chat_apply(g_model, "chatml", msgs, 2, 1, buf, sizeof buf, &n), MEMRA_OK);
+    assert_int_equal(memra_chat_apply(api_tiny_model, NULL, msgs, 2, 1, buf, sizeof buf, &n), MEMRA_E_UNSUPPORTED);
+    assert_int_equal(memra_chat_apply(api_tiny_model, "chatml", msgs, 2, 1, buf, sizeof buf, &n), MEMRA_OK);
     assert_string_equal(buf, "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
                              "<|im_start|>assistant\n");
     assert_int_equal(n, strlen(buf));
@@ -195,14 +178,14 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
     cases[5].field = "overlap", cases[5].p.overlap = 2;
     cases[6].field = "kv_type", cases[6].p.kv_type = (memra_kv_type)9;
     for (int i = 0; i < 7; i++) {
-        assert_null(memra_runtime_create(g_model, &cases[i].p));
+        assert_null(memra_runtime_create(api_tiny_model, &cases[i].p));
         assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
         assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, cases[i].field);
-        assert_error_mentions(memra_model_last_error(g_model), MEMRA_E_INVAL, cases[i].field);
+        assert_error_mentions(memra_model_last_error(api_tiny_model), MEMRA_E_INVAL, cases[i].field);
     }
     memra_runtime_params p = memra_runtime_default_params(); /* more stages than the model's 4 layers */
     p.backend = MEMRA_BACKEND_CPU, p.apply_env = 0, p.stages = 5;
-    assert_null(memra_runtime_create(g_model, &p));
+    assert_null(memra_runtime_create(api_tiny_model, &p));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
 }
 
@@ -211,10 +194,10 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     memra_runtime_params p = memra_runtime_default_params();
     p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16;
     setenv("MEMRA_PP_STAGES", "two", 1);
-    assert_null(memra_runtime_create(g_model, &p));
+    assert_null(memra_runtime_create(api_tiny_model, &p));
     assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "MEMRA_PP_STAGES=two");
     setenv("MEMRA_PP_STAGES", "2", 1);
-    memra_runtime *rt = memra_runtime_create(g_model, &p); /* params say 1 stage, the door says 2 */
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p); /* params say 1 stage, the door says 2 */
     assert_non_null(rt);
     assert_int_equal(memra_runtime_n_stages(rt), 2);
     int a, b;
@@ -224,14 +207,14 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     assert_int_equal(memra_runtime_stage_layers(rt, 2, &a, &b), MEMRA_E_INVAL);
     memra_runtime_free(rt);
     p.apply_env = 0; /* doors ignored */
-    rt = memra_runtime_create(g_model, &p);
+    rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     assert_int_equal(memra_runtime_n_stages(rt), 1);
     memra_runtime_free(rt);
     unsetenv("MEMRA_PP_STAGES");
     setenv("MEMRA_BACKEND", "tpu", 1);
     p.apply_env = 1;
-    assert_null(memra_runtime_create(g_model, &p));
+    assert_null(memra_runtime_create(api_tiny_model, &p));
     assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "MEMRA_BACKEND=tpu");
     setenv("MEMRA_BACKEND", "cpu", 1);
 }
@@ -241,7 +224,7 @@ static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
 {
     memra_runtime_params p = memra_runtime_default_params();
     p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16, p.kv_type = kv, p.apply_env = apply_env;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     memra_seq *sq = memra_seq_open(rt);
     assert_non_null(sq);
@@ -262,7 +245,7 @@ static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
  * apply_env; F32 is the default. */
 static void test_kv_type_rounds_the_cache_and_default_follows_the_door(void **state)
 {
-    assert_int_equal(memra_model_n_vocab(g_model), 300);
+    assert_int_equal(memra_model_n_vocab(api_tiny_model), 300);
     static float f32[3][300], got[3][300];
     unsetenv("MEMRA_KV_TYPE");
     decode_logits(MEMRA_KV_DEFAULT, 1, f32);
@@ -476,5 +459,5 @@ int main(void)
         cmocka_unit_test(test_generate_refuses_a_bad_request_before_running_anything),
         cmocka_unit_test(test_errors_are_kept_per_handle_and_per_thread),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

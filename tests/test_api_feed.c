@@ -19,40 +19,13 @@
 #define NV 300 /* the tiny model's vocabulary */
 #define GEN 12
 
-static char g_path[256];
-static memra_model *g_model;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_model = api_tiny_open(g_path, sizeof g_path);
-    return g_model ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    api_tiny_close(g_model, g_path);
-    return 0;
-}
-
 static memra_runtime *make_rt(int stages, memra_feed_mode feed)
 {
-    memra_runtime_params p = memra_runtime_default_params();
-    p.backend = MEMRA_BACKEND_CPU;
-    p.cpu_devices = 4;
-    p.apply_env = 0;
-    p.stages = stages;
-    if (stages > 1) {
-        p.n_devices = stages;
-        for (int s = 0; s < stages; s++)
-            p.devices[s] = s;
-    }
+    memra_runtime_params p = api_tiny_params(stages);
     p.n_seq = 4;
-    p.n_ctx = 64;
     p.max_rows = 8;
     p.device_feed = feed;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     if (!rt)
         fail_msg("runtime: %s", memra_last_error());
     return rt;
@@ -248,16 +221,16 @@ static void test_misuses_of_the_fed_step_are_refused_by_name(void **state)
     memra_runtime_params bad = memra_runtime_default_params();
     bad.backend = MEMRA_BACKEND_CPU;
     bad.device_feed = (memra_feed_mode)7;
-    assert_null(memra_runtime_create(g_model, &bad));
+    assert_null(memra_runtime_create(api_tiny_model, &bad));
     assert_error_mentions(MEMRA_E_INVAL, "device_feed = 7");
     /* the door (apply_env): a bad value is named; 1 turns device feed on over the field */
     bad.device_feed = MEMRA_FEED_OFF;
     bad.apply_env = 1;
     setenv("MEMRA_DEVICE_FEED", "on", 1);
-    assert_null(memra_runtime_create(g_model, &bad));
+    assert_null(memra_runtime_create(api_tiny_model, &bad));
     assert_error_mentions(MEMRA_E_INVAL, "MEMRA_DEVICE_FEED=\"on\"");
     setenv("MEMRA_DEVICE_FEED", "1", 1);
-    memra_runtime *door = memra_runtime_create(g_model, &bad);
+    memra_runtime *door = memra_runtime_create(api_tiny_model, &bad);
     unsetenv("MEMRA_DEVICE_FEED");
     assert_non_null(door);
     s = memra_seq_open(door);
@@ -279,5 +252,5 @@ int main(void)
         cmocka_unit_test(test_generate_with_device_feed_gives_what_it_gives_without),
         cmocka_unit_test(test_misuses_of_the_fed_step_are_refused_by_name),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

@@ -24,23 +24,7 @@
 #define NV 300 /* the tiny model's vocabulary */
 #define GEN 12 /* tokens generated per loop */
 
-static char g_path[256];
-static memra_model *g_model;
 static int g_stop; /* the abort callback's answer */
-
-static int setup(void **state)
-{
-    (void)state;
-    g_model = api_tiny_open(g_path, sizeof g_path);
-    return g_model ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    api_tiny_close(g_model, g_path);
-    return 0;
-}
 
 static int abort_when_told(void *user)
 {
@@ -50,16 +34,7 @@ static int abort_when_told(void *user)
 
 static memra_runtime *make_rt_of(const memra_model *m, int stages, int n_seq, int n_ctx)
 {
-    memra_runtime_params p = memra_runtime_default_params();
-    p.backend = MEMRA_BACKEND_CPU;
-    p.cpu_devices = 4;
-    p.apply_env = 0;
-    p.stages = stages;
-    if (stages > 1) {
-        p.n_devices = stages;
-        for (int s = 0; s < stages; s++)
-            p.devices[s] = s;
-    }
+    memra_runtime_params p = api_tiny_params(stages);
     p.n_seq = n_seq;
     p.n_ctx = n_ctx;
     p.max_rows = 8;
@@ -74,7 +49,7 @@ static memra_runtime *make_rt_of(const memra_model *m, int stages, int n_seq, in
 
 static memra_runtime *make_rt(int stages, int n_seq)
 {
-    return make_rt_of(g_model, stages, n_seq, 64);
+    return make_rt_of(api_tiny_model, stages, n_seq, 64);
 }
 
 static void prompt_of(memra_token *t, int n, int salt)
@@ -255,7 +230,7 @@ static void both_refuse(memra_seq *s, memra_token tok, int use_out, int want, co
 static void test_decode_greedy_refuses_what_decode_refuses_and_leaves_the_position(void **state)
 {
     (void)state;
-    memra_runtime *rt = make_rt_of(g_model, 1, 2, 16);
+    memra_runtime *rt = make_rt_of(api_tiny_model, 1, 2, 16);
     memra_seq *s = memra_seq_open(rt), *c = memra_seq_open(rt);
     memra_token t[16];
     prompt_of(t, 16, 9);
@@ -469,5 +444,5 @@ int main(void)
         cmocka_unit_test(test_generate_decodes_greedy_requests_on_the_device_and_samples_the_others_as_before),
         cmocka_unit_test(test_a_row_with_no_logit_above_minus_inf_is_refused_on_the_device_as_by_the_sampler),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

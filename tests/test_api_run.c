@@ -19,41 +19,14 @@
 
 #define NV 300 /* the tiny model's vocabulary */
 
-static char g_path[256];
-static memra_model *g_model;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_model = api_tiny_open(g_path, sizeof g_path);
-    return g_model ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    api_tiny_close(g_model, g_path);
-    return 0;
-}
-
 static memra_runtime *make_rt(int stages, int n_seq, int max_rows, memra_abort_fn abort_cb, void *abort_user)
 {
-    memra_runtime_params p = memra_runtime_default_params();
-    p.backend = MEMRA_BACKEND_CPU;
-    p.cpu_devices = 4;
-    p.apply_env = 0;
-    p.stages = stages;
-    if (stages > 1) {
-        p.n_devices = stages;
-        for (int s = 0; s < stages; s++)
-            p.devices[s] = s;
-    }
+    memra_runtime_params p = api_tiny_params(stages);
     p.n_seq = n_seq;
-    p.n_ctx = 64;
     p.max_rows = max_rows;
     p.abort_cb = abort_cb;
     p.abort_user = abort_user;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     if (!rt)
         fprintf(stderr, "runtime: %s\n", memra_last_error());
     assert_non_null(rt);
@@ -468,7 +441,7 @@ static void test_runtime_create_reports_weight_progress_up_to_one(void **state)
     p.backend = MEMRA_BACKEND_CPU, p.apply_env = 0, p.n_ctx = 16;
     p.progress = progress_max;
     p.progress_user = &last;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     assert_true(last == 1.0f);
     assert_int_equal(memra_runtime_n_ctx(rt), 16);
@@ -520,5 +493,5 @@ int main(void)
         cmocka_unit_test(test_runtime_create_reports_weight_progress_up_to_one),
         cmocka_unit_test(test_samplers_are_greedy_at_temperature_zero_and_repeatable_with_a_seed),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

@@ -12,23 +12,13 @@
 #include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
-static char g_path[256];
-static memra_model *g_model;
 static int g_nv;
 
 static int setup(void **state)
 {
-    (void)state;
-    g_model = api_tiny_open(g_path, sizeof g_path);
-    g_nv = g_model ? memra_model_n_vocab(g_model) : 0;
-    return g_model ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    api_tiny_close(g_model, g_path);
-    return 0;
+    const int r = api_tiny_setup(state);
+    g_nv = r == 0 ? memra_model_n_vocab(api_tiny_model) : 0;
+    return r;
 }
 
 static memra_runtime *make_rt(int stages)
@@ -41,7 +31,7 @@ static memra_runtime *make_rt(int stages)
     p.n_seq = 2;
     p.n_ctx = 64;
     p.max_rows = 16;
-    memra_runtime *rt = memra_runtime_create(g_model, &p);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     return rt;
 }
@@ -122,5 +112,5 @@ int main(void)
         cmocka_unit_test(test_verify_rows_equal_single_decode_steps_at_two_stages),
         cmocka_unit_test(test_verify_refuses_bad_arguments_without_moving_the_sequence),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, api_tiny_teardown);
 }

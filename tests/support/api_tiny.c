@@ -6,21 +6,43 @@
 
 #include "support/gguf_tiny.h"
 
-memra_model *api_tiny_open(char *path, size_t cap)
+memra_model *api_tiny_model;
+char api_tiny_path[256];
+
+int api_tiny_setup(void **state)
 {
+    (void)state;
     dev_err err = {0};
-    if (gguf_tiny_write_temp(path, cap, NULL, &err) != 0) {
+    if (gguf_tiny_write_temp(api_tiny_path, sizeof api_tiny_path, NULL, &err) != 0) {
         fprintf(stderr, "tiny model: %s\n", err.msg);
-        return NULL;
+        return -1;
     }
-    memra_model *m = memra_model_load(path, NULL);
-    if (!m)
+    if (!(api_tiny_model = memra_model_load(api_tiny_path, NULL)))
         fprintf(stderr, "tiny model: %s\n", memra_last_error());
-    return m;
+    return api_tiny_model ? 0 : -1;
 }
 
-void api_tiny_close(memra_model *m, const char *path)
+int api_tiny_teardown(void **state)
 {
-    memra_model_free(m);
-    unlink(path);
+    (void)state;
+    memra_model_free(api_tiny_model);
+    api_tiny_model = NULL;
+    unlink(api_tiny_path);
+    return 0;
+}
+
+memra_runtime_params api_tiny_params(int stages)
+{
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU;
+    p.cpu_devices = 4;
+    p.apply_env = 0;
+    p.stages = stages;
+    if (stages > 1) {
+        p.n_devices = stages;
+        for (int s = 0; s < stages; s++)
+            p.devices[s] = s;
+    }
+    p.n_ctx = 64;
+    return p;
 }
