@@ -65,8 +65,19 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
  * CUDA: one kernel; CPU: krn_repack_host on the stream. Returns 0 or MEMRA_E_INVAL. */
 int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
 
+/* ---- activation types (MEMRA_ACT_TYPE) ----
+ * The rows a matmul reads (the normed x, the attention output, swiglu's h) may be stored as KRN_F32 (0),
+ * KRN_F16 or KRN_BF16. The op producing them (rmsnorm, attention, swiglu: the `_t` forms) computes in f32 and
+ * rounds each value to nearest even on store; the ops reading them (matmul, quantize_x8) widen each element
+ * exactly on load. So an op over 16-bit rows gives, bit for bit, the f32 op's result over the widened values,
+ * on every backend. The residual stream, q/k/v, the KV cache's inputs and the logits stay f32. */
+int krn_act_type_ok(int type);     /* 1 for KRN_F32, KRN_F16, KRN_BF16 */
+size_t krn_act_bytes(int type);    /* 4, 2, 2; 0 for any other type */
+
 /* y (B, n) = x (B, n) / rms(x) * w (n,)    rms = sqrt(mean(x^2) + eps) */
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+/* The same with y (B, n) of activation type yt (f32 math, rounded on store). */
+int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps);
 
 /* y (B, n_out) = x (B, n_in) @ W^T (n_in, n_out)      (W of any krn_type) */
 int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
@@ -86,6 +97,19 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 /* y (B, n_out) += x (B, n_in) @ W^T: the same bits as krn_matmul_async into t, then krn_add_async(y, t). */
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
+/* A matmul's input rows in any form: x (B, n_in) of activation type `type` (KRN_F32 = 0, KRN_F16, KRN_BF16),
+ * and optionally x8 = krn_quantize_x8_t_async of those rows (NULL: none), which PLANES weights then read
+ * instead of x (see "x quantized to int8" below). A zero-initialized krn_mm_x plus .x is plain f32 x. */
+typedef struct krn_mm_x {
+    const void *x;  /* (B, n_in) elements of `type` */
+    int type;       /* activation type */
+    const void *x8; /* krn_x8_row_bytes(n_in) per row, or NULL */
+} krn_mm_x;
+/* krn_matmul_parts_async / krn_matmul_acc_async over x in any form. A 16-bit x gives the bits of the f32 op over
+ * the widened rows; x8 gives PLANES parts the int8 products. A row's bits do not depend on B. */
+int krn_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B);
+int krn_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B);
+
 /* ---- x quantized to int8 (MEMRA_CUDA_X8), for PLANES weights on CUDA ----
  * Each 32-element block j of a row of x becomes 32 int8 q = rint(x / d) (ties to even, clamped to +-127) with
  * d = max|x| / 127 over the block (q = 0 when d is 0), and s = d * sum q. A block holding a NaN or an infinity
@@ -101,11 +125,10 @@ size_t krn_x8_row_bytes(int n); /* 0 when n <= 0 or n % 32 != 0 */
 void krn_x8_quantize_host(void *xq, const float *x, int B, int n);
 /* The same on s: xq (B * krn_x8_row_bytes(n) bytes of s's device, 16-byte aligned) from x (B, n). */
 int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
-/* krn_matmul_parts_async / krn_matmul_acc_async given x8 = krn_quantize_x8_async of x (same B, n_in), or
- * NULL (then exactly the plain ops). PLANES parts use x8; other parts, and the CPU backend (which has no
- * PLANES weights), read x. A row's bits do not depend on B. */
-int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B);
-int krn_matmul_acc_x8_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
+/* The same from x (B, n) of activation type xt (widened exactly: the bytes of quantizing the widened rows).
+ * PLANES parts of krn_matmul_parts_x_async / krn_matmul_acc_x_async read the result (krn_mm_x.x8); other parts,
+ * and the CPU backend (which has no PLANES weights), read x. */
+int krn_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n);
 
 /* y (B, n) += bias (n,) */
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
@@ -157,12 +180,19 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_
 int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
                            size_t ws_bytes);
+/* The same with out (B, n_head*head_dim) of activation type out_t (f32 math, rounded on store). */
+int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                          const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                          int n_ctx, float *ws, size_t ws_bytes);
 /* Bytes of that workspace for the smallest chunk: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats when
  * n_ctx > 64, else 0. */
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
 
 /* y (B, n) = silu(gate) * up */
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+/* The same with y of activation type yt (f32 math, rounded on store). A 16-bit y must not overlap gate or up
+ * (an f32 y may be gate or up: in place). */
+int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 
 /* y (B, n) += a (B, n)   (the residual) */
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);
