@@ -73,9 +73,21 @@ int krn_act_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || typ
 
 size_t krn_act_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
 
+/* Whether y (count elements of activation type yt) may be written while f32 `in` (count floats) is read: an
+ * f32 y may be `in` itself (in place, element for element), a 16-bit y must not overlap it (its element i lands
+ * on in[i/2], which another thread may not have read yet). */
+static int act_out_ok(const void *y, int yt, const float *in, size_t count)
+{
+    if (yt == KRN_F32)
+        return 1;
+    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + count * 2, i0 = (uintptr_t)in, i1 = i0 + count * sizeof(float);
+    return y1 <= i0 || i1 <= y0;
+}
+
 int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps)
 {
-    if (!s || !y || !krn_act_type_ok(yt) || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f))
+    if (!s || !y || !krn_act_type_ok(yt) || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f) ||
+        !act_out_ok(y, yt, x, (size_t)B * n))
         return MEMRA_E_INVAL;
     DISPATCH(s, rmsnorm_t, y, yt, x, w, B, n, eps);
 }
@@ -265,15 +277,9 @@ int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_
 
 int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n)
 {
-    if (!s || !y || !krn_act_type_ok(yt) || !gate || !up || B <= 0 || n <= 0)
+    if (!s || !y || !krn_act_type_ok(yt) || !gate || !up || B <= 0 || n <= 0 ||
+        !act_out_ok(y, yt, gate, (size_t)B * n) || !act_out_ok(y, yt, up, (size_t)B * n))
         return MEMRA_E_INVAL;
-    if (yt != KRN_F32) { /* a 16-bit y over an f32 input would overwrite elements not yet read */
-        const char *y0 = y, *y1 = y0 + (size_t)B * n * 2;
-        const char *in[2] = { (const char *)gate, (const char *)up };
-        for (int i = 0; i < 2; i++)
-            if (y0 < in[i] + (size_t)B * n * sizeof(float) && in[i] < y1)
-                return MEMRA_E_INVAL;
-    }
     DISPATCH(s, swiglu_t, y, yt, gate, up, B, n);
 }
 

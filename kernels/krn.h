@@ -76,7 +76,7 @@ size_t krn_act_bytes(int type);    /* 4, 2, 2; 0 for any other type */
 
 /* y (B, n) = x (B, n) / rms(x) * w (n,)    rms = sqrt(mean(x^2) + eps) */
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
-/* The same with y (B, n) of activation type yt (f32 math, rounded on store). */
+/* The same with y (B, n) of activation type yt (f32 math, rounded on store; a 16-bit y must not overlap x). */
 int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps);
 
 /* y (B, n_out) = x (B, n_in) @ W^T (n_in, n_out)      (W of any krn_type) */
@@ -123,6 +123,8 @@ int krn_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const k
 size_t krn_x8_row_bytes(int n); /* 0 when n <= 0 or n % 32 != 0 */
 /* xq = the quantized rows of x (B, n) in host memory (the CPU backend's op; the tests' reference). */
 void krn_x8_quantize_host(void *xq, const float *x, int B, int n);
+/* The same over x (B, n) of activation type xt: each block widened exactly, then quantized. */
+void krn_x8_quantize_t_host(void *xq, const void *x, int xt, int B, int n);
 /* The same on s: xq (B * krn_x8_row_bytes(n) bytes of s's device, 16-byte aligned) from x (B, n). */
 int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
 /* The same from x (B, n) of activation type xt (widened exactly: the bytes of quantizing the widened rows).
