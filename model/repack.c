@@ -22,14 +22,15 @@ static int door01(const char *name, int dflt, const char *what_dflt, const char 
 
 int mdl_repack_door(int *on, dev_err *err)
 {
-    return door01("MEMRA_CUDA_REPACK", 1, "repack q8_0/q4_0/q4_1/q4_K to planes on the owning GPU",
+    return door01("MEMRA_CUDA_REPACK", 1, "repack q8_0/q4_0/q4_1/q4_K/q6_K to planes on the owning GPU",
                   "keep GGUF blocks", on, err);
 }
 
 int mdl_x8_door(int *on, dev_err *err)
 {
     return door01("MEMRA_CUDA_X8", 0, "f32 x for every matmul",
-                  "x quantized to int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K matmuls on a GPU", on, err);
+                  "x quantized to int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K/q6_K matmuls on a GPU", on,
+                  err);
 }
 
 /* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */

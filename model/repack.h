@@ -1,6 +1,6 @@
 /* Planar decode weights (KRN_LAYOUT_PLANES, kernels/krn.h) built on the device that owns them: after a
  * layer's (or the head's) tensors are on their device, the loader and the synthetic model call
- * mdl_repack_weights, which repacks each q8_0 / q4_0 / q4_1 / q4_K matrix in place on THAT device. Door:
+ * mdl_repack_weights, which repacks each q8_0 / q4_0 / q4_1 / q4_K / q6_K matrix in place on THAT device. Door:
  * MEMRA_CUDA_REPACK = 1 (default) | 0 (keep GGUF blocks). */
 #ifndef MODEL_REPACK_H
 #define MODEL_REPACK_H

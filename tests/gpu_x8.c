@@ -172,6 +172,48 @@ static void test_x8_gemv_matches_reference_for_every_planar_type_and_batch(void 
     }
 }
 
+/* q6_K planes with int8 x (CUDA_REF_TYPES[7]): check_x8's reference, f32-x, stream, batch-invariance and acc
+ * checks (B = 1..8, 11, 13; rows of one super-block and of 56). Its products have no offset term (the int8
+ * sub-block scales weigh exact integer sums of (q - 32) q_x), so the reference bound holds with room. Then a
+ * NaN in one block of x row 1 makes every y of row 1 NaN (d = s = NaN for that block) and leaves rows 0 and 2
+ * finite. */
+static void test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blocks(void **state) {
+    (void)state;
+    const cuda_ref_type *t = &CUDA_REF_TYPES[7];
+    assert_int_equal(t->type, KRN_Q6_K);
+    for (int B = 1; B <= 8; B++)
+        check_x8(t, 3001, 4096, B);
+    check_x8(t, 3001, 4096, 11);
+    check_x8(t, 3001, 4096, 13);
+    check_x8(t, 1, 256, 3);
+    check_x8(t, 257, 14336, 13);
+    check_x8(t, 33, 1280, 5);
+
+    const int n_out = 33, n_in = 1280, B = 3;
+    size_t bytes;
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
+    float *hx = malloc(sizeof(float) * B * n_in), *hy = malloc(sizeof(float) * B * n_out);
+    assert_true(hx && hy);
+    cuda_ref_rand_floats(hx, (size_t)B * n_in);
+    hx[n_in + 37] = NAN; /* row 1, block 1 */
+    void *db = dupload(h, bytes);
+    float *dx = dupload(hx, sizeof(float) * B * n_in), *dy = dalloc(sizeof(float) * B * n_out);
+    void *xq = quantize_on_device(dx, B, n_in);
+    krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
+    const krn_mm_part part = {dy, &P};
+    dev_err err = {0};
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, dx, xq, B, 0, &err), 0);
+    sync_both();
+    download(hy, dy, sizeof(float) * B * n_out);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < n_out; r++)
+            if (b == 1 ? !isnan(hy[b * n_out + r]) : !isfinite(hy[b * n_out + r]))
+                fail_msg("x8 q6_k with a NaN in x row 1: y[%d][%d] = %g (want %s)", b, r, hy[b * n_out + r],
+                         b == 1 ? "NaN" : "finite");
+    cudaFree(db), cudaFree((void *)P.data), cudaFree(dx), cudaFree(dy), cudaFree(xq);
+    free(h), free(hx), free(hy);
+}
+
 /* The op table on a CUDA dev_stream: parts [PLANES q4_1, BLOCKS q4_1, f16] with an x8 give the PLANES part
  * the raw x8 call's bits and the others the bits they have without x8. */
 static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
@@ -230,6 +272,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_quantize_writes_the_host_bytes),
         cmocka_unit_test(test_x8_gemv_matches_reference_for_every_planar_type_and_batch),
+        cmocka_unit_test(test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blocks),
         cmocka_unit_test(test_the_op_table_sends_only_planes_parts_to_int8_x),
     };
     return cmocka_run_group_tests(tests, two_streams_setup, two_streams_teardown);

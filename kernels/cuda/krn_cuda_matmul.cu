@@ -295,7 +295,7 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     if (W->n_in % be != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: n_in=%d is not a multiple of %d (type %d blocks)",
                            W->n_in, be, W->type);
-    int rc = krn_layout_check(W, 1, err); /* a known layout; planes only of q8_0, q4_0, q4_1, q4_K */
+    int rc = krn_layout_check(W, 1, err); /* a known layout; planes only of a type krn_planes_supported accepts */
     if (rc)
         return rc;
     if (W->layout == KRN_LAYOUT_PLANES) { /* repacked on its device (krn_cuda_matmul_p.cu) */

@@ -63,7 +63,7 @@ static __device__ __forceinline__ void mm_group_store(float (&red)[2][MM_WARPS][
  * Launch errors are left for the caller's cudaGetLastError. */
 void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st);
 
-/* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a KRN_LAYOUT_PLANES W (q8_0, q4_0, q4_1: a->W the
+/* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a KRN_LAYOUT_PLANES W (q8_0, q4_0, q4_1, q4_K, q6_K: a->W the
  * planes, 16-byte aligned; a->row_bytes unused) on st (krn_cuda_matmul_p.cu). Launch errors are left for
  * the caller's cudaGetLastError. */
 void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st);

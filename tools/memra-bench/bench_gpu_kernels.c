@@ -8,7 +8,7 @@
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
  * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
  * (tools/memra-bench/cuda/chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
- * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
+ * q4_1, q4_0, q4_K, q6_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
  * its int8-x row ("q8_0/x8": x quantized once, untimed, then krn_cuda_matmul_parts_async with the x8 rows,
  * MEMRA_CUDA_X8's path) and, per shape, the quantize kernel's own time ("x8 quantize"). Reports only;
  * asserts nothing. */
@@ -118,7 +118,7 @@ fail:
     return rc;
 }
 
-/* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1/q4_K repacked on
+/* One (type, shape): average seconds per launch into *sec. planes: the copies are a planar type repacked on
  * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
  * are made finite first; planes = 2: the GEMV takes x quantized to int8 (once, before timing), and
  * *sec_q = the quantize alone. Returns 0 or -1 (message printed). */
@@ -148,6 +148,9 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
             for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
                 hw[i + s] &= 0x3B;
+    if (planes && t->type == KRN_Q6_K) /* its d ends the block */
+        for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
+            hw[i + 209] &= 0x3B;
     for (size_t i = 0; i < (size_t)B * n_in; i++)
         hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
     const krn_weight src = {t->type, n_out, n_in, NULL, KRN_LAYOUT_BLOCKS};
@@ -199,7 +202,7 @@ fail:
 
 /* The planes rows of every shape; returns 0 or 2 (a row failed, message printed). */
 static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
-    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0, KRN_Q4_K};
+    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0, KRN_Q4_K, KRN_Q6_K};
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
