@@ -135,6 +135,7 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
 
 /* The int8-x products of mp_kernel (krn_cuda_planes.cuh). */
 struct mp_x8 {
+    typedef float xe; /* mp_kernel's x, unread */
     template <int T, int NB, int R, int U>
     static __device__ __forceinline__ void compute(const mp_item<T, R, U> &it, const float *,
                                                    const uint8_t *__restrict__ xq, size_t xq_row, int n_in,
