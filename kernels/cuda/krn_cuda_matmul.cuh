@@ -21,7 +21,8 @@ static inline int mm_resident_grid(int groups, int cap) {
 typedef struct mm_args {
     float *y;         /* (nb, n_out) */
     const uint8_t *W; /* the whole tensor, row r at W + r*row_bytes */
-    const float *x;   /* (nb, n_in), 16-byte aligned for block types */
+    const void *x;    /* (nb, n_in) of activation type xt, 16-byte aligned for block types and planes */
+    int xt;           /* KRN_F32, KRN_F16, KRN_BF16: the kernels widen 16-bit x exactly on load */
     int n_out, n_in;
     size_t row_bytes;
     int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */

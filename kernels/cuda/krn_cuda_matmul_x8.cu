@@ -1,6 +1,7 @@
 /* x quantized to int8 (kernels/krn.h "x quantized to int8", MEMRA_CUDA_X8) on CUDA:
- *   - the quantize kernel: one warp per 32-element block, lane i holds element i; the block's max |x| and the
- *     quants' sum by butterflies (exact in any order), so the bytes are krn_x8_quantize_host's;
+ *   - the quantize kernel: one warp per 32-element block, lane i holds element i (x of an activation type,
+ *     widened exactly on load); the block's max |x| and the quants' sum by butterflies (exact in any order), so
+ *     the bytes are krn_x8_quantize_host's over the widened rows;
  *   - the planar GEMV with int8 x: krn_cuda_matmul_p.cu's walk unchanged (items of R rows x U 16-byte
  *     vectors loaded one item ahead, the first before the PDL wait; the same launch shapes, krn_cuda_planes.cuh)
  *     but each vector's products are __dp4a over four bytes at a time: a q4 word is 2 logic ops and 2 dp4a
@@ -19,15 +20,18 @@
 
 /* ---- quantize ---- */
 
-__global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ xq, const float *__restrict__ x,
-                                                          int B, int n, size_t row_bytes) {
+/* x of activation type XT, each element widened exactly (krn_act_f): the bytes of quantizing the f32 rows. */
+template <int XT>
+__global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ xq,
+                                                          const krn_act_e<XT> *__restrict__ x, int B, int n,
+                                                          size_t row_bytes) {
     krn_pdl_enter(); /* x is written by the previous kernel */
     const int lane = threadIdx.x % KRN_WARP, nblk = n / 32;
     const int gw = blockIdx.x * (blockDim.x / KRN_WARP) + threadIdx.x / KRN_WARP;
     if (gw >= B * nblk)
         return; /* whole warps leave together: gw is the warp's */
     const int b = gw / nblk, j = gw % nblk;
-    const float v = x[(size_t)b * n + 32 * j + lane];
+    const float v = krn_act_f<XT>(x[(size_t)b * n + 32 * j + lane]);
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -48,17 +52,26 @@ __global__ void __launch_bounds__(128) mx_quantize_kernel(uint8_t *__restrict__ 
         row[n + n / 4 + lane] = 0;
 }
 
-extern "C" int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const float *x, int B, int n, dev_err *err) {
+extern "C" int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const void *x, int xt, int B, int n,
+                                          dev_err *err) {
     const size_t rb = krn_x8_row_bytes(n);
     if (!xq || !x || B <= 0 || !rb)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: need xq, x, B > 0 (got %d) and n a positive "
                            "multiple of 32 (got %d)", B, n);
-    if (!krn_cuda_aligned(xq, 16) || !krn_cuda_aligned(x, 4))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: xq %p must be 16-byte aligned, x %p 4-byte", xq,
-                           (const void *)x);
+    if (!krn_act_type_ok(xt))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: x type %d (allowed: f32, f16, bf16)", xt);
+    if (!krn_cuda_aligned(xq, 16) || !krn_cuda_aligned(x, (unsigned)krn_act_bytes(xt)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_quantize_x8: xq %p must be 16-byte aligned, x %p aligned to "
+                           "its element (%zu bytes)", xq, x, krn_act_bytes(xt));
     const long warps = (long)B * (n / 32);
-    krn_launch(mx_quantize_kernel, dim3((unsigned)((warps + 3) / 4)), dim3(128), 0, (cudaStream_t)cuda_stream,
-               (uint8_t *)xq, x, B, n, rb);
+    const dim3 grid((unsigned)((warps + 3) / 4)), block(128);
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    if (xt == KRN_F16)
+        krn_launch(mx_quantize_kernel<KRN_F16>, grid, block, 0, st, (uint8_t *)xq, (const uint16_t *)x, B, n, rb);
+    else if (xt == KRN_BF16)
+        krn_launch(mx_quantize_kernel<KRN_BF16>, grid, block, 0, st, (uint8_t *)xq, (const uint16_t *)x, B, n, rb);
+    else
+        krn_launch(mx_quantize_kernel<KRN_F32>, grid, block, 0, st, (uint8_t *)xq, (const float *)x, B, n, rb);
     return krn_cuda_launch_check(err, "krn_cuda_quantize_x8");
 }
 
@@ -183,6 +196,7 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
 
 /* The int8-x products of mp_kernel (krn_cuda_planes.cuh). */
 struct mp_x8 {
+    typedef float xe; /* mp_kernel's x, unread */
     template <int T, int NB, int R, int U>
     static __device__ __forceinline__ void compute(const mp_item<T, R, U> &it, const float *,
                                                    const uint8_t *__restrict__ xq, size_t xq_row, int n_in,

@@ -1,4 +1,4 @@
-/* Private to the planar GEMVs (krn_cuda_matmul_p.cu: f32 x; krn_cuda_matmul_x8.cu: int8 x): the per-type
+/* Private to the planar GEMVs (krn_cuda_matmul_p.cu: float x; krn_cuda_matmul_x8.cu: int8 x): the per-type
  * layout of a PLANES weight (kernels/krn.h), the item of R rows x U 16-byte vectors a thread loads ahead,
  * the q4_K sub-block scale, the walk kernel over the products of either, and its launch shape. See krn_cuda_matmul_p.cu's file comment for the walk both kernels share. */
 #ifndef KRN_CUDA_PLANES_CUH
@@ -148,12 +148,13 @@ static __device__ __forceinline__ float mp_q6k_d(uint32_t s) { return krn_h2f((u
 
 /* The planar GEMV's walk (krn_cuda_matmul_p.cu's file comment) with the products of C:
  * C::compute<T, NB, R, U>(item, x, xq, xq_row, n_in, nvec, c, t, acc) adds the item's vectors against the rows
- * of x into acc — f32 x (mp_f32, krn_cuda_matmul_p.cu) or int8 x (mp_x8, krn_cuda_matmul_x8.cu; xq the
- * quantized rows, xq_row bytes apart). red is double-buffered by group parity: a group's writers pass the
- * barrier of the previous group, which its readers reach only after reading. */
+ * of x into acc — float x (mp_fx<XT>, krn_cuda_matmul_p.cu: x of activation type XT, 16-bit widened on load) or
+ * int8 x (mp_x8, krn_cuda_matmul_x8.cu; xq the quantized rows, xq_row bytes apart). red is double-buffered by
+ * group parity: a group's writers pass the barrier of the previous group, which its readers reach only after
+ * reading. x is an array of C::xe (the element type of the x C reads). */
 template <class C, int T, int NB, int R, int U, int MB>
 __global__ void __launch_bounds__(MP_THREADS, MB)
-    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x,
+    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const typename C::xe *__restrict__ x,
               const uint8_t *__restrict__ xq, size_t xq_row, int n_out, int n_in, int acc_y) {
     enum { VE = mp_layout<T>::VE };
     __shared__ float red[2][MM_WARPS][R * NB];
@@ -254,8 +255,8 @@ template <class C> struct mp_go {
     template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
         enum { MB = MP_MINB(NB) };
         const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
-        krn_launch(mp_kernel<C, T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
-                   a->x8, a->x8_row, a->n_out, a->n_in, a->acc);
+        krn_launch(mp_kernel<C, T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W,
+                   (const typename C::xe *)a->x, a->x8, a->x8_row, a->n_out, a->n_in, a->acc);
     }
 };
 
