@@ -204,7 +204,8 @@ static void test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blo
     krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
     const krn_mm_part part = {dy, &P};
     dev_err err = {0};
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, dx, xq, B, 0, &err), 0);
+    const krn_mm_x xx = {dx, KRN_F32, xq};
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, &xx, B, 0, &err), 0);
     sync_both();
     download(hy, dy, sizeof(float) * B * n_out);
     for (int b = 0; b < B; b++)

@@ -105,8 +105,9 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
  * vector and row of x t0 = the products (q - 32) x of elements 0..15 in element order (mp_dot4 over words
  * 0..3: q - 32 exact as for q8_0), t1 those of 16..31, then acc = fma(d sc0, t0, acc), acc = fma(d sc1, t1, acc)
  * (d sc exact: 11 by 8 significant bits). The 6-bit words are decoded once per row of W for every row of x. */
-template <int NB, int R, int U>
-static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R, U> &it, const float *__restrict__ x,
+template <int XT, int NB, int R, int U>
+static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R, U> &it,
+                                                      const krn_act_e<XT> *__restrict__ x,
                                                       int n_in, int nvec, int c, int t, float (&acc)[R][NB]) {
     const int v0 = c * MP_THREADS * U + t;
 #pragma unroll
@@ -123,7 +124,7 @@ static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R,
             ds[r][0] = d * (float)mp_q6k_sc(it.s[r][u], 0);
             ds[r][1] = d * (float)mp_q6k_sc(it.s[r][u], 1);
         }
-        const float *xv = x + (size_t)v * 32;
+        const krn_act_e<XT> *xv = x + (size_t)v * 32;
 #pragma unroll
         for (int b = 0; b < NB; b++)
 #pragma unroll
@@ -134,7 +135,7 @@ static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R,
                     tq[r] = 0.0f;
 #pragma unroll
                 for (int j = 4 * half; j < 4 * half + 4; j++) {
-                    const float4 a = krn_ld_f4(xv + (size_t)b * n_in + 4 * j);
+                    const float4 a = krn_ldx4<XT>(xv + (size_t)b * n_in + 4 * j);
 #pragma unroll
                     for (int r = 0; r < R; r++)
                         tq[r] = mp_dot4(tq[r], q[r][j], 32.0f, a);
@@ -152,7 +153,7 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
                                                   int n_in, int nvec, int c, int t, float (&acc)[R][NB]) {
     enum { VE = mp_layout<T>::VE, EW = VE / 4 /* elements per word */ };
     if constexpr (T == KRN_Q6_K) { /* two scales per vector: its own loop */
-        mp_compute_q6k<NB, R, U>(it, x, n_in, nvec, c, t, acc);
+        mp_compute_q6k<XT, NB, R, U>(it, x, n_in, nvec, c, t, acc);
         return;
     }
     const int v0 = c * MP_THREADS * U + t;
