@@ -225,7 +225,24 @@ static void check_model_repack(const cuda_ref_type *t) {
 static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(void **state) {
     (void)state;
     check_model_repack(ptype(2)); /* q4_1 */
-    check_model_repack(ptype(4)); /* q6_k: a planar type too (lm_head and half of ffn_down in Q4_K_M files) */
+    /* q6_k (lm_head and half of ffn_down in Q4_K_M files) is repacked only for the int8-x GEMV: with f32 x its
+     * planes are slower than its blocks (docs/bench/gpu.md run 57) */
+    setenv("MEMRA_CUDA_X8", "1", 1);
+    check_model_repack(ptype(4));
+    unsetenv("MEMRA_CUDA_X8");
+    size_t bytes;
+    uint8_t *h = cuda_fix_rand_blocks(ptype(4), 8, 256, &bytes);
+    void *db = dupload(h, bytes);
+    krn_weight W = {.type = KRN_Q6_K, .n_out = 8, .n_in = 256, .data = db};
+    krn_weight *const ws[] = {&W};
+    dev_err err = {0};
+    dev_platform *p = dev_platform_open(DEV_KIND_CUDA, 0, &err);
+    assert_non_null(p);
+    assert_int_equal(mdl_repack_weights(dev_platform_device(p, 0), ws, 1, &err), 0);
+    assert_int_equal(W.layout, KRN_LAYOUT_BLOCKS);
+    dev_platform_close(p);
+    CK(cudaFree(db));
+    free(h);
 }
 
 int main(void) {
