@@ -18,6 +18,7 @@ act_pp_params act_pp_default_params(void)
     p.n_ctx = 0; /* min(1024, model context) */
     p.max_rows = 64;
     p.kv_type = -1;
+    p.act_type = -1;
     p.seams = act_pp_seams_default();
     p.stamps = -1;
     return p;
@@ -39,12 +40,26 @@ int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 
 mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err)
 {
-    mdl_scratch *sc = mdl_scratch_create_x8(rt->model, d, rt->max_rows, rt->x8, err);
+    mdl_scratch *sc = mdl_scratch_create_with(rt->model, d, rt->max_rows, rt->x8, rt->act_type, err);
     if (sc && mdl_scratch_reserve_attention(sc, rt->n_ctx, err) != 0) {
         mdl_scratch_destroy(sc);
         return NULL;
     }
     return sc;
+}
+
+/* An element-type parameter (kv_type, act_type): -1 = its door (f32 when unset), else KRN_F32/F16/BF16. */
+static int elem_type(int v, const char *field, const char *door, int (*from_env)(int *, dev_err *), int *out,
+                     dev_err *err)
+{
+    if (v < 0) /* -1: the door */
+        return from_env(out, err);
+    if (krn_act_type_ok(v)) {
+        *out = v;
+        return 0;
+    }
+    return dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: %s=%d (allowed: KRN_F32 %d, KRN_F16 %d, KRN_BF16 %d, "
+                       "-1 = %s)", field, v, KRN_F32, KRN_F16, KRN_BF16, door);
 }
 
 static int stage_init(act_pp *rt, int s, dev_err *err)
@@ -191,16 +206,9 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
                     p.n_seq, p.max_rows, p.n_ctx);
         goto fail;
     }
-    if (p.kv_type < 0) { /* -1: the MEMRA_KV_TYPE door (f32 when unset) */
-        if (mdl_kv_type_from_env(&rt->kv_type, err) != 0)
-            goto fail;
-    } else if (krn_kv_type_ok(p.kv_type)) {
-        rt->kv_type = p.kv_type;
-    } else {
-        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: kv_type=%d (allowed: KRN_F32 %d, KRN_F16 %d, KRN_BF16 %d, "
-                    "-1 = MEMRA_KV_TYPE)", p.kv_type, KRN_F32, KRN_F16, KRN_BF16);
+    if (elem_type(p.kv_type, "kv_type", "MEMRA_KV_TYPE", mdl_kv_type_from_env, &rt->kv_type, err) != 0 ||
+        elem_type(p.act_type, "act_type", "MEMRA_ACT_TYPE", mdl_act_type_from_env, &rt->act_type, err) != 0)
         goto fail;
-    }
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
     rt->seam_defaults = p.seams;

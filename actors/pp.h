@@ -74,6 +74,9 @@ typedef struct act_pp_params {
     int max_rows;         /* most rows of one step (default 64) */
     int kv_type;          /* KV cache elements: KRN_F32, KRN_F16, KRN_BF16; -1 (default) = MEMRA_KV_TYPE (f32
                            * when unset), read whatever apply_env says: a storage choice, not a pipeline door */
+    int act_type;         /* matmul inputs' elements (kernels/krn.h "activation types"): KRN_F32, KRN_F16,
+                           * KRN_BF16; -1 (default) = MEMRA_ACT_TYPE (f32 when unset), read as kv_type is; every
+                           * scratch of the runtime (stages, unsplit arm) uses it, so the gates compare alike */
     act_pp_seams seams;   /* per-step seam defaults (act_pp_seams_default()); each step's env read overrides */
     int stamps;           /* walk liveness from device timestamps read at readback (1) or host-function markers
                            * on the stage streams (0); -1 (default) = timestamps on CUDA (a host callback holds a

@@ -56,6 +56,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.device_feed = %d (allowed MEMRA_FEED_AUTO 0, ON 1, OFF 2)", (int)p->device_feed);
     if (p->kv_type < MEMRA_KV_DEFAULT || p->kv_type > MEMRA_KV_BF16)
         BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
+    if (p->act_type < MEMRA_KV_DEFAULT || p->act_type > MEMRA_KV_BF16)
+        BAD("memra_runtime_params.act_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->act_type);
 #undef BAD
     return 0;
 }
@@ -131,6 +133,7 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     ap.max_rows = p.max_rows;
     static const int kv_krn[] = {KRN_F32, KRN_F32, KRN_F16, KRN_BF16}; /* by memra_kv_type; DEFAULT: below */
     ap.kv_type = p.kv_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.kv_type]; /* -1: MEMRA_KV_TYPE */
+    ap.act_type = p.act_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.act_type]; /* -1: MEMRA_ACT_TYPE */
     if (p.overlap >= 0) /* a per-step seam: this runtime's default; MEMRA_PP_OVERLAP still wins per step */
         ap.seams.overlap = p.overlap;
     ap.progress = p.progress;

@@ -69,11 +69,32 @@ double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda)
     return (double)n_out * (double)n_in * cpu_dot_ns(type);
 }
 
+int krn_act_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || type == KRN_BF16; }
+
+size_t krn_act_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
+
+/* Whether y (count elements of activation type yt) may be written while f32 `in` (count floats) is read: an
+ * f32 y may be `in` itself (in place, element for element), a 16-bit y must not overlap it (its element i lands
+ * on in[i/2], which another thread may not have read yet). */
+static int act_out_ok(const void *y, int yt, const float *in, size_t count)
+{
+    if (yt == KRN_F32)
+        return 1;
+    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + count * 2, i0 = (uintptr_t)in, i1 = i0 + count * sizeof(float);
+    return y1 <= i0 || i1 <= y0;
+}
+
+int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps)
+{
+    if (!s || !y || !krn_act_type_ok(yt) || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f) ||
+        !act_out_ok(y, yt, x, (size_t)B * n))
+        return MEMRA_E_INVAL;
+    DISPATCH(s, rmsnorm_t, y, yt, x, w, B, n, eps);
+}
+
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
 {
-    if (!s || !y || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f))
-        return MEMRA_E_INVAL;
-    DISPATCH(s, rmsnorm, y, x, w, B, n, eps);
+    return krn_rmsnorm_t_async(s, y, KRN_F32, x, w, B, n, eps);
 }
 
 /* A matmul weight s's backend can read: data, a supported type whose block divides n_in, and a layout
@@ -91,40 +112,52 @@ int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *
     DISPATCH(s, matmul, y, W, x, B);
 }
 
-int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B)
+static int mm_x_ok(const krn_mm_x *x, int n_in)
 {
-    if (!s || !parts || n < 1 || n > KRN_MM_PARTS || !x || B <= 0)
+    return x && x->x && krn_act_type_ok(x->type) && (!x->x8 || krn_x8_row_bytes(n_in));
+}
+
+int krn_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B)
+{
+    if (!s || !parts || n < 1 || n > KRN_MM_PARTS || B <= 0)
         return MEMRA_E_INVAL;
     for (int i = 0; i < n; i++)
         if (!parts[i].y || !weight_ok(s, parts[i].W) || parts[i].W->n_in != parts[0].W->n_in)
             return MEMRA_E_INVAL;
-    if (x8 && !krn_x8_row_bytes(parts[0].W->n_in))
+    if (!mm_x_ok(x, parts[0].W->n_in))
         return MEMRA_E_INVAL;
-    DISPATCH(s, matmul_parts, parts, n, x, x8, B); /* x8 serves PLANES parts: CUDA only (krn_layout_check) */
+    DISPATCH(s, matmul_parts_x, parts, n, x, B); /* x8 serves PLANES parts: CUDA only (krn_layout_check) */
 }
 
 int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, int B)
 {
-    return krn_matmul_parts_x8_async(s, parts, n, x, NULL, B);
+    const krn_mm_x xx = { .x = x };
+    return krn_matmul_parts_x_async(s, parts, n, &xx, B);
 }
 
-int krn_matmul_acc_x8_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B)
+int krn_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B)
 {
-    if (!s || !y || !x || B <= 0 || !weight_ok(s, W) || (x8 && !krn_x8_row_bytes(W->n_in)))
+    if (!s || !y || B <= 0 || !weight_ok(s, W) || !mm_x_ok(x, W->n_in))
         return MEMRA_E_INVAL;
-    DISPATCH(s, matmul_acc, y, W, x, x8, B);
+    DISPATCH(s, matmul_acc_x, y, W, x, B);
 }
 
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
-    return krn_matmul_acc_x8_async(s, y, W, x, NULL, B);
+    const krn_mm_x xx = { .x = x };
+    return krn_matmul_acc_x_async(s, y, W, &xx, B);
+}
+
+int krn_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n)
+{
+    if (!s || !xq || !x || !krn_act_type_ok(xt) || B <= 0 || !krn_x8_row_bytes(n))
+        return MEMRA_E_INVAL;
+    DISPATCH(s, quantize_x8_t, xq, x, xt, B, n);
 }
 
 int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n)
 {
-    if (!s || !xq || !x || B <= 0 || !krn_x8_row_bytes(n))
-        return MEMRA_E_INVAL;
-    DISPATCH(s, quantize_x8, xq, x, B, n);
+    return krn_quantize_x8_t_async(s, xq, x, KRN_F32, B, n);
 }
 
 /* CPU backend: the host repack as a stream op declaring both tensors. */
@@ -174,9 +207,10 @@ int krn_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_hea
     DISPATCH(s, rope, x, pos, B, n_heads, head_dim, n_rot, freq_base, freq_scale, neox);
 }
 
-int krn_kv_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || type == KRN_BF16; }
+/* The KV cache holds the activation types (widened exactly by attention, rounded by kv_store). */
+int krn_kv_type_ok(int type) { return krn_act_type_ok(type); }
 
-size_t krn_kv_elem_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
+size_t krn_kv_elem_bytes(int type) { return krn_act_bytes(type); }
 
 static int kv_cache_ok(const krn_kv_cache *c) { return c && c->k && c->v && krn_kv_type_ok(c->type); }
 
@@ -214,29 +248,44 @@ size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
            sizeof(float);
 }
 
-int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
-                           const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
-                           size_t ws_bytes)
+int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                          const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                          int n_ctx, float *ws, size_t ws_bytes)
 {
-    if (!s || !out || !q || !kv_cache_ok(c) || !seq || !pos || B <= 0 || n_head <= 0 || n_head_kv <= 0 ||
-        n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
+    if (!s || !out || !krn_act_type_ok(out_t) || !q || !kv_cache_ok(c) || !seq || !pos || B <= 0 || n_head <= 0 ||
+        n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
         return MEMRA_E_INVAL;
 #if KRN_CUDA
     if (on_cuda(s))
-        return krn_cuda_attention(s, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws, ws_bytes);
+        return krn_cuda_attention_t(s, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws,
+                                    ws_bytes);
 #else
     if (on_cuda(s))
         return MEMRA_E_UNSUPPORTED;
 #endif
     (void)ws, (void)ws_bytes;
-    return krn_cpu_attention_async(s, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+    return krn_cpu_attention_t_async(s, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx);
+}
+
+int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                           const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
+                           size_t ws_bytes)
+{
+    return krn_attention_t_async(s, out, KRN_F32, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws,
+                                 ws_bytes);
+}
+
+int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n)
+{
+    if (!s || !y || !krn_act_type_ok(yt) || !gate || !up || B <= 0 || n <= 0 ||
+        !act_out_ok(y, yt, gate, (size_t)B * n) || !act_out_ok(y, yt, up, (size_t)B * n))
+        return MEMRA_E_INVAL;
+    DISPATCH(s, swiglu_t, y, yt, gate, up, B, n);
 }
 
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
 {
-    if (!s || !y || !gate || !up || B <= 0 || n <= 0)
-        return MEMRA_E_INVAL;
-    DISPATCH(s, swiglu, y, gate, up, B, n);
+    return krn_swiglu_t_async(s, y, KRN_F32, gate, up, B, n);
 }
 
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n)

@@ -14,14 +14,19 @@
 
 /* Byte layouts of a weight's data (krn_weight.layout). */
 #define KRN_LAYOUT_BLOCKS 0 /* GGUF: row-major rows of krn_row_bytes(type, n_in) bytes of blocks */
-/* Planar (q8_0, q4_0, q4_1, q4_K only; a CUDA decode format, built on the owning device by krn_repack_async):
- * a quant plane, row r at r * krn_planes_qrow(type, n_in) bytes (16-byte aligned since n_in is a multiple
- * of the block), then a scales plane at krn_planes_scale_off: per row, per GGUF block, fp16 d (q8_0, q4_0),
- * the pair fp16 d, fp16 m (q4_1), or the 16 header bytes d, dmin, scales[12] of a q4_K super-block as in
- * GGUF. Same total bytes as the GGUF tensor. Quant bytes of a 32-element (sub-)block: q8_0 the 32 int8 in
- * order; q4_0/q4_1/q4_K 16 bytes where byte 4k+i (k, i in 0..3) holds element 8k+i in its low nibble and
- * element 8k+4+i in its high nibble, so each 32-bit word decodes to 8 consecutive elements (a q4_K
- * super-block is 8 such sub-blocks in element order). */
+/* Planar (q8_0, q4_0, q4_1, q4_K, q6_K only; a CUDA decode format, built on the owning device by
+ * krn_repack_async): a quant plane, row r at r * krn_planes_qrow(type, n_in) bytes (16-byte aligned since n_in
+ * is a multiple of the block), then a scales plane at krn_planes_scale_off: per row, per GGUF block, fp16 d
+ * (q8_0, q4_0), the pair fp16 d, fp16 m (q4_1), the 16 header bytes d, dmin, scales[12] of a q4_K
+ * super-block as in GGUF, or the 18 last bytes int8 scales[16], fp16 d of a q6_K super-block as in GGUF.
+ * Same total bytes as the GGUF tensor. Quant bytes of a 32-element (sub-)block: q8_0 the 32 int8 in order;
+ * q4_0/q4_1/q4_K 16 bytes where byte 4k+i (k, i in 0..3) holds element 8k+i in its low nibble and element
+ * 8k+4+i in its high nibble, so each 32-bit word decodes to 8 consecutive elements (a q4_K super-block is 8
+ * such sub-blocks in element order). q6_K (192 bytes per super-block): the low 4 bits of its 256 6-bit
+ * quants as 8 such q4 sub-blocks (128 bytes), then the high 2 bits, 8 bytes per 32-element sub-block s (at
+ * 128 + 8s): byte 4m+i (m in 0..1, i in 0..3) holds in bits 2f, 2f+1 (f in 0..3) those of element
+ * 16m + 4f + i, so masking one word of each plane gives 4 consecutive elements' bytes (the same bits as
+ * GGUF's ql, qh, moved). */
 #define KRN_LAYOUT_PLANES 1
 
 /* A weight matrix W (n_out, n_in) of type `type`, living in device memory. BLOCKS: row-major (each of
@@ -42,21 +47,22 @@ typedef struct krn_weight {
 double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda);
 
 /* ---- planar layout helpers (pure C, kernels/repack.c; host code and tests) ---- */
-/* 1 when type has a planar layout (q8_0, q4_0, q4_1, q4_K). */
+/* 1 when type has a planar layout (q8_0, q4_0, q4_1, q4_K, q6_K). */
 int krn_planes_supported(int type);
-/* Bytes of one row in the quant plane (q8_0: n_in, q4_0/q4_1/q4_K: n_in / 2); 0 when unsupported or n_in is
- * not a multiple of the type's block (32, q4_K 256). */
+/* Bytes of one row in the quant plane (q8_0: n_in, q4_0/q4_1/q4_K: n_in / 2, q6_K: 3 n_in / 4); 0 when
+ * unsupported or n_in is not a multiple of the type's block (32, q4_K and q6_K 256). */
 size_t krn_planes_qrow(int type, int64_t n_in);
 /* Byte offset of the scales plane (n_out * qrow); its entries: krn_planes_scale_bytes(type) per block. */
 size_t krn_planes_scale_off(int type, int64_t n_out, int64_t n_in);
-size_t krn_planes_scale_bytes(int type); /* per block: 2 (q8_0, q4_0), 4 (q4_1: d, m), 16 (q4_K), 0 otherwise */
+/* per block: 2 (q8_0, q4_0), 4 (q4_1: d, m), 16 (q4_K), 18 (q6_K: scales[16], d), 0 otherwise */
+size_t krn_planes_scale_bytes(int type);
 /* GGUF blocks (n_out rows) -> planes, and back; src and dst distinct, both n_out * krn_row_bytes bytes.
  * Host memory. Exact byte permutations: unpack(repack(x)) == x. O(bytes). */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes);
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks);
 /* Whether W's layout can be read by the matmul of a backend (cuda = 1: CUDA, 0: CPU): 0, or MEMRA_E_INVAL
  * with a message naming the layout and what is allowed (PLANES is a CUDA decode format; its type must be
- * q8_0, q4_0, q4_1 or q4_K). err may be NULL. */
+ * q8_0, q4_0, q4_1, q4_K or q6_K). err may be NULL. */
 int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
 
 /* dst (planes) = src (GGUF blocks), enqueued on s, whose device must own both buffers (distinct,
@@ -65,8 +71,19 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
  * CUDA: one kernel; CPU: krn_repack_host on the stream. Returns 0 or MEMRA_E_INVAL. */
 int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
 
+/* ---- activation types (MEMRA_ACT_TYPE) ----
+ * The rows a matmul reads (the normed x, the attention output, swiglu's h) may be stored as KRN_F32 (0),
+ * KRN_F16 or KRN_BF16. The op producing them (rmsnorm, attention, swiglu: the `_t` forms) computes in f32 and
+ * rounds each value to nearest even on store; the ops reading them (matmul, quantize_x8) widen each element
+ * exactly on load. So an op over 16-bit rows gives, bit for bit, the f32 op's result over the widened values,
+ * on every backend. The residual stream, q/k/v, the KV cache's inputs and the logits stay f32. */
+int krn_act_type_ok(int type);     /* 1 for KRN_F32, KRN_F16, KRN_BF16 */
+size_t krn_act_bytes(int type);    /* 4, 2, 2; 0 for any other type */
+
 /* y (B, n) = x (B, n) / rms(x) * w (n,)    rms = sqrt(mean(x^2) + eps) */
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+/* The same with y (B, n) of activation type yt (f32 math, rounded on store; a 16-bit y must not overlap x). */
+int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps);
 
 /* y (B, n_out) = x (B, n_in) @ W^T (n_in, n_out)      (W of any krn_type) */
 int krn_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
@@ -86,26 +103,41 @@ int krn_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const
 /* y (B, n_out) += x (B, n_in) @ W^T: the same bits as krn_matmul_async into t, then krn_add_async(y, t). */
 int krn_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
 
+/* A matmul's input rows in any form: x (B, n_in) of activation type `type` (KRN_F32 = 0, KRN_F16, KRN_BF16),
+ * and optionally x8 = krn_quantize_x8_t_async of those rows (NULL: none), which PLANES weights then read
+ * instead of x (see "x quantized to int8" below). A zero-initialized krn_mm_x plus .x is plain f32 x. */
+typedef struct krn_mm_x {
+    const void *x;  /* (B, n_in) elements of `type` */
+    int type;       /* activation type */
+    const void *x8; /* krn_x8_row_bytes(n_in) per row, or NULL */
+} krn_mm_x;
+/* krn_matmul_parts_async / krn_matmul_acc_async over x in any form. A 16-bit x gives the bits of the f32 op over
+ * the widened rows; x8 gives PLANES parts the int8 products. A row's bits do not depend on B. */
+int krn_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B);
+int krn_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B);
+
 /* ---- x quantized to int8 (MEMRA_CUDA_X8), for PLANES weights on CUDA ----
  * Each 32-element block j of a row of x becomes 32 int8 q = rint(x / d) (ties to even, clamped to +-127) with
  * d = max|x| / 127 over the block (q = 0 when d is 0), and s = d * sum q. A block holding a NaN or an infinity
  * gets q = 0 and d = s = NaN (0x7fc00000): its products are NaN, as they would not be finite from f32 x. A PLANES weight
  * then takes its products as exact integer dot products of its quants with q (dp4a on CUDA: ~1.5x the f32-x
  * GEMV's speed on 4-bit planes, docs/cuda-kernels.md "int8 x"), per block: d_w * d * sum(q_w q) plus the
- * weight's offset term (q4_0: -8 d_w s, q4_1: m_w s, q4_K: -m1 s). x itself is rounded: a result lies
- * within ~0.4 % of max |y| of the f32-x product. Every other layout and type reads the f32 x.
+ * weight's offset term (q4_0: -8 d_w s, q4_1: m_w s, q4_K: -m1 s; q6_K none: d_w * d * (sc0 sum(q_w q) +
+ * sc1 sum(q_w q)) over its two 16-element halves, q_w = q6 - 32, all in exact integers). x itself is rounded: a
+ * result lies within ~0.4 % of max |y| of the f32-x product. Every other layout and type reads the f32 x.
  * Layout of one row (krn_x8_row_bytes(n), a multiple of 16, n % 32 == 0): n int8 quants, then n/32 pairs of
  * f32 (d, s); row b of B at b * krn_x8_row_bytes(n). The same bits on every backend and device. */
 size_t krn_x8_row_bytes(int n); /* 0 when n <= 0 or n % 32 != 0 */
 /* xq = the quantized rows of x (B, n) in host memory (the CPU backend's op; the tests' reference). */
 void krn_x8_quantize_host(void *xq, const float *x, int B, int n);
+/* The same over x (B, n) of activation type xt: each block widened exactly, then quantized. */
+void krn_x8_quantize_t_host(void *xq, const void *x, int xt, int B, int n);
 /* The same on s: xq (B * krn_x8_row_bytes(n) bytes of s's device, 16-byte aligned) from x (B, n). */
 int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
-/* krn_matmul_parts_async / krn_matmul_acc_async given x8 = krn_quantize_x8_async of x (same B, n_in), or
- * NULL (then exactly the plain ops). PLANES parts use x8; other parts, and the CPU backend (which has no
- * PLANES weights), read x. A row's bits do not depend on B. */
-int krn_matmul_parts_x8_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B);
-int krn_matmul_acc_x8_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
+/* The same from x (B, n) of activation type xt (widened exactly: the bytes of quantizing the widened rows).
+ * PLANES parts of krn_matmul_parts_x_async / krn_matmul_acc_x_async read the result (krn_mm_x.x8); other parts,
+ * and the CPU backend (which has no PLANES weights), read x. */
+int krn_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n);
 
 /* y (B, n) += bias (n,) */
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
@@ -157,12 +189,19 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_
 int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
                            size_t ws_bytes);
+/* The same with out (B, n_head*head_dim) of activation type out_t (f32 math, rounded on store). */
+int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                          const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                          int n_ctx, float *ws, size_t ws_bytes);
 /* Bytes of that workspace for the smallest chunk: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats when
  * n_ctx > 64, else 0. */
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
 
 /* y (B, n) = silu(gate) * up */
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+/* The same with y of activation type yt (f32 math, rounded on store). A 16-bit y must not overlap gate or up
+ * (an f32 y may be gate or up: in place). */
+int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 
 /* y (B, n) += a (B, n)   (the residual) */
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);

@@ -1,4 +1,4 @@
-/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
+/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K / q6_K weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
  * host reference of the repack (GGUF blocks -> planes) and its inverse, and the layout check the op table
  * runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
  * No shared state. */
@@ -8,13 +8,15 @@
 
 int krn_planes_supported(int type)
 {
-    return type == KRN_Q8_0 || type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q4_K;
+    return type == KRN_Q8_0 || type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q4_K || type == KRN_Q6_K;
 }
 
 size_t krn_planes_qrow(int type, int64_t n_in)
 {
     if (!krn_planes_supported(type) || n_in <= 0 || n_in % krn_type_block_elems(type))
         return 0;
+    if (type == KRN_Q6_K) /* 4 low bits + 2 high bits per element: 192 bytes per super-block */
+        return (size_t)n_in / 4 * 3;
     return type == KRN_Q8_0 ? (size_t)n_in : (size_t)n_in / 2;
 }
 
@@ -27,7 +29,7 @@ size_t krn_planes_scale_bytes(int type)
 {
     if (!krn_planes_supported(type))
         return 0;
-    return type == KRN_Q4_K ? 16 : type == KRN_Q4_1 ? 4 : 2;
+    return type == KRN_Q6_K ? 18 : type == KRN_Q4_K ? 16 : type == KRN_Q4_1 ? 4 : 2;
 }
 
 /* GGUF q4 quant bytes g[16] (g[j]: element j low, j+16 high) -> planar p[16] (byte 4k+i: element 8k+i
@@ -80,13 +82,59 @@ static void q4k_from_planar(const uint8_t *p, uint8_t *qs)
             qs[32 * c + l] = (uint8_t)(p_nib(p + 16 * (2 * c), l) | p_nib(p + 16 * (2 * c + 1), l) << 4);
 }
 
-/* Quant bytes of one GGUF block (after its sb scale bytes) into planes, and back. */
+/* q6_K: element e (0..255) of a super-block's GGUF quant bytes (ql[128], then qh[64]) has its low 4 bits in
+ * a nibble of ql and its high 2 bits in qh: half h = e / 128 (ql + 64h, qh + 32h), in it run k = (e % 128) / 32
+ * and l = e % 32: the low (k < 2) or high nibble of ql[l + 32 (k & 1)], bits 2k, 2k+1 of qh[l]. The byte
+ * and the shift of each part: */
+static void q6_at(int e, size_t *lo_byte, int *lo_shift, size_t *hi_byte, int *hi_shift)
+{
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    *lo_byte = (size_t)(64 * h + l + 32 * (k & 1));
+    *lo_shift = k < 2 ? 0 : 4;
+    *hi_byte = (size_t)(128 + 32 * h + l);
+    *hi_shift = 2 * k;
+}
+
+/* Where element 32s + e (e in 0..31) of a q6_K super-block lies in its 192 planar quant bytes p: the low 4
+ * bits in the q4 planar sub-block at p + 16s (byte 4(e/8) + e%4, high nibble when e%8 >= 4), the high 2 bits
+ * in the 8 bytes at p + 128 + 8s: byte 4(e/16) + e%4, bits 2f, 2f+1 with f = (e%16)/4. */
+static void q6p_at(int s, int e, size_t *lo_byte, int *lo_shift, size_t *hi_byte, int *hi_shift)
+{
+    *lo_byte = (size_t)(16 * s + 4 * (e / 8) + e % 4);
+    *lo_shift = (e % 8) < 4 ? 0 : 4;
+    *hi_byte = (size_t)(128 + 8 * s + 4 * (e / 16) + e % 4);
+    *hi_shift = 2 * ((e % 16) / 4);
+}
+
+/* q6_K quants (ql, qh: 192 bytes) -> planar (192 bytes), or back (to_planar = 0): every bit of an element
+ * moves to its place in the other form, so each direction is a bit permutation and one undoes the other. */
+static void q6k_move(const uint8_t *src, uint8_t *dst, int to_planar)
+{
+    memset(dst, 0, 192);
+    for (int e = 0; e < 256; e++) {
+        size_t gl, gh, pl, ph;
+        int gls, ghs, pls, phs;
+        q6_at(e, &gl, &gls, &gh, &ghs);
+        q6p_at(e / 32, e % 32, &pl, &pls, &ph, &phs);
+        if (to_planar) {
+            dst[pl] |= (uint8_t)(((src[gl] >> gls) & 0xF) << pls);
+            dst[ph] |= (uint8_t)(((src[gh] >> ghs) & 3) << phs);
+        } else {
+            dst[gl] |= (uint8_t)(((src[pl] >> pls) & 0xF) << gls);
+            dst[gh] |= (uint8_t)(((src[ph] >> phs) & 3) << ghs);
+        }
+    }
+}
+
+/* Quant bytes of one GGUF block into planes, and back. */
 static void quants_to_planar(int type, const uint8_t *g, uint8_t *p, size_t qb)
 {
     if (type == KRN_Q8_0)
         memcpy(p, g, qb);
     else if (type == KRN_Q4_K)
         q4k_to_planar(g, p);
+    else if (type == KRN_Q6_K)
+        q6k_move(g, p, 1);
     else
         q4_to_planar(g, p);
 }
@@ -97,12 +145,19 @@ static void quants_from_planar(int type, const uint8_t *p, uint8_t *g, size_t qb
         memcpy(g, p, qb);
     else if (type == KRN_Q4_K)
         q4k_from_planar(p, g);
+    else if (type == KRN_Q6_K)
+        q6k_move(p, g, 0);
     else
         q4_from_planar(p, g);
 }
 
-/* Block j of row r: GGUF block (r*nb + j) of bb bytes = sb scale bytes (q4_K: d, dmin, scales[12]) then qb
- * quant bytes; planes: quant bytes at r*qrow + j*qb, scale bytes at scale_off + (r*nb + j)*sb. */
+/* Offset of the sb scale bytes in a GGUF block of bb bytes: first (q8_0, q4_*: d, m; q4_K: d, dmin,
+ * scales[12]), except q6_K, whose scales[16] and d end the block. The qb quant bytes fill the rest. */
+static size_t scales_at(int type, size_t bb, size_t sb) { return type == KRN_Q6_K ? bb - sb : 0; }
+static size_t quants_at(int type, size_t sb) { return type == KRN_Q6_K ? 0 : sb; }
+
+/* Block j of row r: GGUF block (r*nb + j) of bb bytes = sb scale bytes and qb quant bytes (scales_at,
+ * quants_at); planes: quant bytes at r*qrow + j*qb, scale bytes at scale_off + (r*nb + j)*sb. */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes)
 {
     if (n_out <= 0 || !krn_planes_qrow(type, n_in))
@@ -115,8 +170,8 @@ void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void
         for (size_t j = 0; j < nb; j++) {
             const uint8_t *blk = src + (r * nb + j) * bb;
             uint8_t *q = dst + r * qrow + j * qb;
-            memcpy(scales + (r * nb + j) * sb, blk, sb);
-            quants_to_planar(type, blk + sb, q, qb);
+            memcpy(scales + (r * nb + j) * sb, blk + scales_at(type, bb, sb), sb);
+            quants_to_planar(type, blk + quants_at(type, sb), q, qb);
         }
 }
 
@@ -132,8 +187,8 @@ void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void
         for (size_t j = 0; j < nb; j++) {
             uint8_t *blk = dst + (r * nb + j) * bb;
             const uint8_t *q = src + r * qrow + j * qb;
-            memcpy(blk, scales + (r * nb + j) * sb, sb);
-            quants_from_planar(type, q, blk + sb, qb);
+            memcpy(blk + scales_at(type, bb, sb), scales + (r * nb + j) * sb, sb);
+            quants_from_planar(type, q, blk + quants_at(type, sb), qb);
         }
 }
 
@@ -151,7 +206,8 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err)
                            "krn_matmul: layout planes is a CUDA decode format; the CPU kernels read GGUF blocks "
                            "(layout blocks) only");
     if (!krn_planes_supported(W->type))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout planes of type %s (allowed: q8_0, q4_0, q4_1, q4_K)",
+        return dev_err_set(err, MEMRA_E_INVAL,
+                           "krn_matmul: layout planes of type %s (allowed: q8_0, q4_0, q4_1, q4_K, q6_K)",
                            krn_type_name(W->type));
     return 0;
 }

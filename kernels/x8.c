@@ -51,14 +51,20 @@ static void quantize_block(int8_t *q, float *ds, const float *x)
 
 void krn_x8_quantize_host(void *xq, const float *x, int B, int n)
 {
-    const size_t rb = krn_x8_row_bytes(n);
-    if (!rb || B <= 0)
+    krn_x8_quantize_t_host(xq, x, KRN_F32, B, n);
+}
+
+void krn_x8_quantize_t_host(void *xq, const void *x, int xt, int B, int n)
+{
+    const size_t rb = krn_x8_row_bytes(n), eb = krn_act_bytes(xt);
+    if (!rb || !eb || B <= 0)
         return;
     for (int b = 0; b < B; b++) {
         uint8_t *row = (uint8_t *)xq + (size_t)b * rb;
-        float ds[2];
+        float ds[2], xb[32];
         for (int j = 0; j < n / 32; j++) {
-            quantize_block((int8_t *)row + 32 * j, ds, x + (size_t)b * n + 32 * j);
+            krn_dequant_row(xt, (const uint8_t *)x + ((size_t)b * n + 32 * (size_t)j) * eb, xb, 32); /* exact */
+            quantize_block((int8_t *)row + 32 * j, ds, xb);
             memcpy(row + n + 8 * (size_t)j, ds, sizeof ds);
         }
         memset(row + n + (size_t)n / 4, 0, rb - (size_t)n - (size_t)n / 4); /* the padding: defined bytes */

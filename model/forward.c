@@ -23,17 +23,19 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 
 mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err)
 {
-    int x8 = 0;
-    if (mdl_x8_door(&x8, err) != 0)
+    int x8 = 0, act_type = KRN_F32;
+    if (mdl_x8_door(&x8, err) != 0 || mdl_act_type_from_env(&act_type, err) != 0)
         return NULL;
-    return mdl_scratch_create_x8(m, d, max_rows, x8, err);
+    return mdl_scratch_create_with(m, d, max_rows, x8, act_type, err);
 }
 
-mdl_scratch *mdl_scratch_create_x8(const mdl_model *m, dev_device *d, int max_rows, int x8, dev_err *err)
+mdl_scratch *mdl_scratch_create_with(const mdl_model *m, dev_device *d, int max_rows, int x8, int act_type,
+                                     dev_err *err)
 {
-    if (!m || !d || max_rows <= 0) {
-        dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create: need a model, a device and max_rows > 0 (got %d)",
-                    max_rows);
+    if (!m || !d || max_rows <= 0 || !krn_act_type_ok(act_type)) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create: need a model, a device, max_rows > 0 (got %d) and an "
+                    "activation type f32 (%d), f16 (%d) or bf16 (%d) (got %d)", max_rows, KRN_F32, KRN_F16,
+                    KRN_BF16, act_type);
         return NULL;
     }
     const mdl_hparams *hp = &m->hp;
@@ -53,6 +55,7 @@ mdl_scratch *mdl_scratch_create_x8(const mdl_model *m, dev_device *d, int max_ro
     }
     sc->dev = d;
     sc->max_rows = max_rows;
+    sc->act_type = act_type;
     sc->n_head = hp->n_head;
     sc->head_dim = hp->head_dim;
     if (!(sc->block = dev_malloc(d, total * sizeof(float), err))) {
@@ -71,6 +74,13 @@ mdl_scratch *mdl_scratch_create_x8(const mdl_model *m, dev_device *d, int max_ro
     const size_t row = max3(krn_x8_row_bytes(hp->n_embd), krn_x8_row_bytes((int)q_dim), krn_x8_row_bytes(hp->n_ff));
     if (x8 && row && has_planes(m) && !(sc->x8 = dev_malloc(d, R * row, err))) {
         dev_err_wrap(err, "MEMRA_CUDA_X8 buffer: %d rows x %zu bytes", max_rows, row);
+        mdl_scratch_destroy(sc);
+        return NULL;
+    }
+    /* 16-bit matmul inputs: one buffer for the widest (each is read by its matmuls before the next is made) */
+    const size_t act = R * max3((size_t)hp->n_embd, q_dim, (size_t)hp->n_ff) * krn_act_bytes(act_type);
+    if (act_type != KRN_F32 && !(sc->act = dev_malloc(d, (act + 63) / 64 * 64, err))) {
+        dev_err_wrap(err, "MEMRA_ACT_TYPE=%s buffer: %d rows", krn_type_name(act_type), max_rows);
         mdl_scratch_destroy(sc);
         return NULL;
     }
@@ -100,6 +110,8 @@ void mdl_scratch_destroy(mdl_scratch *sc)
         dev_free(sc->dev, sc->att_ws);
     if (sc->x8)
         dev_free(sc->dev, sc->x8);
+    if (sc->act)
+        dev_free(sc->dev, sc->act);
     dev_free(sc->dev, sc->block);
     free(sc);
 }
@@ -115,17 +127,24 @@ int mdl_scratch_max_rows(const mdl_scratch *sc) { return sc->max_rows; }
                                memra_status_str(rc_));                                                    \
     } while (0)
 
-/* MEMRA_CUDA_X8: the input x (B, n) of matmuls whose first weight is W quantized into sc->x8 (*x8 = it), or
- * *x8 = NULL (no buffer, W not PLANES, or n not a multiple of 32): the matmuls then read x. The buffer is
- * reused by the next input: ops on s run in order, so the matmuls reading it end before the next quantize. */
-static int quantize_input(mdl_scratch *sc, dev_stream *s, const krn_weight *W, const float *x, int B, int n,
-                          const void **x8)
+/* Where a producer writes a matmul input (B, n): f32 into its own buffer, a 16-bit act type into sc->act. */
+static void *act_out(const mdl_scratch *sc, float *f32_buf)
 {
-    *x8 = NULL;
+    return sc->act_type == KRN_F32 ? (void *)f32_buf : sc->act;
+}
+
+/* The matmul input *in = x (B, n) of sc's act type, and, with MEMRA_CUDA_X8, x quantized into sc->x8 for
+ * matmuls whose first weight W is PLANES (n a multiple of 32; else in->x8 = NULL and the matmuls read x).
+ * sc->x8 and sc->act are reused by the next input: ops on s run in order, so the matmuls reading one input end
+ * before the next is written. */
+static int matmul_input(mdl_scratch *sc, dev_stream *s, const krn_weight *W, const void *x, int B, int n,
+                        krn_mm_x *in)
+{
+    *in = (krn_mm_x){ .x = x, .type = sc->act_type };
     if (!sc->x8 || W->layout != KRN_LAYOUT_PLANES || !krn_x8_row_bytes(n))
         return 0;
-    *x8 = sc->x8;
-    return krn_quantize_x8_async(s, sc->x8, x, B, n);
+    in->x8 = sc->x8;
+    return krn_quantize_x8_t_async(s, sc->x8, x, sc->act_type, B, n);
 }
 
 /* One transformer block on rows x (B, n_embd), in place. */
@@ -136,13 +155,15 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
     const mdl_layer *L = &m->layers[il];
     const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     const krn_kv_cache *kvc = &kv->layer[il].c; /* this layer's K, V on this stage's device */
-    const void *x8; /* the current matmul input quantized, or NULL */
+    const int at = sc->act_type;                           /* of xb, att, hb: the matmul inputs */
+    void *xb = act_out(sc, sc->xb), *att = act_out(sc, sc->att), *hb = act_out(sc, sc->hb);
+    krn_mm_x in; /* the current matmul input */
 
     /* attention: xb = rmsnorm(x) * attn_norm; q,k,v = W xb (+ b); rope(q, k); cache k, v; att = attend */
-    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
+    ENQ(krn_rmsnorm_t_async(s, xb, at, x, L->attn_norm, B, hp->n_embd, hp->rms_eps), "attn_norm");
     const krn_mm_part qkv[3] = { { sc->q, &L->wq }, { sc->k, &L->wk }, { sc->v, &L->wv } };
-    ENQ(quantize_input(sc, s, &L->wq, sc->xb, B, hp->n_embd, &x8), "x8 of attn_norm");
-    ENQ(krn_matmul_parts_x8_async(s, qkv, 3, sc->xb, x8, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
+    ENQ(matmul_input(sc, s, &L->wq, xb, B, hp->n_embd, &in), "x8 of attn_norm");
+    ENQ(krn_matmul_parts_x_async(s, qkv, 3, &in, B), "attn_q/k/v"); /* (B, q_dim), (B, kv_dim), (B, kv_dim) */
     if (L->bq) {
         ENQ(krn_add_bias_async(s, sc->q, L->bq, B, q_dim), "attn_q.bias");
         ENQ(krn_add_bias_async(s, sc->k, L->bk, B, kv_dim), "attn_k.bias");
@@ -154,20 +175,20 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
                                 .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
                                 .freq_scale = hp->rope_freq_scale };
     ENQ(krn_rope_store_async(s, &rs), "rope q, k + kv_store");
-    ENQ(krn_attention_ws_async(s, sc->att, sc->q, kvc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
-                               kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
+    ENQ(krn_attention_t_async(s, att, at, sc->q, kvc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
+                              kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
-    ENQ(quantize_input(sc, s, &L->wo, sc->att, B, q_dim, &x8), "x8 of attention");
-    ENQ(krn_matmul_acc_x8_async(s, x, &L->wo, sc->att, x8, B), "attn_output + residual"); /* x (B, n_embd) */
+    ENQ(matmul_input(sc, s, &L->wo, att, B, q_dim, &in), "x8 of attention");
+    ENQ(krn_matmul_acc_x_async(s, x, &L->wo, &in, B), "attn_output + residual"); /* x (B, n_embd) */
 
     /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
-    ENQ(krn_rmsnorm_async(s, sc->xb, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
+    ENQ(krn_rmsnorm_t_async(s, xb, at, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
     const krn_mm_part gate_up[2] = { { sc->hb, &L->w_gate }, { sc->hb2, &L->w_up } };
-    ENQ(quantize_input(sc, s, &L->w_gate, sc->xb, B, hp->n_embd, &x8), "x8 of ffn_norm");
-    ENQ(krn_matmul_parts_x8_async(s, gate_up, 2, sc->xb, x8, B), "ffn_gate/up"); /* (B, n_ff) each */
-    ENQ(krn_swiglu_async(s, sc->hb, sc->hb, sc->hb2, B, hp->n_ff), "swiglu");
-    ENQ(quantize_input(sc, s, &L->w_down, sc->hb, B, hp->n_ff, &x8), "x8 of swiglu");
-    ENQ(krn_matmul_acc_x8_async(s, x, &L->w_down, sc->hb, x8, B), "ffn_down + residual"); /* x (B, n_embd) */
+    ENQ(matmul_input(sc, s, &L->w_gate, xb, B, hp->n_embd, &in), "x8 of ffn_norm");
+    ENQ(krn_matmul_parts_x_async(s, gate_up, 2, &in, B), "ffn_gate/up"); /* (B, n_ff) each */
+    ENQ(krn_swiglu_t_async(s, hb, at, sc->hb, sc->hb2, B, hp->n_ff), "swiglu"); /* f32: in place */
+    ENQ(matmul_input(sc, s, &L->w_down, hb, B, hp->n_ff, &in), "x8 of swiglu");
+    ENQ(krn_matmul_acc_x_async(s, x, &L->w_down, &in, B), "ffn_down + residual"); /* x (B, n_embd) */
     return 0;
 }
 
@@ -204,10 +225,11 @@ int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, c
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: B = %d rows; allowed 1..%d (the "
                            "scratch's max_rows)", B, sc->max_rows);
     const int il = m->hp.n_layer; /* named "layer n_layer" in messages: the head */
-    ENQ(krn_rmsnorm_async(s, sc->xb, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");
-    const void *x8;
-    ENQ(quantize_input(sc, s, &m->lm_head, sc->xb, B, m->hp.n_embd, &x8), "x8 of output_norm");
+    void *xb = act_out(sc, sc->xb);
+    ENQ(krn_rmsnorm_t_async(s, xb, sc->act_type, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");
+    krn_mm_x in;
+    ENQ(matmul_input(sc, s, &m->lm_head, xb, B, m->hp.n_embd, &in), "x8 of output_norm");
     const krn_mm_part head = { logits, &m->lm_head };
-    ENQ(krn_matmul_parts_x8_async(s, &head, 1, sc->xb, x8, B), "lm_head"); /* (B, n_vocab) */
+    ENQ(krn_matmul_parts_x_async(s, &head, 1, &in, B), "lm_head"); /* (B, n_vocab) */
     return 0;
 }

@@ -6,9 +6,10 @@
 
 #include "model/llama_impl.h"
 
-int mdl_kv_type_from_env(int *type, dev_err *err)
+/* An element-type door: f32 (default when unset), f16 or bf16. */
+static int elem_type_door(const char *name, int *type, dev_err *err)
 {
-    const char *v = getenv("MEMRA_KV_TYPE");
+    const char *v = getenv(name);
     *type = KRN_F32;
     if (!v || !strcmp(v, "f32"))
         return 0;
@@ -16,8 +17,12 @@ int mdl_kv_type_from_env(int *type, dev_err *err)
         *type = v[0] == 'f' ? KRN_F16 : KRN_BF16;
         return 0;
     }
-    return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_KV_TYPE=%s: allowed f32 (default), f16, bf16", v);
+    return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: allowed f32 (default), f16, bf16", name, v);
 }
+
+int mdl_kv_type_from_env(int *type, dev_err *err) { return elem_type_door("MEMRA_KV_TYPE", type, err); }
+
+int mdl_act_type_from_env(int *type, dev_err *err) { return elem_type_door("MEMRA_ACT_TYPE", type, err); }
 
 mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
                       dev_err *err)

@@ -106,6 +106,8 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
 /* The KV cache's element type from MEMRA_KV_TYPE (f32, f16, bf16; unset: f32) into *type. MEMRA_E_INVAL
  * names the value and what is allowed. */
 int mdl_kv_type_from_env(int *type, dev_err *err);
+/* The matmul inputs' element type from MEMRA_ACT_TYPE (f32, f16, bf16; unset: f32) into *type; as above. */
+int mdl_act_type_from_env(int *type, dev_err *err);
 void mdl_kv_destroy(mdl_kv *kv);
 int mdl_kv_n_seq(const mdl_kv *kv);
 int mdl_kv_n_ctx(const mdl_kv *kv);
@@ -113,11 +115,13 @@ int mdl_kv_n_ctx(const mdl_kv *kv);
 /* Per-stream activations for up to max_rows rows on device d (one allocation). A scratch is used by one
  * stream at a time: two streams sharing one would race (the CPU backend's checker reports it). */
 mdl_scratch *mdl_scratch_create(const mdl_model *m, dev_device *d, int max_rows, dev_err *err);
-/* The same with MEMRA_CUDA_X8 decided by the caller (x8 = 0 / 1, read once per runtime with mdl_x8_door, so
- * every scratch of a runtime, a stage's or the unsplit arm's, quantizes alike): with x8 and any PLANES
- * matrix in the model, the scratch holds a buffer for a matmul input quantized to int8. mdl_scratch_create
- * reads the door itself. */
-mdl_scratch *mdl_scratch_create_x8(const mdl_model *m, dev_device *d, int max_rows, int x8, dev_err *err);
+/* The same with MEMRA_CUDA_X8 and MEMRA_ACT_TYPE decided by the caller (read once per runtime with mdl_x8_door
+ * and mdl_act_type_from_env, so every scratch of a runtime, a stage's or the unsplit arm's, computes alike):
+ * with x8 and any PLANES matrix in the model, the scratch holds a buffer for a matmul input quantized to int8;
+ * with act_type KRN_F16 / KRN_BF16 the matmul inputs (normed x, attention output, swiglu's h) are stored in
+ * 16 bits (kernels/krn.h "activation types"). mdl_scratch_create reads both doors itself. */
+mdl_scratch *mdl_scratch_create_with(const mdl_model *m, dev_device *d, int max_rows, int x8, int act_type,
+                                     dev_err *err);
 void mdl_scratch_destroy(mdl_scratch *sc);
 /* Reserve attention's split-K workspace for steps of up to min(max_rows, MDL_ATT_WS_ROWS) rows over a KV
  * cache of n_ctx positions (krn_attention_ws_async), so a decode step allocates nothing and a captured

@@ -61,6 +61,9 @@ struct mdl_scratch {
     float *hb, *hb2;            /* (B, n_ff): gate (then swiglu), up */
     float *att_ws;              /* attention's split-K workspace (mdl_scratch_reserve_attention), or NULL */
     size_t att_ws_bytes;
+    int act_type;               /* MEMRA_ACT_TYPE: the matmul inputs' element type (KRN_F32, KRN_F16, KRN_BF16) */
+    void *act;                  /* 16-bit act_type: the matmul input being read (max_rows x the widest of
+                                   n_embd, q_dim, n_ff), or NULL: f32 inputs live in xb, att, hb */
     void *x8;                   /* MEMRA_CUDA_X8: a matmul input quantized (max_rows x krn_x8_row_bytes of the
                                    widest input), or NULL: every matmul reads f32 x */
 };

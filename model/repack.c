@@ -22,20 +22,23 @@ static int door01(const char *name, int dflt, const char *what_dflt, const char 
 
 int mdl_repack_door(int *on, dev_err *err)
 {
-    return door01("MEMRA_CUDA_REPACK", 1, "repack q8_0/q4_0/q4_1/q4_K to planes on the owning GPU",
+    return door01("MEMRA_CUDA_REPACK", 1, "repack q8_0/q4_0/q4_1/q4_K/q6_K to planes on the owning GPU",
                   "keep GGUF blocks", on, err);
 }
 
 int mdl_x8_door(int *on, dev_err *err)
 {
     return door01("MEMRA_CUDA_X8", 0, "f32 x for every matmul",
-                  "x quantized to int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K matmuls on a GPU", on, err);
+                  "x quantized to int8 per 32-block for the planar q8_0/q4_0/q4_1/q4_K/q6_K matmuls on a GPU", on,
+                  err);
 }
 
-/* Whether w is repacked: a planar type, still in blocks, 16-byte aligned. */
-static int wants(const krn_weight *w)
+/* Whether w is repacked: a planar type, still in blocks, 16-byte aligned; q6_K only with x8 on, since only the
+ * int8-x GEMV gains on its planes (8B q6_k decode, docs/bench/gpu.md run 57: blocks 248.8 tok/s, planes with
+ * f32 x 188.6, planes with int8 x 275.5). */
+static int wants(const krn_weight *w, int x8)
 {
-    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && w->n_out > 0 &&
+    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && w->n_out > 0 && (x8 || w->type != KRN_Q6_K) &&
            krn_planes_qrow(w->type, w->n_in) && (uintptr_t)w->data % 16 == 0; /* qrow 0: a type without planes */
 }
 
@@ -43,14 +46,14 @@ static size_t bytes_of(const krn_weight *w) { return (size_t)w->n_out * krn_row_
 
 int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err)
 {
-    int on = 1, rc = mdl_repack_door(&on, err);
-    if (rc)
+    int on = 1, x8 = 0, rc = mdl_repack_door(&on, err);
+    if (rc || (rc = mdl_x8_door(&x8, err)) != 0)
         return rc;
     if (!on || !d || dev_platform_kind(dev_device_platform(d)) != DEV_KIND_CUDA)
         return 0;
     size_t most = 0;
     for (int i = 0; i < n; i++)
-        if (wants(ws[i]) && bytes_of(ws[i]) > most)
+        if (wants(ws[i], x8) && bytes_of(ws[i]) > most)
             most = bytes_of(ws[i]);
     if (!most)
         return 0;
@@ -65,7 +68,7 @@ int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err
     /* one stream: each tensor's copy into the scratch is ordered after the previous repack read it */
     for (int i = 0; i < n && !rc; i++) {
         krn_weight *w = ws[i];
-        if (!wants(w))
+        if (!wants(w, x8))
             continue;
         krn_weight src = *w;
         src.data = scratch;

@@ -48,7 +48,9 @@ if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup f
     "prime-batch|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2"
     "spec|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1"
     "replay|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2|MEMRA_PP_OVERLAP=1|MEMRA_KV_TYPE=f16"
-    "prime|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_KV_TYPE=bf16")
+    "prime|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_KV_TYPE=bf16"
+    "batch|MEMRA_PP_STAGES=2|MEMRA_PP_DEVICES=0,1|MEMRA_ACT_TYPE=bf16"
+    "spec|MEMRA_PP_STAGES=3|MEMRA_PP_DEVICES=0,1,2|MEMRA_ACT_TYPE=f16")
   set(i 0)
   foreach(c ${cases})
     string(REPLACE "|" ";" parts "${c}")
@@ -64,11 +66,17 @@ if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup f
   memra_cli(cli_run_smollm2_greedy_kv_f16 model $<TARGET_FILE:memra-run> -m ${M} -p "The capital of France is" -n 8
             --temp 0 --kv-type f16)
   set_tests_properties(cli_run_smollm2_greedy_kv_f16 PROPERTIES PASS_REGULAR_EXPRESSION "Paris")
+  # bf16 matmul inputs over two stages keep the real model's answer
+  memra_cli(cli_run_smollm2_greedy_act_bf16 model $<TARGET_FILE:memra-run> -m ${M} -p "The capital of France is" -n 8
+            --temp 0 --stages 2 --act-type bf16)
+  set_tests_properties(cli_run_smollm2_greedy_act_bf16 PROPERTIES PASS_REGULAR_EXPRESSION "Paris")
 endif()
 
 # a bad --kv-type is named with what is allowed
 memra_cli(cli_run_bad_kv_type unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --kv-type f8)
 set_tests_properties(cli_run_bad_kv_type PROPERTIES PASS_REGULAR_EXPRESSION "--kv-type f8: expected f32, f16 or bf16")
+memra_cli(cli_run_bad_act_type unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --act-type bf8)
+set_tests_properties(cli_run_bad_act_type PROPERTIES PASS_REGULAR_EXPRESSION "--act-type bf8: expected f32, f16 or bf16")
 # --spec prints exactly plain greedy's text (tiny model in every leg; SmolLM2 in the normal leg)
 memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${TINY} 3)

@@ -168,7 +168,8 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
                 for (int i = 0; i < 3; i++)
                     y[i] = dalloc(yb[i]), yr[i] = dalloc(yb[i]);
                 const krn_mm_part parts[3] = {{y[0], &W[0]}, {y[1], w1}, {y[2], &W[2]}};
-                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, parts, 3, dx, NULL, B, 0, &err), 0);
+                const krn_mm_x xx = {.x = dx}; /* f32 x, no x8 */
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, parts, 3, &xx, B, 0, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[0], &W[0], dx, B, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[1], w1, dx, B, &err), 0);
                 assert_int_equal(krn_cuda_matmul_async(g_s2, yr[2], &W[2], dx, B, &err), 0);
@@ -187,7 +188,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
                 float *t0 = dalloc(yb[0]);
                 CK(cudaMemcpy(t0, y[0], yb[0], cudaMemcpyDeviceToDevice));
                 const krn_mm_part acc = {y[0], &W[0]};
-                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, dx, NULL, B, 1, &err), 0);
+                assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, &xx, B, 1, &err), 0);
                 assert_int_equal(krn_cuda_add_async(g_s2, yr[0], t0, B, n_out[0], &err), 0);
                 sync_both();
                 float *a = malloc(yb[0]), *b = malloc(yb[0]);
@@ -259,8 +260,8 @@ static void test_rmsnorm_matches_reference_and_is_deterministic(void **state) {
         float *dx = dupload(x, sizeof(float) * B * n), *dw = dupload(w, sizeof(float) * n);
         float *dy1 = dalloc(sizeof(float) * B * n), *dy2 = dalloc(sizeof(float) * B * n);
         dev_err err = {0};
-        assert_int_equal(krn_cuda_rmsnorm_async(g_s1, dy1, dx, dw, B, n, 1e-5f, &err), 0);
-        assert_int_equal(krn_cuda_rmsnorm_async(g_s2, dy2, dx, dw, B, n, 1e-5f, &err), 0);
+        assert_int_equal(krn_cuda_rmsnorm_async(g_s1, dy1, KRN_F32, dx, dw, B, n, 1e-5f, &err), 0);
+        assert_int_equal(krn_cuda_rmsnorm_async(g_s2, dy2, KRN_F32, dx, dw, B, n, 1e-5f, &err), 0);
         sync_both();
         download(y1, dy1, sizeof(float) * B * n);
         download(y2, dy2, sizeof(float) * B * n);
@@ -480,7 +481,7 @@ static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, 
     float *ws = ws_mode && wb > 0 ? dalloc(wb) : NULL;
     if (ws)
         CK(cudaMemset(ws, 0xFF, wb)); /* NaN patterns: a read of an unwritten partial would show */
-    const int rc = krn_cuda_attention_ws_async(s, dout, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
+    const int rc = krn_cuda_attention_ws_async(s, dout, KRN_F32, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
     if (rc != 0)
         fail_msg("attention: rc %d: %s", rc, err.msg);
     CK(cudaStreamSynchronize(s));
@@ -627,8 +628,8 @@ static void test_swiglu_add_and_add_bias_match_reference(void **state) {
     float *dg = dupload(g, sizeof(float) * t), *du = dupload(u, sizeof(float) * t), *db = dupload(bias, sizeof(float) * n);
     float *dy = dalloc(sizeof(float) * t), *dy2 = dalloc(sizeof(float) * t);
     dev_err err = {0};
-    assert_int_equal(krn_cuda_swiglu_async(g_s1, dy, dg, du, B, n, &err), 0);
-    assert_int_equal(krn_cuda_swiglu_async(g_s2, dy2, dg, du, B, n, &err), 0);
+    assert_int_equal(krn_cuda_swiglu_async(g_s1, dy, KRN_F32, dg, du, B, n, &err), 0);
+    assert_int_equal(krn_cuda_swiglu_async(g_s2, dy2, KRN_F32, dg, du, B, n, &err), 0);
     sync_both();
     download(y, dy, sizeof(float) * t);
     download(y2, dy2, sizeof(float) * t);

@@ -1,9 +1,10 @@
 /* The planar layout on the GPU (kernels/cuda/krn_cuda_planes.h): the device repack writes the bytes of the
- * host repack (kernels/repack.c); the planes GEMV of q8_0 / q4_0 / q4_1 / q4_K matches a double reference and the
- * GGUF-block GEMV on the same tensor (shapes with n_out not a multiple of the row group, n_in 32, 4096 and
- * 14336, B = 1..8 and 13); it gives the same bits on two streams and on a second run, and a row of a batch
- * has the bits it has alone (batch invariance). The op table routes a PLANES weight on a CUDA dev_stream
- * to it, and model/repack.c repacks on the weight's own device. References: tests/support/cuda_ref.c
+ * host repack (kernels/repack.c); the planes GEMV of q8_0 / q4_0 / q4_1 / q4_K / q6_K matches a double reference
+ * and the GGUF-block GEMV on the same tensor (shapes with n_out not a multiple of the row group, n_in 32 (256 for
+ * the super-block types), 4096 and 14336, B = 1..8, 11 and 13); it gives the same bits on two streams and on a
+ * second run, and a row of a batch has the bits it has alone (batch invariance). The op table routes a PLANES
+ * weight on a CUDA dev_stream to it, and model/repack.c repacks on the weight's own device (q4_1, and q6_K:
+ * every planar type is chosen by krn_planes_qrow). References: tests/support/cuda_ref.c
  * (written from the GGUF layouts, independently of kernels/quant.c). Exits 77 (skipped) without a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,14 +28,14 @@
 #include "support/cuda_ref.h"
 
 
-/* q8_0, q4_0, q4_1, q4_k in CUDA_REF_TYPES */
-#define NPT 4
+/* q8_0, q4_0, q4_1, q4_k, q6_k in CUDA_REF_TYPES */
+#define NPT 5
 static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
 
 static void test_device_repack_writes_the_host_repack_bytes(void **state) {
     (void)state;
     static const int shapes[][2] = {{1, 32}, {3001, 32}, {7, 4096}, {5, 14336}, {33, 160}};
-    static const int kshapes[][2] = {{1, 256}, {3001, 256}, {7, 4096}, {5, 14336}, {33, 1280}}; /* q4_k */
+    static const int kshapes[][2] = {{1, 256}, {3001, 256}, {7, 4096}, {5, 14336}, {33, 1280}}; /* q4_k, q6_k */
     for (int ti = 0; ti < NPT; ti++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
             const cuda_ref_type *t = ptype(ti);
@@ -122,9 +123,10 @@ static void check_planes(const cuda_ref_type *t, int n_out, int n_in, int B) {
 static void test_planes_gemv_matches_reference_and_blocks_for_every_batch(void **state) {
     (void)state;
     for (int ti = 0; ti < NPT; ti++) {
-        const int k = ptype(ti)->be == 256 ? 8 : 1; /* q4_k: the short rows in whole super-blocks */
+        const int k = ptype(ti)->be == 256 ? 8 : 1; /* q4_k, q6_k: the short rows in whole super-blocks */
         for (int B = 1; B <= 8; B++)
             check_planes(ptype(ti), 3001, 4096, B);
+        check_planes(ptype(ti), 3001, 4096, 11);
         check_planes(ptype(ti), 3001, 4096, 13);
         check_planes(ptype(ti), 3001, 32 * k, 13);
         check_planes(ptype(ti), 1, 32 * k, 3);
@@ -140,9 +142,9 @@ static void test_planes_gemv_rejects_blocks_types_and_misalignment_with_a_messag
     krn_weight W = {.type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = d};
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, d, &W, d, 1, &e1), MEMRA_E_INVAL); /* layout blocks */
     assert_non_null(strstr(e1.msg, "layout planes"));
-    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q6_K, W.n_in = 256;
+    W.layout = KRN_LAYOUT_PLANES, W.type = KRN_BF16, W.n_in = 256;
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, d, &W, d, 1, &e2), MEMRA_E_INVAL);
-    assert_non_null(strstr(e2.msg, "q8_0, q4_0, q4_1, q4_K"));
+    assert_non_null(strstr(e2.msg, "q8_0, q4_0, q4_1, q4_K, q6_K"));
     W.type = KRN_Q4_0, W.n_in = 64, W.data = (uint8_t *)d + 2;
     assert_int_equal(krn_cuda_matmul_planes_async(g_s1, (float *)d + 512, &W, (float *)d + 256, 1, &e3),
                      MEMRA_E_INVAL);
@@ -153,11 +155,9 @@ static void test_planes_gemv_rejects_blocks_types_and_misalignment_with_a_messag
     cudaFree(d);
 }
 
-/* kernels/krn.c routes a PLANES weight on a CUDA dev_stream to the planes GEMV, and model/repack.c
+/* kernels/krn.c routes a PLANES weight of type t on a CUDA dev_stream to the planes GEMV, and model/repack.c
  * repacks in place on the device that owns the weight (every visible GPU), with the bits of the raw path. */
-static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(void **state) {
-    (void)state;
-    const cuda_ref_type *t = ptype(2); /* q4_1 */
+static void check_model_repack(const cuda_ref_type *t) {
     const int n_out = 301, n_in = 4096, B = 3;
     size_t bytes;
     uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
@@ -191,7 +191,7 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
         krn_weight *const ws[] = {&Wd};
         CK(cudaSetDevice(0));
         if (mdl_repack_weights(d, ws, 1, &err) != 0)
-            fail_msg("mdl_repack_weights on %s: %s", dev_device_name(d), err.msg);
+            fail_msg("mdl_repack_weights of %s on %s: %s", t->name, dev_device_name(d), err.msg);
         assert_int_equal(Wd.layout, KRN_LAYOUT_PLANES);
         assert_ptr_equal(Wd.data, w); /* in place */
         assert_int_equal(dev_copy_d2h_async(s, back, w, bytes), 0);
@@ -199,9 +199,9 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
         assert_int_equal(dev_copy_d2h_async(s, got, y, yb), 0);
         assert_int_equal(dev_stream_sync(s, &err), 0);
         if (memcmp(back, planes, bytes) != 0)
-            fail_msg("mdl_repack_weights on %s did not write the host repack", dev_device_name(d));
+            fail_msg("mdl_repack_weights of %s on %s did not write the host repack", t->name, dev_device_name(d));
         if (memcmp(got, ref, yb) != 0)
-            fail_msg("krn_matmul_async (planes) on %s differs from the raw call", dev_device_name(d));
+            fail_msg("krn_matmul_async (%s planes) on %s differs from the raw call", t->name, dev_device_name(d));
         dev_free(d, w), dev_free(d, x), dev_free(d, y);
         dev_stream_destroy(s);
     }
@@ -220,6 +220,29 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     CK(cudaSetDevice(0));
     cudaFree(db), cudaFree((void *)P.data), cudaFree(dx), cudaFree(dy);
     free(h), free(hx), free(ref), free(got), free(planes), free(back);
+}
+
+static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(void **state) {
+    (void)state;
+    check_model_repack(ptype(2)); /* q4_1 */
+    /* q6_k (lm_head and half of ffn_down in Q4_K_M files) is repacked only for the int8-x GEMV: with f32 x its
+     * planes are slower than its blocks (docs/bench/gpu.md run 57) */
+    setenv("MEMRA_CUDA_X8", "1", 1);
+    check_model_repack(ptype(4));
+    unsetenv("MEMRA_CUDA_X8");
+    size_t bytes;
+    uint8_t *h = cuda_fix_rand_blocks(ptype(4), 8, 256, &bytes);
+    void *db = dupload(h, bytes);
+    krn_weight W = {.type = KRN_Q6_K, .n_out = 8, .n_in = 256, .data = db};
+    krn_weight *const ws[] = {&W};
+    dev_err err = {0};
+    dev_platform *p = dev_platform_open(DEV_KIND_CUDA, 0, &err);
+    assert_non_null(p);
+    assert_int_equal(mdl_repack_weights(dev_platform_device(p, 0), ws, 1, &err), 0);
+    assert_int_equal(W.layout, KRN_LAYOUT_BLOCKS);
+    dev_platform_close(p);
+    CK(cudaFree(db));
+    free(h);
 }
 
 int main(void) {

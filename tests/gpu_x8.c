@@ -32,7 +32,7 @@ static const cuda_ref_type *ptype(int i) { return &CUDA_REF_TYPES[3 + i]; }
 static void *quantize_on_device(const float *dx, int B, int n) {
     void *xq = dalloc((size_t)B * krn_x8_row_bytes(n));
     dev_err err = {0};
-    if (krn_cuda_quantize_x8_async(g_s1, xq, dx, B, n, &err) != 0)
+    if (krn_cuda_quantize_x8_async(g_s1, xq, dx, KRN_F32, B, n, &err) != 0)
         fail_msg("quantize B=%d n=%d: %s", B, n, err.msg);
     CK(cudaStreamSynchronize(g_s1));
     return xq;
@@ -66,7 +66,7 @@ static void test_cuda_quantize_writes_the_host_bytes(void **state) {
         free(hx), free(want), free(got);
     }
     dev_err err = {0};
-    assert_int_equal(krn_cuda_quantize_x8_async(g_s1, NULL, NULL, 1, 48, &err), MEMRA_E_INVAL);
+    assert_int_equal(krn_cuda_quantize_x8_async(g_s1, NULL, NULL, KRN_F32, 1, 48, &err), MEMRA_E_INVAL);
     assert_non_null(strstr(err.msg, "multiple of 32"));
 }
 
@@ -90,9 +90,10 @@ static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
     void *xq = quantize_on_device(dx, B, n_in);
     krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
     const krn_mm_part part = {dy, &P}, part2 = {dy2, &P};
+    const krn_mm_x xx = {dx, KRN_F32, xq}; /* f32 x and its x8 rows */
     dev_err err = {0};
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, dx, xq, B, 0, &err), 0);
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s2, &part2, 1, dx, xq, B, 0, &err), 0);
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, &xx, B, 0, &err), 0);
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s2, &part2, 1, &xx, B, 0, &err), 0);
     sync_both();
     download(hy, dy, yb);
     download(hy2, dy2, yb);
@@ -140,7 +141,8 @@ static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
     for (int b = 0; b < B; b++) { /* batch invariance: row b quantized alone, multiplied alone */
         void *xq1 = quantize_on_device(dx + (size_t)b * n_in, 1, n_in);
         const krn_mm_part one = {d1, &P};
-        assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &one, 1, dx + (size_t)b * n_in, xq1, 1, 0, &err), 0);
+        const krn_mm_x x1 = {dx + (size_t)b * n_in, KRN_F32, xq1};
+        assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &one, 1, &x1, 1, 0, &err), 0);
         sync_both();
         download(hy2, d1, sizeof(float) * n_out);
         if (memcmp(hy2, hy + (size_t)b * n_out, sizeof(float) * n_out) != 0)
@@ -148,7 +150,7 @@ static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
         cudaFree(xq1);
     }
     CK(cudaMemcpy(dy2, y0, yb, cudaMemcpyHostToDevice)); /* acc: y0 + the product, one add in the store */
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part2, 1, dx, xq, B, 1, &err), 0);
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part2, 1, &xx, B, 1, &err), 0);
     sync_both();
     download(hy2, dy2, yb);
     for (size_t i = 0; i < (size_t)B * n_out; i++)
@@ -170,6 +172,49 @@ static void test_x8_gemv_matches_reference_for_every_planar_type_and_batch(void 
         check_x8(ptype(ti), 257, 14336, 13);
         check_x8(ptype(ti), 33, 160 * k, 5);
     }
+}
+
+/* q6_K planes with int8 x (CUDA_REF_TYPES[7]): check_x8's reference, f32-x, stream, batch-invariance and acc
+ * checks (B = 1..8, 11, 13; rows of one super-block and of 56). Its products have no offset term (the int8
+ * sub-block scales weigh exact integer sums of (q - 32) q_x), so the reference bound holds with room. Then a
+ * NaN in one block of x row 1 makes every y of row 1 NaN (d = s = NaN for that block) and leaves rows 0 and 2
+ * finite. */
+static void test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blocks(void **state) {
+    (void)state;
+    const cuda_ref_type *t = &CUDA_REF_TYPES[7];
+    assert_int_equal(t->type, KRN_Q6_K);
+    for (int B = 1; B <= 8; B++)
+        check_x8(t, 3001, 4096, B);
+    check_x8(t, 3001, 4096, 11);
+    check_x8(t, 3001, 4096, 13);
+    check_x8(t, 1, 256, 3);
+    check_x8(t, 257, 14336, 13);
+    check_x8(t, 33, 1280, 5);
+
+    const int n_out = 33, n_in = 1280, B = 3;
+    size_t bytes;
+    uint8_t *h = cuda_fix_rand_blocks(t, n_out, n_in, &bytes);
+    float *hx = malloc(sizeof(float) * B * n_in), *hy = malloc(sizeof(float) * B * n_out);
+    assert_true(hx && hy);
+    cuda_ref_rand_floats(hx, (size_t)B * n_in);
+    hx[n_in + 37] = NAN; /* row 1, block 1 */
+    void *db = dupload(h, bytes);
+    float *dx = dupload(hx, sizeof(float) * B * n_in), *dy = dalloc(sizeof(float) * B * n_out);
+    void *xq = quantize_on_device(dx, B, n_in);
+    krn_weight P = cuda_fix_planes(t, n_out, n_in, db, bytes);
+    const krn_mm_part part = {dy, &P};
+    dev_err err = {0};
+    const krn_mm_x xx = {dx, KRN_F32, xq};
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part, 1, &xx, B, 0, &err), 0);
+    sync_both();
+    download(hy, dy, sizeof(float) * B * n_out);
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < n_out; r++)
+            if (b == 1 ? !isnan(hy[b * n_out + r]) : !isfinite(hy[b * n_out + r]))
+                fail_msg("x8 q6_k with a NaN in x row 1: y[%d][%d] = %g (want %s)", b, r, hy[b * n_out + r],
+                         b == 1 ? "NaN" : "finite");
+    cudaFree(db), cudaFree((void *)P.data), cudaFree(dx), cudaFree(dy), cudaFree(xq);
+    free(h), free(hx), free(hy);
 }
 
 /* The op table on a CUDA dev_stream: parts [PLANES q4_1, BLOCKS q4_1, f16] with an x8 give the PLANES part
@@ -202,10 +247,11 @@ static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
     void *xq = dalloc((size_t)B * krn_x8_row_bytes(n_in));
     const krn_mm_part parts[3] = {{y[0], &P}, {y[1], &Bk}, {y[2], &F}};
     const krn_mm_part raw = {r[0], &P};
+    const krn_mm_x xx = {x, KRN_F32, xq};
     assert_int_equal(krn_quantize_x8_async(s, xq, x, B, n_in), 0);
-    assert_int_equal(krn_matmul_parts_x8_async(s, parts, 3, x, xq, B), 0);
+    assert_int_equal(krn_matmul_parts_x_async(s, parts, 3, &xx, B), 0);
     assert_int_equal(dev_stream_sync(s, &err), 0);
-    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &raw, 1, x, xq, B, 0, &err), 0);
+    assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &raw, 1, &xx, B, 0, &err), 0);
     assert_int_equal(krn_cuda_matmul_async(g_s1, r[1], &Bk, x, B, &err), 0);
     assert_int_equal(krn_cuda_matmul_async(g_s1, r[2], &F, x, B, &err), 0);
     sync_both();
@@ -230,6 +276,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_quantize_writes_the_host_bytes),
         cmocka_unit_test(test_x8_gemv_matches_reference_for_every_planar_type_and_batch),
+        cmocka_unit_test(test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blocks),
         cmocka_unit_test(test_the_op_table_sends_only_planes_parts_to_int8_x),
     };
     return cmocka_run_group_tests(tests, two_streams_setup, two_streams_teardown);

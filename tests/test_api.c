@@ -167,8 +167,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
 {
     assert_null(memra_runtime_create(NULL, NULL));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
-    struct { const char *field; memra_runtime_params p; } cases[7];
-    for (int i = 0; i < 7; i++)
+    struct { const char *field; memra_runtime_params p; } cases[8];
+    for (int i = 0; i < 8; i++)
         cases[i].p = memra_runtime_default_params();
     cases[0].field = "n_seq", cases[0].p.n_seq = 0;
     cases[1].field = "slots", cases[1].p.slots = 17;
@@ -177,7 +177,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
     cases[4].field = "cpu_devices", cases[4].p.cpu_devices = 65;
     cases[5].field = "overlap", cases[5].p.overlap = 2;
     cases[6].field = "kv_type", cases[6].p.kv_type = (memra_kv_type)9;
-    for (int i = 0; i < 7; i++) {
+    cases[7].field = "act_type", cases[7].p.act_type = (memra_kv_type)-1;
+    for (int i = 0; i < 8; i++) {
         assert_null(memra_runtime_create(api_tiny_model, &cases[i].p));
         assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
         assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, cases[i].field);
@@ -219,11 +220,12 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     setenv("MEMRA_BACKEND", "cpu", 1);
 }
 
-/* Logits of 6 prompt tokens decoded one by one, the last 3 kept, on a CPU runtime with this KV type. */
-static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
+/* Logits of 6 prompt tokens decoded one by one, the last 3 kept, on a CPU runtime with this KV type and
+ * activation type. */
+static void decode_logits_as(memra_kv_type kv, memra_kv_type act, int apply_env, float out[3][300])
 {
     memra_runtime_params p = memra_runtime_default_params();
-    p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16, p.kv_type = kv, p.apply_env = apply_env;
+    p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16, p.kv_type = kv, p.act_type = act, p.apply_env = apply_env;
     memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     memra_seq *sq = memra_seq_open(rt);
@@ -239,6 +241,39 @@ static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
     }
     memra_seq_close(sq);
     memra_runtime_free(rt);
+}
+
+static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
+{
+    decode_logits_as(kv, MEMRA_KV_DEFAULT, apply_env, out);
+}
+
+/* act_type F16 / BF16 round the matmul inputs (logits move, a little); DEFAULT follows MEMRA_ACT_TYPE only when
+ * apply_env, and a set field wins over the door. */
+static void test_act_type_rounds_the_matmul_inputs_and_default_follows_the_door(void **state)
+{
+    (void)state;
+    static float f32[3][300], got[3][300], door[3][300];
+    unsetenv("MEMRA_ACT_TYPE");
+    decode_logits_as(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, f32);
+    const memra_kv_type types[2] = {MEMRA_KV_F16, MEMRA_KV_BF16};
+    for (int t = 0; t < 2; t++) {
+        decode_logits_as(MEMRA_KV_DEFAULT, types[t], 1, got);
+        float d = 0.0f, mx = 0.0f;
+        for (int r = 0; r < 3; r++)
+            for (int i = 0; i < 300; i++)
+                d = fmaxf(d, fabsf(got[r][i] - f32[r][i])), mx = fmaxf(mx, fabsf(f32[r][i]));
+        if (!(d > 0.0f && d <= 5e-2f * mx))
+            fail_msg("act_type %d: max |logit - f32 inputs'| %g (max |logit| %g)", (int)types[t], d, mx);
+    }
+    setenv("MEMRA_ACT_TYPE", "bf16", 1);
+    decode_logits_as(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, door); /* the door: bf16's logits */
+    assert_memory_equal(door, got, sizeof got);
+    decode_logits_as(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 0, door); /* apply_env 0: f32 */
+    assert_memory_equal(door, f32, sizeof f32);
+    decode_logits_as(MEMRA_KV_DEFAULT, MEMRA_KV_F32, 1, door); /* a set field wins */
+    assert_memory_equal(door, f32, sizeof f32);
+    unsetenv("MEMRA_ACT_TYPE");
 }
 
 /* kv_type F16 / BF16 round the cache (logits move, a little); DEFAULT follows MEMRA_KV_TYPE only when
@@ -450,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_runtime_create_refuses_null_model_and_bad_params_naming_the_field),
         cmocka_unit_test(test_a_bad_door_is_refused_and_a_good_door_overrides_the_params),
         cmocka_unit_test(test_kv_type_rounds_the_cache_and_default_follows_the_door),
+        cmocka_unit_test(test_act_type_rounds_the_matmul_inputs_and_default_follows_the_door),
         cmocka_unit_test(test_opening_more_sequences_than_slots_is_full),
         cmocka_unit_test(test_a_closed_sequence_is_state_and_a_null_one_is_inval),
         cmocka_unit_test(test_a_closed_handle_stays_detectable_for_4096_more_closes_and_memory_stays_bounded),

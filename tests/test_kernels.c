@@ -47,7 +47,7 @@ static void test_rmsnorm_matches_the_double_reference(void **state)
     enum { B = 3, N = 96 };
     rng_state = 1;
     float *x = rand_vec(B * N, 3.0f), *w = rand_vec(N, 1.0f), y[B * N];
-    krn_cpu_rmsnorm(&(krn_cpu_rmsnorm_args){ y, x, w, B, N, 1e-5f });
+    krn_cpu_rmsnorm(&(krn_cpu_rmsnorm_args){ y, x, w, B, N, 1e-5f, KRN_F32 });
     for (int b = 0; b < B; b++) {
         double r[N];
         ref_rmsnorm(r, x + b * N, w, N, 1e-5);
@@ -77,7 +77,7 @@ static void test_matmul_matches_the_double_reference_for_every_type(void **state
                 src[i] = frand();
             krn_quant_row(t, src, W + o * rb, NIN);
         }
-        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb, 0 });
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb, 0, KRN_F32 });
         for (int o = 0; o < NOUT; o++) {
             krn_dequant_row(t, W + o * rb, deq, NIN);
             for (int b = 0; b < B; b++) {
@@ -157,11 +157,11 @@ static void test_attention_matches_the_double_reference_with_gqa_and_two_sequenc
         float kw[NC], vw[NC];
         cache_round(type, kc, kh, kw, NC);
         cache_round(type, vc, vh, vw, NC);
-        krn_cpu_attention(&(krn_cpu_attention_args){ out16, q, { kh, vh, type }, seq, pos, B, NH, NKV, HD, NCTX });
-        krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kw, vw, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX });
+        krn_cpu_attention(&(krn_cpu_attention_args){ out16, q, { kh, vh, type }, seq, pos, B, NH, NKV, HD, NCTX, KRN_F32 });
+        krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kw, vw, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX, KRN_F32 });
         assert_memory_equal(out16, out, sizeof out);
     }
-    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kc, vc, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX });
+    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kc, vc, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX, KRN_F32 });
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const int kvh = h / (NH / NKV);
@@ -224,7 +224,7 @@ static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **s
     enum { B = 2, N = 5 };
     rng_state = 5;
     float *g = rand_vec(B * N, 4.0f), *u = rand_vec(B * N, 1.0f), *bias = rand_vec(N, 1.0f), y[B * N], z[B * N];
-    krn_cpu_swiglu(&(krn_cpu_swiglu_args){ y, g, u, B, N });
+    krn_cpu_swiglu(&(krn_cpu_swiglu_args){ y, g, u, B, N, KRN_F32 });
     for (int i = 0; i < B * N; i++)
         assert_true(fabs(y[i] - g[i] / (1 + exp(-(double)g[i])) * u[i]) <= 1e-6);
     memcpy(z, y, sizeof z);
@@ -263,7 +263,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     assert_true(rb * NOUT <= sizeof wq);
     for (int o = 0; o < NOUT; o++)
         krn_quant_row(KRN_Q8_0, w_host + o * NIN, wq + o * rb, NIN);
-    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb, 0 });
+    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb, 0, KRN_F32 });
 
     void *w0 = dev_malloc(d0, rb * NOUT, &err);               /* weight on device 0 */
     float *x1 = dev_malloc(d1, sizeof(float) * B * NIN, &err);  /* activations on device 1 */

@@ -19,7 +19,7 @@
 static const char *doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
                               "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                               "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
-                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_KV_TYPE"};
+                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_KV_TYPE", "MEMRA_ACT_TYPE"};
 
 static char model_path[256];
 static dev_platform *plat;
@@ -453,12 +453,14 @@ static void test_timestamp_liveness_counts_every_walk_without_host_markers(void 
     act_pp_destroy(rt);
 }
 
-/* Decode logits of 12 prompt tokens then 3 steps, door shut, KV cache of `kv_type`, into out[3][n_vocab]. */
-static int decode_logits(int kv_type, float out[3][512])
+/* Decode logits of 12 prompt tokens then 3 steps, door shut, KV cache of `kv_type`, matmul inputs of
+ * `act_type`, into out[3][n_vocab]. */
+static int decode_logits(int kv_type, int act_type, float out[3][512])
 {
     dev_err e = {0};
     act_pp_params pp = act_pp_default_params();
     pp.kv_type = kv_type;
+    pp.act_type = act_type;
     act_pp *rt = act_pp_create(plat, model_path, &pp, &e);
     if (!rt)
         fail_msg("runtime (kv %d): %s", kv_type, e.msg);
@@ -480,49 +482,71 @@ static int decode_logits(int kv_type, float out[3][512])
     return n_vocab;
 }
 
-/* MEMRA_KV_TYPE=f16 / bf16: the split gates stay bit-identical (eager, replay, prime over 3 stages); the
- * logits move off the f32 cache's (the rounding is real) by less than the rounding can explain; a bad value
- * names what is allowed. */
-static void test_kv_cache_types_split_bit_identically_and_stay_near_f32(void **state)
+/* A 16-bit element type behind a door (MEMRA_KV_TYPE: the KV cache, act = 0; MEMRA_ACT_TYPE: the matmul inputs,
+ * act = 1), f16 then bf16: the split gates stay bit-identical over 3 stages on 3 devices (every arm for the
+ * activations); the logits move off f32's (the rounding is real) by less than tol[t] of the largest |logit|; a
+ * bad door value and a bad act_pp_params field are refused naming what is allowed. */
+static void check_16bit_type(const char *door, int act, const float tol[2])
 {
-    (void)state;
     static const char *names[2] = {"f16", "bf16"};
     static const int types[2] = {KRN_F16, KRN_BF16};
-    static const float tol[2] = {2e-3f, 2e-2f}; /* of the largest |logit|: 2^-11 and 2^-8 per cached value */
     float ref[3][512], got[3][512];
-    const int n_vocab = decode_logits(KRN_F32, ref);
+    clear_doors();
+    const int n_vocab = decode_logits(KRN_F32, KRN_F32, ref);
     float mx = 0.0f;
-    for (int i = 0; i < 3 * 512 && i < 3 * n_vocab; i++)
+    for (int i = 0; i < 3 * n_vocab; i++)
         mx = fmaxf(mx, fabsf(ref[i / n_vocab][i % n_vocab]));
     for (int t = 0; t < 2; t++) {
         clear_doors();
-        setenv("MEMRA_KV_TYPE", names[t], 1);
+        setenv(door, names[t], 1);
         setenv("MEMRA_PP_STAGES", "3", 1);
+        setenv("MEMRA_PP_DEVICES", "0,1,2", 1);
         setenv("MEMRA_PP_OVERLAP", "1", 1);
         expect_pass(names[t], ACT_GATE_EAGER, 3);
         expect_pass(names[t], ACT_GATE_REPLAY, 5);
         expect_pass(names[t], ACT_GATE_PRIME, 3);
+        if (act) {
+            expect_pass(names[t], ACT_GATE_BATCH, 3);
+            expect_pass(names[t], ACT_GATE_SPEC, 8);
+        }
         clear_doors();
-        decode_logits(types[t], got);
+        decode_logits(act ? KRN_F32 : types[t], act ? types[t] : KRN_F32, got);
         float d = 0.0f;
         for (int r = 0; r < 3; r++)
             for (int i = 0; i < n_vocab; i++)
                 d = fmaxf(d, fabsf(got[r][i] - ref[r][i]));
         if (!(d > 0.0f) || !(d <= tol[t] * mx))
-            fail_msg("KV cache %s: max |logit - f32 cache's| = %g (max |logit| %g): want > 0 and <= %g", names[t], d,
-                     mx, tol[t] * mx);
+            fail_msg("%s=%s: max |logit - f32's| = %g (max |logit| %g): want > 0 and <= %g", door, names[t], d, mx,
+                     tol[t] * mx);
     }
     clear_doors();
-    setenv("MEMRA_KV_TYPE", "f8", 1);
+    setenv(door, "f8", 1);
     dev_err e = {0};
+    char want[96];
+    snprintf(want, sizeof want, "%s=f8: allowed f32 (default), f16, bf16", door);
     assert_null(act_pp_create(plat, model_path, NULL, &e));
-    assert_string_equal(e.msg, "MEMRA_KV_TYPE=f8: allowed f32 (default), f16, bf16");
+    assert_string_equal(e.msg, want);
     clear_doors();
     act_pp_params pp = act_pp_default_params();
-    pp.kv_type = KRN_Q8_0;
+    *(act ? &pp.act_type : &pp.kv_type) = KRN_Q8_0;
     dev_err e2 = {0};
     assert_null(act_pp_create(plat, model_path, &pp, &e2));
-    assert_non_null(strstr(e2.msg, "kv_type=8"));
+    assert_non_null(strstr(e2.msg, act ? "act_type=8" : "kv_type=8"));
+    assert_non_null(strstr(e2.msg, door));
+}
+
+static void test_kv_cache_types_split_bit_identically_and_stay_near_f32(void **state)
+{
+    (void)state;
+    static const float tol[2] = {2e-3f, 2e-2f}; /* of the largest |logit|: 2^-11 and 2^-8 per cached value */
+    check_16bit_type("MEMRA_KV_TYPE", 0, tol);
+}
+
+static void test_activation_types_split_bit_identically_and_stay_near_f32(void **state)
+{
+    (void)state;
+    static const float tol[2] = {5e-3f, 5e-2f}; /* of the largest |logit|: 2^-11 and 2^-8 per input value */
+    check_16bit_type("MEMRA_ACT_TYPE", 1, tol);
 }
 
 static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
@@ -563,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
         cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
         cmocka_unit_test(test_kv_cache_types_split_bit_identically_and_stay_near_f32),
+        cmocka_unit_test(test_activation_types_split_bit_identically_and_stay_near_f32),
         cmocka_unit_test(test_bad_rows_and_doors_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,4 +1,4 @@
-/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K (KRN_LAYOUT_PLANES): offsets, the host repack and its inverse
+/* The planar layout of q8_0 / q4_0 / q4_1 / q4_K / q6_K (KRN_LAYOUT_PLANES): offsets, the host repack and its inverse
  * (round trip, and the planes decoded from the layout's own description give the GGUF values), the op
  * table's refusal of planes on the CPU backend (with its message), krn_repack_async on a CPU stream, and
  * the MEMRA_CUDA_REPACK door of model/repack.c. */
@@ -14,15 +14,16 @@
 #include "kernels/krn.h"
 #include "model/repack.h"
 
-#define NTYPES 4
-static const int TYPES[NTYPES] = { KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K };
-/* odd shapes: one row, odd row counts, one block, blocks not a multiple of anything (q4_K: of 256) */
+#define NTYPES 5
+static const int TYPES[NTYPES] = { KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+/* odd shapes: one row, odd row counts, one block, blocks not a multiple of anything (q4_K, q6_K: of 256) */
 #define NSHAPES 5
 static const int SHAPES[NSHAPES][2] = { { 1, 32 }, { 3, 32 }, { 7, 96 }, { 5, 4128 }, { 33, 160 } };
 static const int KSHAPES[NSHAPES][2] = { { 1, 256 }, { 3, 256 }, { 7, 768 }, { 5, 4352 }, { 33, 1280 } };
 static const int *shape_of(int type, size_t k) { return krn_type_block_elems(type) == 256 ? KSHAPES[k] : SHAPES[k]; }
-/* fp16 bytes at the start of a block: d (q8_0, q4_0), d and m (q4_1), d and dmin (q4_K) */
+/* fp16 bytes of a block: d (q8_0, q4_0), d and m (q4_1), d and dmin (q4_K) at its start; d at 208 (q6_K) */
 static size_t f16_bytes(int type) { return type == KRN_Q4_1 || type == KRN_Q4_K ? 4 : 2; }
+static size_t f16_at(int type) { return type == KRN_Q6_K ? 208 : 0; }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint8_t rnd8(void)
@@ -34,7 +35,7 @@ static uint8_t rnd8(void)
 /* A random valid tensor: random quant bytes, finite fp16 scales (exponent never all ones). */
 static void *rand_tensor(int type, int n_out, int n_in, size_t *bytes)
 {
-    const size_t bb = krn_type_block_bytes(type), sb = f16_bytes(type);
+    const size_t bb = krn_type_block_bytes(type), sb = f16_bytes(type), at = f16_at(type);
     *bytes = (size_t)n_out * krn_row_bytes(type, n_in);
     uint8_t *p = malloc(*bytes);
     assert_non_null(p);
@@ -42,7 +43,7 @@ static void *rand_tensor(int type, int n_out, int n_in, size_t *bytes)
         p[i] = rnd8();
     for (size_t b = 0; b < *bytes / bb; b++)
         for (size_t s = 0; s < sb; s += 2)
-            p[b * bb + s + 1] &= 0x3B; /* |scale| < 1, finite */
+            p[b * bb + at + s + 1] &= 0x3B; /* |scale| < 1, finite */
     return p;
 }
 
@@ -62,6 +63,16 @@ static void k_scale_min(int j, const uint8_t *q, int *sc, int *m)
 static float planes_elem(int type, const uint8_t *pl, int n_out, int n_in, int r, int e)
 {
     const int nb = n_in / 32, j = e / 32, i = e % 32;
+    if (type == KRN_Q6_K) { /* 192 quant bytes and 18 scale bytes (scales[16], d) per 256 elements */
+        const size_t qrow6 = (size_t)n_in / 4 * 3;
+        const int s = j % 8; /* sub-block of the super-block */
+        const uint8_t *q = pl + (size_t)r * qrow6 + (size_t)(e / 256) * 192;
+        const uint8_t *h = pl + (size_t)n_out * qrow6 + ((size_t)r * (n_in / 256) + e / 256) * 18;
+        const uint8_t lo = q[16 * s + 4 * (i / 8) + i % 4], hi = q[128 + 8 * s + 4 * (i / 16) + i % 4];
+        const int q6 = ((i % 8) < 4 ? lo & 0xF : lo >> 4) | ((hi >> (2 * ((i % 16) / 4))) & 3) << 4;
+        const float ds = krn_f16_to_f32((uint16_t)(h[16] | h[17] << 8)) * (float)(int8_t)h[(e % 256) / 16];
+        return (float)(q6 - 32) * ds; /* krn_dequant_row's order: (q - 32) * (d * scale) */
+    }
     const size_t qrow = type == KRN_Q8_0 ? (size_t)n_in : (size_t)n_in / 2;
     const uint8_t *sc = pl + (size_t)n_out * qrow, *q = pl + (size_t)r * qrow;
     if (type == KRN_Q4_K) { /* 16 header bytes per 256 elements; sub-block j % 8 of super-block e / 256 */
@@ -101,7 +112,11 @@ static void test_planes_have_the_gguf_size_and_aligned_planes(void **state)
         }
     assert_int_equal(krn_planes_qrow(KRN_Q8_0, 48), 0);
     assert_int_equal(krn_planes_qrow(KRN_Q4_K, 96), 0); /* not a whole super-block */
-    assert_int_equal(krn_planes_qrow(KRN_Q6_K, 256), 0);
+    assert_int_equal(krn_planes_qrow(KRN_Q6_K, 128), 0);
+    assert_int_equal(krn_planes_qrow(KRN_Q6_K, 512), 384); /* 6 bits per element */
+    assert_int_equal(krn_planes_scale_bytes(KRN_Q6_K), 18);
+    assert_int_equal(krn_planes_qrow(KRN_F16, 256), 0);
+    assert_int_equal(krn_planes_scale_bytes(KRN_F16), 0);
     assert_false(krn_planes_supported(KRN_F16));
 }
 
@@ -170,9 +185,12 @@ static void test_cpu_matmul_refuses_planes_with_a_message(void **state)
     assert_int_equal(krn_layout_check(&W, 1, &e2), MEMRA_E_INVAL);
     assert_non_null(strstr(e2.msg, "layout 7 unknown"));
     W.layout = KRN_LAYOUT_PLANES, W.type = KRN_Q6_K, W.n_in = 256;
+    assert_int_equal(krn_layout_check(&W, 1, NULL), 0);
+    W.type = KRN_BF16;
     dev_err e3 = { 0 };
     assert_int_equal(krn_layout_check(&W, 1, &e3), MEMRA_E_INVAL);
-    assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1, q4_K"));
+    assert_non_null(strstr(e3.msg, "type bf16"));
+    assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1, q4_K, q6_K"));
     W = (krn_weight){ .type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = w, .layout = KRN_LAYOUT_BLOCKS };
     assert_int_equal(krn_matmul_async(s, y, &W, x, 1), 0); /* blocks still run */
     assert_int_equal(dev_stream_sync(s, &err), 0);
@@ -191,7 +209,7 @@ static void test_repack_on_a_cpu_stream_writes_the_host_repack(void **state)
     dev_stream *s = dev_stream_create(d, "t", &err);
     assert_non_null(s);
     for (int t = 0; t < NTYPES; t++) {
-        const int n_in = shape_of(TYPES[t], 2)[1]; /* 96, q4_K 768 */
+        const int n_in = shape_of(TYPES[t], 2)[1]; /* 96, q4_K and q6_K 768 */
         size_t bytes;
         uint8_t *g = rand_tensor(TYPES[t], 7, n_in, &bytes), *want = malloc(bytes);
         assert_non_null(want);

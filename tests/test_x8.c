@@ -157,12 +157,13 @@ static void test_x8_matmuls_on_the_cpu_give_the_plain_bits(void **state)
     const krn_weight W = { KRN_Q4_1, NOUT, NIN, w, KRN_LAYOUT_BLOCKS };
     assert_int_equal(krn_quantize_x8_async(s, xq, x, B, NIN), 0);
     assert_int_equal(krn_matmul_acc_async(s, y0, &W, x, B), 0);
-    assert_int_equal(krn_matmul_acc_x8_async(s, y1, &W, x, xq, B), 0);
+    const krn_mm_x in = { .x = x, .type = KRN_F32, .x8 = xq };
+    assert_int_equal(krn_matmul_acc_x_async(s, y1, &W, &in, B), 0);
     float a[B * NOUT], b[B * NOUT];
     assert_int_equal(dev_copy_d2h_async(s, a, y0, sizeof a), 0);
     assert_int_equal(dev_copy_d2h_async(s, b, y1, sizeof b), 0);
     const krn_mm_part part = { y1, &W };
-    assert_int_equal(krn_matmul_parts_x8_async(s, &part, 1, x, xq, B), 0);
+    assert_int_equal(krn_matmul_parts_x_async(s, &part, 1, &in, B), 0);
     assert_int_equal(krn_matmul_async(s, y0, &W, x, B), 0);
     assert_int_equal(dev_stream_sync(s, &err), 0);
     assert_memory_equal(a, b, sizeof a);
@@ -171,7 +172,7 @@ static void test_x8_matmuls_on_the_cpu_give_the_plain_bits(void **state)
     assert_int_equal(dev_stream_sync(s, &err), 0);
     assert_memory_equal(a, b, sizeof a);
     const krn_weight odd = { KRN_F32, NOUT, 40, w, KRN_LAYOUT_BLOCKS }; /* 40 % 32 != 0: no x8 for it */
-    assert_int_equal(krn_matmul_acc_x8_async(s, y1, &odd, x, xq, B), MEMRA_E_INVAL);
+    assert_int_equal(krn_matmul_acc_x_async(s, y1, &odd, &in, B), MEMRA_E_INVAL);
     dev_stream_destroy(s);
     dev_free(d, w), dev_free(d, xq), dev_free(d, x), dev_free(d, y0), dev_free(d, y1);
     dev_platform_close(p);

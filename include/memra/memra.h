@@ -148,8 +148,12 @@ typedef enum memra_backend {
  *   backend <- MEMRA_BACKEND, cpu_devices <- MEMRA_CPU_DEVICES, stages <- MEMRA_PP_STAGES,
  *   cuts <- MEMRA_PP_SPLITS / MEMRA_PP_SPLIT, devices <- MEMRA_PP_DEVICES, shard <- MEMRA_PP_SHARD,
  *   slots <- MEMRA_PP_SLOTS, streams <- MEMRA_PP_STREAMS; overlap: see the field. */
-/* Element type of the KV cache. F16 / BF16 halve its memory (n_seq x n_ctx x 2 x kv_dim per layer) and store
- * each k, v value rounded to nearest even; attention widens them back exactly. */
+/* Element type of the KV cache (kv_type) and of the activation rows matmuls read (act_type). For the cache,
+ * F16 / BF16 halve its memory (n_seq x n_ctx x 2 x kv_dim per layer) and store each k, v value rounded to
+ * nearest even; attention widens them back exactly. For the activations (the normed x, the attention output,
+ * swiglu's h), F16 / BF16 store those rows rounded to nearest even and the matmuls widen them exactly: half the
+ * bytes per matmul input, and with CUDA at large batches bf16 weights multiply bf16 x without a conversion.
+ * The residual stream, q/k/v and the logits stay f32. */
 typedef enum memra_kv_type {
     MEMRA_KV_DEFAULT = 0, /* MEMRA_KV_TYPE (f32, f16, bf16) when apply_env, else F32 */
     MEMRA_KV_F32 = 1,
@@ -186,6 +190,8 @@ typedef struct memra_runtime_params {
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
     int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
     memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
+    memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
+                              * apply_env, else F32) */
     memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
                               * uses it for greedy requests when on */
     memra_progress_fn progress; /* weight upload progress, may be NULL */

@@ -33,6 +33,24 @@ static const float *kv_rows(const void *cache, int type, size_t off, int n_t, in
  * batch or chunk it is computed in. */
 void krn_cpu_attention(const krn_cpu_attention_args *a)
 {
+    if (a->out_t != KRN_F32) { /* f32 into a copy, then rounded: the bits of the f32 op's result, rounded */
+        const size_t n = (size_t)a->B * a->n_head * a->head_dim;
+        float *of = malloc(n * sizeof(float));
+        if (of) {
+            krn_cpu_attention_args f = *a;
+            f.out = of;
+            f.out_t = KRN_F32;
+            krn_cpu_attention(&f);
+        } else {
+            const float nan = NAN; /* no memory: NaN rows, visible, never silent */
+            for (size_t i = 0; i < n; i++)
+                krn_quant_row(a->out_t, &nan, (uint8_t *)a->out + 2 * i, 1);
+            return;
+        }
+        krn_quant_row(a->out_t, of, a->out, (int64_t)n);
+        free(of);
+        return;
+    }
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     float stack[ATT_STACK_POS];
@@ -43,7 +61,7 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
     float *kbuf = a->c.type != KRN_F32 && n_max ? malloc(2 * (size_t)n_max * hd * sizeof(float)) : NULL;
     for (int b = 0; b < a->B; b++) {
         const int n_t = a->pos[b] + 1;
-        float *out_b = a->out + (size_t)b * a->n_head * hd;
+        float *out_b = (float *)a->out + (size_t)b * a->n_head * hd;
         const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
         float *sc = !ok || n_t <= ATT_STACK_POS ? stack : malloc((size_t)n_t * sizeof(float));
         if (!ok || !sc || (a->c.type != KRN_F32 && !kbuf)) {

@@ -6,18 +6,28 @@
 #include "kernels/cpu/krn_cpu.h"
 #include "kernels/quant.h"
 
-/* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,); the sum of squares accumulates in double, in order. */
+/* Element i of an activation row of type t (KRN_F32, KRN_F16, KRN_BF16) = v, rounded to nearest even. */
+static void act_put(void *y, int t, size_t i, float v)
+{
+    if (t == KRN_F32)
+        ((float *)y)[i] = v;
+    else
+        ((uint16_t *)y)[i] = t == KRN_F16 ? krn_f32_to_f16(v) : krn_f32_to_bf16(v);
+}
+
+/* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,); the sum of squares accumulates in double, in order.
+ * Each y is stored once, after its row's sum: an f32 y may be x (in place). */
 void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a)
 {
     for (int b = 0; b < a->B; b++) {
         const float *x = a->x + (size_t)b * a->n;
-        float *y = a->y + (size_t)b * a->n;
+        const size_t y0 = (size_t)b * a->n;
         double ss = 0.0;
         for (int i = 0; i < a->n; i++)
             ss += (double)x[i] * x[i];
         float inv = (float)(1.0 / sqrt(ss / a->n + (double)a->eps));
         for (int i = 0; i < a->n; i++)
-            y[i] = x[i] * inv * a->w[i];
+            act_put(a->y, a->yt, y0 + i, x[i] * inv * a->w[i]);
     }
 }
 
@@ -53,16 +63,11 @@ void krn_cpu_rope(const krn_cpu_rope_args *a)
     }
 }
 
-/* Row `off` of a cache of `type` (krn_kv_cache) = x (n floats): copied (f32) or rounded to nearest even. */
+/* Row `off` (in elements) of a cache of `type` (krn_kv_cache) = x (n floats): copied (f32) or rounded to
+ * nearest even (krn_quant_row of the 16-bit types). */
 static void kv_put_row(void *cache, int type, size_t off, const float *x, int n)
 {
-    if (type == KRN_F32) {
-        memcpy((float *)cache + off, x, (size_t)n * sizeof(float));
-        return;
-    }
-    uint16_t *r = (uint16_t *)cache + off;
-    for (int i = 0; i < n; i++)
-        r[i] = type == KRN_F16 ? krn_f32_to_f16(x[i]) : krn_f32_to_bf16(x[i]);
+    krn_quant_row(type, x, (uint8_t *)cache + off * krn_kv_elem_bytes(type), n);
 }
 
 /* caches (n_seq, n_ctx, kv_dim): row [seq[b], pos[b]] = k[b], v[b]. Rows with an out-of-range pos or a
@@ -85,7 +90,7 @@ void krn_cpu_swiglu(const krn_cpu_swiglu_args *a)
     const size_t n = (size_t)a->B * a->n;
     for (size_t i = 0; i < n; i++) {
         const float g = a->gate[i];
-        a->y[i] = g / (1.0f + expf(-g)) * a->up[i];
+        act_put(a->y, a->yt, i, g / (1.0f + expf(-g)) * a->up[i]);
     }
 }
 

@@ -46,56 +46,56 @@ static void run_swiglu(void *p) { krn_cpu_swiglu(p); }
 static void run_add(void *p) { krn_cpu_add(p); }
 static void run_argmax(void *p) { krn_cpu_argmax(p); }
 static void run_embed_rows(void *p) { krn_cpu_embed_rows(p); }
-typedef struct quantize_x8_args { void *xq; const float *x; int B, n; } quantize_x8_args;
+typedef struct quantize_x8_args { void *xq; const void *x; int xt, B, n; } quantize_x8_args;
 static void run_quantize_x8(void *p)
 {
     const quantize_x8_args *a = p;
-    krn_x8_quantize_host(a->xq, a->x, a->B, a->n);
+    krn_x8_quantize_t_host(a->xq, a->x, a->xt, a->B, a->n);
 }
 
-int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps)
+/* Bytes of count activations of type t. */
+static size_t act_bytes(int t, size_t count) { return count * krn_act_bytes(t); }
+
+int krn_cpu_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps)
 {
-    krn_cpu_rmsnorm_args a = { y, x, w, B, n, eps };
+    krn_cpu_rmsnorm_args a = { y, x, w, B, n, eps, yt };
     acc_list l = { .n = 0 };
     acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, w, F32B(n), DEV_READ);
-    acc_add(&l, y, F32B((size_t)B * n), DEV_WRITE);
+    acc_add(&l, y, act_bytes(yt, (size_t)B * n), DEV_WRITE);
     return dev_launch_cpu_async(s, "rmsnorm", run_rmsnorm, &a, sizeof a, l.a, l.n);
 }
 
-static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc)
+static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc)
 {
     const size_t rb = krn_row_bytes(W->type, W->n_in);
-    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc };
+    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt };
     acc_list l = { .n = 0 };
     acc_add(&l, W->data, rb * (size_t)W->n_out, DEV_READ);
-    acc_add(&l, x, F32B((size_t)B * W->n_in), DEV_READ);
+    acc_add(&l, x, act_bytes(xt, (size_t)B * W->n_in), DEV_READ);
     acc_add(&l, y, F32B((size_t)B * W->n_out), acc ? DEV_RW : DEV_WRITE);
     return dev_launch_cpu_async(s, acc ? "matmul_acc" : "matmul", run_matmul, &a, sizeof a, l.a, l.n);
 }
 
 int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B)
 {
-    return cpu_matmul(s, y, W, x, B, 0);
+    return cpu_matmul(s, y, W, x, KRN_F32, B, 0);
 }
 
 /* One op per part: the CPU has no launch cost to save. */
-int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
-                               int B)
+int krn_cpu_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B)
 {
-    (void)x8;
     for (int i = 0; i < n; i++) {
-        int rc = cpu_matmul(s, parts[i].y, parts[i].W, x, B, 0);
+        int rc = cpu_matmul(s, parts[i].y, parts[i].W, x->x, x->type, B, 0);
         if (rc)
             return rc;
     }
     return 0;
 }
 
-int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B)
+int krn_cpu_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B)
 {
-    (void)x8;
-    return cpu_matmul(s, y, W, x, B, 1);
+    return cpu_matmul(s, y, W, x->x, x->type, B, 1);
 }
 
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
@@ -132,10 +132,11 @@ int krn_cpu_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k,
     return dev_launch_cpu_async(s, "kv_store", run_kv_store, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
-                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx)
+int krn_cpu_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                              const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                              int n_ctx)
 {
-    krn_cpu_attention_args a = { out, q, *c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx };
+    krn_cpu_attention_args a = { out, q, *c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, out_t };
     const size_t kv_dim = (size_t)n_head_kv * head_dim;
     acc_list l = { .n = 0 };
     acc_add(&l, q, F32B((size_t)B * n_head * head_dim), DEV_READ);
@@ -144,17 +145,17 @@ int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn
     /* the whole caches: see the top of this file */
     acc_add(&l, c->k, cache_bytes(s, c->k, c->type, (size_t)n_ctx * kv_dim), DEV_READ);
     acc_add(&l, c->v, cache_bytes(s, c->v, c->type, (size_t)n_ctx * kv_dim), DEV_READ);
-    acc_add(&l, out, F32B((size_t)B * n_head * head_dim), DEV_WRITE);
+    acc_add(&l, out, act_bytes(out_t, (size_t)B * n_head * head_dim), DEV_WRITE);
     return dev_launch_cpu_async(s, "attention", run_attention, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
+int krn_cpu_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n)
 {
-    krn_cpu_swiglu_args a = { y, gate, up, B, n };
+    krn_cpu_swiglu_args a = { y, gate, up, B, n, yt };
     acc_list l = { .n = 0 };
     acc_add(&l, gate, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, up, F32B((size_t)B * n), DEV_READ);
-    acc_add(&l, y, F32B((size_t)B * n), DEV_WRITE);
+    acc_add(&l, y, act_bytes(yt, (size_t)B * n), DEV_WRITE);
     return dev_launch_cpu_async(s, "swiglu", run_swiglu, &a, sizeof a, l.a, l.n);
 }
 
@@ -187,11 +188,11 @@ int krn_cpu_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const
     return dev_launch_cpu_async(s, "embed_rows", run_embed_rows, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n)
+int krn_cpu_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n)
 {
-    quantize_x8_args a = { xq, x, B, n };
+    quantize_x8_args a = { xq, x, xt, B, n };
     acc_list l = { .n = 0 };
-    acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
+    acc_add(&l, x, act_bytes(xt, (size_t)B * n), DEV_READ);
     acc_add(&l, xq, (size_t)B * krn_x8_row_bytes(n), DEV_WRITE);
     return dev_launch_cpu_async(s, "quantize_x8", run_quantize_x8, &a, sizeof a, l.a, l.n);
 }

@@ -2,7 +2,11 @@
  * krn_dot_row (kernels/quant.c), whose fixed block order makes the result independent of B, of the
  * stream and of the stage. Rows of x are taken in groups through krn_dot_row_batch (same bits, the weight
  * row dequantized once per 4 vectors). No shared state. */
+#include <math.h>
+#include <stdlib.h>
+
 #include "kernels/cpu/krn_cpu.h"
+#include "kernels/quant.h"
 #include "kernels/quant_batch.h"
 
 #define MATMUL_GROUP 64 /* rows of x per krn_dot_row_batch call (stack buffer) */
@@ -11,13 +15,30 @@
  * Loop o outer, b inner: weight row o is read from memory once for all B rows. */
 void krn_cpu_matmul(const krn_cpu_matmul_args *a)
 {
+    if (a->xt != KRN_F32) { /* widen a 16-bit x once (exact), then the f32 product: the same bits */
+        const size_t nx = (size_t)a->B * a->n_in;
+        float *xf = malloc(nx * sizeof(float));
+        if (!xf) {
+            for (size_t i = 0; i < (size_t)a->B * a->n_out; i++)
+                a->y[i] = NAN; /* no memory: visible, never silent */
+            return;
+        }
+        krn_dequant_row(a->xt, a->x, xf, (int64_t)nx);
+        krn_cpu_matmul_args f = *a;
+        f.x = xf;
+        f.xt = KRN_F32;
+        krn_cpu_matmul(&f);
+        free(xf);
+        return;
+    }
     const unsigned char *w = a->w;
+    const float *x = a->x;
     float dots[MATMUL_GROUP];
     for (int o = 0; o < a->n_out; o++) {
         const void *row = w + (size_t)o * a->row_bytes;
         for (int b0 = 0; b0 < a->B; b0 += MATMUL_GROUP) {
             const int nb = a->B - b0 < MATMUL_GROUP ? a->B - b0 : MATMUL_GROUP;
-            krn_dot_row_batch(a->type, row, a->x + (size_t)b0 * a->n_in, a->n_in, nb, dots, a->n_in);
+            krn_dot_row_batch(a->type, row, x + (size_t)b0 * a->n_in, a->n_in, nb, dots, a->n_in);
             for (int b = 0; b < nb; b++) {
                 float *yo = &a->y[(size_t)(b0 + b) * a->n_out + o];
                 *yo = a->acc ? *yo + dots[b] : dots[b]; /* acc: the bits of krn_cpu_add after a plain matmul */

@@ -13,11 +13,12 @@
 #include "device/dev.h"
 #include "kernels/krn.h"
 
-/* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,) */
-typedef struct krn_cpu_rmsnorm_args { float *y; const float *x, *w; int B, n; float eps; } krn_cpu_rmsnorm_args;
-/* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W rows of type `type` (row_bytes each) */
+/* Activation types (kernels/krn.h): the `yt`, `xt`, `out_t` fields come last, so 0 (KRN_F32) is the default. */
+/* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,); y of type yt */
+typedef struct krn_cpu_rmsnorm_args { void *y; const float *x, *w; int B, n; float eps; int yt; } krn_cpu_rmsnorm_args;
+/* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W rows of type `type` (row_bytes each); x of type xt */
 typedef struct krn_cpu_matmul_args {
-    float *y; const void *w; const float *x; int type, n_out, n_in, B; size_t row_bytes; int acc;
+    float *y; const void *w; const void *x; int type, n_out, n_in, B; size_t row_bytes; int acc; int xt;
 } krn_cpu_matmul_args;
 /* y (B, n) += bias (n,) */
 typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;
@@ -31,11 +32,11 @@ typedef struct krn_cpu_kv_store_args {
 } krn_cpu_kv_store_args;
 /* out (B, n_head*head_dim) = softmax(q k^T / sqrt(head_dim)) v over cache[seq[b], 0..pos[b]] */
 typedef struct krn_cpu_attention_args {
-    float *out; const float *q; krn_kv_cache c; const int32_t *seq, *pos;
-    int B, n_head, n_head_kv, head_dim, n_ctx;
+    void *out; const float *q; krn_kv_cache c; const int32_t *seq, *pos;
+    int B, n_head, n_head_kv, head_dim, n_ctx; int out_t;
 } krn_cpu_attention_args;
-/* y (B, n) = silu(gate) * up */
-typedef struct krn_cpu_swiglu_args { float *y; const float *gate, *up; int B, n; } krn_cpu_swiglu_args;
+/* y (B, n) = silu(gate) * up; y of type yt */
+typedef struct krn_cpu_swiglu_args { void *y; const float *gate, *up; int B, n; int yt; } krn_cpu_swiglu_args;
 /* y (B, n) += a (B, n) */
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
 /* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf */
@@ -48,6 +49,7 @@ typedef struct krn_cpu_embed_rows_args {
 
 /* ---- pure kernels (run on the calling thread) ---- */
 void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a);
+/* A 16-bit x is widened into a malloc'd f32 copy first (exact); if that malloc fails y gets NaN rows. */
 void krn_cpu_matmul(const krn_cpu_matmul_args *a);
 void krn_cpu_add_bias(const krn_cpu_add_bias_args *a);
 void krn_cpu_rope(const krn_cpu_rope_args *a);
@@ -55,7 +57,8 @@ void krn_cpu_rope(const krn_cpu_rope_args *a);
  * guarantees them). */
 void krn_cpu_kv_store(const krn_cpu_kv_store_args *a);
 /* Scratch for the scores: pos+1 floats per (row, head), taken from the stack up to 4096 positions, else
- * malloc'd (a failed malloc writes NaN rows so the error is visible, never silent). */
+ * malloc'd (a failed malloc writes NaN rows so the error is visible, never silent). A 16-bit out is computed
+ * into a malloc'd f32 copy and rounded (NaN rows if that malloc fails). */
 void krn_cpu_attention(const krn_cpu_attention_args *a);
 void krn_cpu_swiglu(const krn_cpu_swiglu_args *a);
 void krn_cpu_add(const krn_cpu_add_args *a);
@@ -64,23 +67,23 @@ void krn_cpu_argmax(const krn_cpu_argmax_args *a);
 void krn_cpu_embed_rows(const krn_cpu_embed_rows_args *a);
 
 /* ---- launch wrappers (same signatures as kernels/krn.h; shapes already validated) ---- */
-int krn_cpu_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+int krn_cpu_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps);
 int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
-/* x8 (kernels/krn.h "x quantized to int8") is not read: it serves PLANES weights, which the CPU never holds. */
-int krn_cpu_matmul_parts_async(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
-                               int B);
-int krn_cpu_matmul_acc_async(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
-/* krn_x8_quantize_host (kernels/x8.c) on s */
-int krn_cpu_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n);
+/* x->x8 (kernels/krn.h "x quantized to int8") is not read: it serves PLANES weights, which the CPU never holds. */
+int krn_cpu_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B);
+int krn_cpu_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B);
+/* krn_x8_quantize_host (kernels/x8.c) on s, over the widened rows of x (type xt) */
+int krn_cpu_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n);
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                        float freq_base, float freq_scale, int neox);
 int krn_cpu_rope_store_async(dev_stream *s, const krn_rope_store *a); /* three ops: no launch to save */
 int krn_cpu_kv_store_async(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v,
                            const int32_t *seq, const int32_t *pos, int B, int kv_dim, int n_ctx);
-int krn_cpu_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
-                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx);
-int krn_cpu_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+int krn_cpu_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                              const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                              int n_ctx);
+int krn_cpu_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
 /* declares the WHOLE table (the row read depends on the device-side tokens), tokens and y */

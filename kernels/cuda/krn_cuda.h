@@ -38,26 +38,28 @@ extern "C" {
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
 
-/* y (B, n) = x (B, n) / rms(x) * w (n,)    one block per row */
-int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const float *w, int B, int n, float eps,
-                           dev_err *err);
+/* y (B, n) = x (B, n) / rms(x) * w (n,)    one block per row; y of activation type yt (KRN_F32, KRN_F16,
+ * KRN_BF16: f32 math, rounded to nearest even on store) */
+int krn_cuda_rmsnorm_async(void *cuda_stream, void *y, int yt, const float *x, const float *w, int B, int n,
+                           float eps, dev_err *err);
 
 /* y (B, n_out) = x (B, n_in) @ W^T: fused dequant GEMV, one warp per output row, B <= 8 rows per launch
  * (larger B: one launch per 8 rows). W->data must be 2-byte aligned (f32: 4); for block types x must be
  * 16-byte aligned. y and x must not overlap. */
 int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B, dev_err *err);
 
-/* krn_matmul_parts_x8_async / krn_matmul_acc_x8_async: y_i (=, or += when acc) x @ W_i^T for n parts sharing
- * x and n_in; PLANES parts read x8 instead of x when it is not NULL (kernels/krn.h, krn_cuda_matmul_x8.cu;
- * 16-byte aligned). Parts of one float type (f32/f16/bf16) with 16-byte aligned data and n_in % 8 == 0 go in one
+/* krn_matmul_parts_x_async / krn_matmul_acc_x_async: y_i (=, or += when acc) x @ W_i^T for n parts sharing
+ * x and n_in; x->x of activation type x->type (16-bit rows are widened exactly on load: the bits of the f32
+ * product over the widened rows); PLANES parts read x->x8 instead when it is not NULL (kernels/krn.h,
+ * krn_cuda_matmul_x8.cu; 16-byte aligned). Parts of one float type (f32/f16/bf16) with 16-byte aligned data and n_in % 8 == 0 go in one
  * launch per 8 rows of x (the grid walks the parts' rows as one list); any other mix is one launch per part.
  * The bits of each y_i are those of krn_cuda_matmul_async (plus, with acc, of one float add). */
-int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x, const void *x8,
-                                int B, int acc, dev_err *err);
+int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const krn_mm_x *x, int B,
+                                int acc, dev_err *err);
 
-/* xq (B * krn_x8_row_bytes(n) bytes, 16-byte aligned) = x (B, n) quantized to int8 per 32-block: the bytes of
- * krn_x8_quantize_host. One warp per block. */
-int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const float *x, int B, int n, dev_err *err);
+/* xq (B * krn_x8_row_bytes(n) bytes, 16-byte aligned) = x (B, n) of activation type xt quantized to int8 per
+ * 32-block: the bytes of krn_x8_quantize_host over the (widened) rows. One warp per block. */
+int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const void *x, int xt, int B, int n, dev_err *err);
 
 /* y (B, n) += bias (n,) */
 int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float *bias, int B, int n, dev_err *err);
@@ -83,13 +85,14 @@ int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, cons
                              const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                              int n_ctx, dev_err *err);
 /* The same with the split path's workspace given (see krn_attention_ws_async): ws of ws_bytes >=
- * krn_attention_ws_bytes(...) is used and nothing is allocated; NULL or smaller: allocated per call. */
-int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
+ * krn_attention_ws_bytes(...) is used and nothing is allocated; NULL or smaller: allocated per call. out of
+ * activation type out_t (f32 math, rounded on store; the workspace stays f32). */
+int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c,
                                 const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
                                 int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
 
-/* y (B, n) = silu(gate) * up */
-int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const float *up, int B, int n,
+/* y (B, n) = silu(gate) * up, y of activation type yt (a 16-bit y must not overlap gate or up) */
+int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const float *gate, const float *up, int B, int n,
                           dev_err *err);
 
 /* y (B, n) += a (B, n) */
@@ -118,21 +121,21 @@ int krn_cuda_set_pdl(int on);
  * dispatches to. Each calls its _async twin on dev_stream_native(s) with err = NULL (the status code is
  * all that comes back; call the _async form directly for the message). s must be a CUDA stream; its
  * device is made current for the launch and the caller's current device restored. ---- */
-int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);
+int krn_cuda_rmsnorm_t(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps);
 int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B);
-int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8, int B);
-int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8, int B);
-int krn_cuda_quantize_x8(dev_stream *s, void *xq, const float *x, int B, int n);
+int krn_cuda_matmul_parts_x(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B);
+int krn_cuda_matmul_acc_x(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B);
+int krn_cuda_quantize_x8_t(dev_stream *s, void *xq, const void *x, int xt, int B, int n);
 int krn_cuda_add_bias(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cuda_rope(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,
                   float freq_base, float freq_scale, int neox);
 int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a);
 int krn_cuda_kv_store(dev_stream *s, const krn_kv_cache *c, const float *k, const float *v, const int32_t *seq,
                       const int32_t *pos, int B, int kv_dim, int n_ctx);
-int krn_cuda_attention(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
-                       const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
-                       size_t ws_bytes);
-int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);
+int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                         const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
+                         int n_ctx, float *ws, size_t ws_bytes);
+int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);
 int krn_cuda_embed_rows(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);

@@ -14,6 +14,9 @@
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it.
+ * out is of an activation type OT (f32, f16, bf16): both stores of a result (the chunk kernel's for a row of
+ * one chunk, the combine's) round the f32 value o / l to OT (krn_act_of); the workspace stays f32. So a 16-bit
+ * out holds the f32 out's values rounded to nearest even.
  * Shared mutable state: none. */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
@@ -71,11 +74,11 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
     }
 }
 
-/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < ck): write out.
+/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < ck): write out (type OT).
  * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
-template <typename KV>
+template <typename KV, int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_chunk_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+    att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf) {
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             a0 = fmaf(sc[i], kv_ld1(vb + (size_t)(t0 + i) * kv_dim + d), a0);
         const float o = (a0 + a1) + (a2 + a3);
         if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
-            out[((size_t)b * n_head + h) * hd + d] = o / l;
+            out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
         } else {
             float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
             w[d] = o;
@@ -178,9 +181,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-/* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x) in chunk order. */
+/* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x) in chunk order; out of type OT. */
+template <int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_combine_kernel(float *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
+    att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split, int ck) {
     krn_pdl_enter();
     const int h = blockIdx.x, b = blockIdx.y;
@@ -200,7 +204,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         float o = 0.0f;
         for (int c = 0; c < nc; c++)
             o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
-        out[((size_t)b * n_head + h) * hd + d] = o / Ls;
+        out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
     }
 }
 
@@ -225,29 +229,59 @@ static int att_chunk(void) {
 extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
                                         const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
                                         int head_dim, int n_ctx, dev_err *err) {
-    return krn_cuda_attention_ws_async(cuda_stream, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, NULL,
-                                       0, err);
+    return krn_cuda_attention_ws_async(cuda_stream, out, KRN_F32, q, c, seq, pos, B, n_head, n_head_kv, head_dim,
+                                       n_ctx, NULL, 0, err);
 }
 
-/* att_chunk_kernel for the cache's element type */
-static void att_chunk_launch(const krn_kv_cache *c, dim3 grid, cudaStream_t st, float *out, float *ws,
-                             const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                             int hd, int n_ctx, int n_split, float scale, int ck) {
+/* att_chunk_kernel for the cache's element type, out of type OT */
+template <int OT>
+static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                               int hd, int n_ctx, int n_split, float scale, int ck) {
     if (c->type == KRN_F16)
-        krn_launch(att_chunk_kernel<__half>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+        krn_launch(att_chunk_kernel<__half, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
             (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
     else if (c->type == KRN_BF16)
-        krn_launch(att_chunk_kernel<__nv_bfloat16>, grid, ATT_THREADS, 0, st, out, ws, q,
+        krn_launch(att_chunk_kernel<__nv_bfloat16, OT>, grid, ATT_THREADS, 0, st, out, ws, q,
             (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
             n_split, scale, ck, att_pf());
     else
-        krn_launch(att_chunk_kernel<float>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
+        krn_launch(att_chunk_kernel<float, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
             (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
 }
 
-extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const float *q, const krn_kv_cache *c,
-                                           const int32_t *seq, const int32_t *pos, int B, int n_head,
-                                           int n_head_kv, int head_dim, int n_ctx, float *given,
+/* att_chunk_launch_t for out's type */
+static void att_chunk_launch(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, int out_t, float *ws,
+                             const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                             int hd, int n_ctx, int n_split, float scale, int ck) {
+    if (out_t == KRN_F16)
+        att_chunk_launch_t<KRN_F16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
+                                    ck);
+    else if (out_t == KRN_BF16)
+        att_chunk_launch_t<KRN_BF16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
+                                     ck);
+    else
+        att_chunk_launch_t<KRN_F32>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
+                                    ck);
+}
+
+/* att_combine_kernel for out's type */
+static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out, const float *ws, const int32_t *pos,
+                               int n_head, int hd, int n_ctx, int n_split, int ck) {
+    if (out_t == KRN_F16)
+        krn_launch(att_combine_kernel<KRN_F16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+                   ck);
+    else if (out_t == KRN_BF16)
+        krn_launch(att_combine_kernel<KRN_BF16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+                   ck);
+    else
+        krn_launch(att_combine_kernel<KRN_F32>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+                   ck);
+}
+
+extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q,
+                                           const krn_kv_cache *c, const int32_t *seq, const int32_t *pos, int B,
+                                           int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
                                            size_t given_bytes, dev_err *err) {
     if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
@@ -264,6 +298,9 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     if (!krn_kv_type_ok(c->type))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: cache type %d (allowed: f32, f16, bf16)",
                            c->type);
+    if (!krn_act_type_ok(out_t) || !krn_cuda_aligned(out, (unsigned)krn_act_bytes(out_t)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: out type %d at %p (allowed: f32, f16, bf16, out "
+                           "aligned to its element)", out_t, out);
     if (!krn_cuda_aligned(q, 16) || !krn_cuda_aligned(c->k, 16) || !krn_cuda_aligned(c->v, 16))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: q and the caches must be 16-byte aligned");
     if (B > 65535 || n_head > 65535)
@@ -273,7 +310,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
     const int ck = att_chunk(), n_split = (n_ctx + ck - 1) / ck;
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
-        att_chunk_launch(c, grid, st, out, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
+        att_chunk_launch(c, grid, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -287,11 +324,12 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, float *out, const 
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    att_chunk_launch(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale, ck);
+    att_chunk_launch(c, grid, st, out, out_t, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
+                     ck);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
-        krn_launch(att_combine_kernel, dim3((unsigned)n_head, (unsigned)B), ATT_THREADS, 0, st, out, ws, pos,
-            n_head, head_dim, n_ctx, n_split, ck);
+        att_combine_launch(out_t, dim3((unsigned)n_head, (unsigned)B), st, out, ws, pos, n_head, head_dim, n_ctx,
+                           n_split, ck);
         rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
     }
     /* ordered by st: the free runs after both kernels (a given workspace is reused by the next call on st,

@@ -79,8 +79,9 @@ void krn_cuda_leave(int prev) {
         return rc_;                                                                                            \
     } while (0)
 
-extern "C" int krn_cuda_rmsnorm(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps) {
-    ADAPT(krn_cuda_rmsnorm_async(st, y, x, w, B, n, eps, NULL));
+extern "C" int krn_cuda_rmsnorm_t(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n,
+                                  float eps) {
+    ADAPT(krn_cuda_rmsnorm_async(st, y, yt, x, w, B, n, eps, NULL));
 }
 
 extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, const float *x, int B) {
@@ -90,13 +91,15 @@ extern "C" int krn_cuda_matmul(dev_stream *s, float *y, const krn_weight *W, con
     ADAPT(krn_cuda_matmul_async(st, y, W, x, B, NULL));
 }
 
-/* Large B: each part cuBLAS may take goes there; the rest share one GEMV launch as before. */
-extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, int n, const float *x, const void *x8,
-                                     int B) {
+/* Large B: each part cuBLAS may take goes there (x of any activation type; x8 is for PLANES parts, which never
+ * take cuBLAS); the rest share one GEMV launch as before. */
+extern "C" int krn_cuda_matmul_parts_x(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B) {
     krn_mm_part rest[KRN_MM_PARTS];
     int n_rest = 0;
+    if (!x)
+        return MEMRA_E_INVAL;
     for (int i = 0; i < n && i < KRN_MM_PARTS; i++) {
-        int done = 0, rc = krn_cuda_gemm_try(s, parts[i].y, parts[i].W, x, B, &done, NULL);
+        int done = 0, rc = krn_cuda_gemm_try_x(s, parts[i].y, parts[i].W, x->x, x->type, B, 0, &done, NULL);
         if (rc)
             return rc;
         if (!done)
@@ -104,20 +107,21 @@ extern "C" int krn_cuda_matmul_parts(dev_stream *s, const krn_mm_part *parts, in
     }
     if (n_rest == 0)
         return 0;
-    ADAPT(krn_cuda_matmul_parts_async(st, rest, n_rest, x, x8, B, 0, NULL));
+    ADAPT(krn_cuda_matmul_parts_async(st, rest, n_rest, x, B, 0, NULL));
 }
 
-extern "C" int krn_cuda_matmul_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, const void *x8,
-                                   int B) {
-    int done = 0, rc = krn_cuda_gemm_try_acc(s, y, W, x, B, 1, &done, NULL);
+extern "C" int krn_cuda_matmul_acc_x(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B) {
+    if (!x)
+        return MEMRA_E_INVAL;
+    int done = 0, rc = krn_cuda_gemm_try_x(s, y, W, x->x, x->type, B, 1, &done, NULL);
     if (done)
         return rc;
     const krn_mm_part p = {y, W};
-    ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, x8, B, 1, NULL));
+    ADAPT(krn_cuda_matmul_parts_async(st, &p, 1, x, B, 1, NULL));
 }
 
-extern "C" int krn_cuda_quantize_x8(dev_stream *s, void *xq, const float *x, int B, int n) {
-    ADAPT(krn_cuda_quantize_x8_async(st, xq, x, B, n, NULL));
+extern "C" int krn_cuda_quantize_x8_t(dev_stream *s, void *xq, const void *x, int xt, int B, int n) {
+    ADAPT(krn_cuda_quantize_x8_async(st, xq, x, xt, B, n, NULL));
 }
 
 extern "C" int krn_cuda_rope_store(dev_stream *s, const krn_rope_store *a) {
@@ -138,15 +142,15 @@ extern "C" int krn_cuda_kv_store(dev_stream *s, const krn_kv_cache *c, const flo
     ADAPT(krn_cuda_kv_store_async(st, c, k, v, seq, pos, B, kv_dim, n_ctx, NULL));
 }
 
-extern "C" int krn_cuda_attention(dev_stream *s, float *out, const float *q, const krn_kv_cache *c,
-                                  const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
-                                  int head_dim, int n_ctx, float *ws, size_t ws_bytes) {
-    ADAPT(krn_cuda_attention_ws_async(st, out, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws, ws_bytes,
-                                      NULL));
+extern "C" int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
+                                    const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
+                                    int head_dim, int n_ctx, float *ws, size_t ws_bytes) {
+    ADAPT(krn_cuda_attention_ws_async(st, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, ws,
+                                      ws_bytes, NULL));
 }
 
-extern "C" int krn_cuda_swiglu(dev_stream *s, float *y, const float *gate, const float *up, int B, int n) {
-    ADAPT(krn_cuda_swiglu_async(st, y, gate, up, B, n, NULL));
+extern "C" int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n) {
+    ADAPT(krn_cuda_swiglu_async(st, y, yt, gate, up, B, n, NULL));
 }
 
 extern "C" int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n) {

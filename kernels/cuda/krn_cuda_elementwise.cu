@@ -1,4 +1,5 @@
 /* Row and element ops of the op table on CUDA: rmsnorm, rope, kv_store, swiglu, add, add_bias, argmax.
+ * rmsnorm and swiglu write y of an activation type (f32, f16, bf16): f32 math, rounded on store.
  * Reductions (rmsnorm's sum of squares, argmax) use one block per row with a fixed-order tree (per-thread
  * strided loop, warp butterfly, warp totals added in warp order), so results are deterministic.
  * Shared mutable state: none. */
@@ -31,30 +32,36 @@ static int ew_check(dev_err *err, int *rc, const char *op, int B, int n, const v
     return 1;
 }
 
-/* ---- rmsnorm: one block per row; any n or alignment ---- */
-__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(float *__restrict__ y, const float *__restrict__ x,
+/* ---- rmsnorm: one block per row; any n or alignment. y of activation type YT: the f32 value of each
+ * element, rounded on store (krn_act_of), so a 16-bit y holds the f32 kernel's results rounded. ---- */
+template <int YT>
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(krn_act_e<YT> *__restrict__ y,
+                                                               const float *__restrict__ x,
                                                                const float *__restrict__ w, int n, float eps) {
     krn_pdl_enter();
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
-    float *yr = y + (size_t)blockIdx.x * n;
+    krn_act_e<YT> *yr = y + (size_t)blockIdx.x * n;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         ss = fmaf(xr[i], xr[i], ss);
     ss = krn_block_sum(ss, red);
     const float scale = 1.0f / sqrtf(ss / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = xr[i] * scale * w[i];
+        yr[i] = krn_act_of<YT>(xr[i] * scale * w[i]);
 }
 
-/* n % 4 == 0, n <= 4 * RMS_V4 * ROW_THREADS, 16-byte aligned rows: every load of a row in flight at once
+/* n % 4 == 0, n <= 4 * RMS_V4 * ROW_THREADS, 16-byte aligned rows (y's: aligned for a store of 4 elements, 8
+ * bytes when 16-bit): every load of a row in flight at once
  * (x and w held in registers between the two passes), w's issued before the PDL wait (a weight: written at
  * load, immutable during a forward). The per-thread loop above waits for one L2 round trip per step: ~10 us
  * per row at n = 4096 on an H200 (ncu), ~40 % of a decode step's non-GEMV time. Same order as that loop
  * for a thread's own elements is not kept: thread t adds its float4s j = 0, 1, ... (x, y, z, w), then the
  * fixed block tree; deterministic. */
 #define RMS_V4 8
-__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restrict__ y, const float *__restrict__ x,
+template <int YT>
+__global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> *__restrict__ y,
+                                                                   const float *__restrict__ x,
                                                                    const float *__restrict__ w, int n, float eps) {
     __shared__ float red[32];
     const int n4 = n / 4;
@@ -67,7 +74,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restr
     }
     krn_pdl_enter_after_loads();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n);
-    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n);
+    krn_act_e<YT> *yr = y + (size_t)blockIdx.x * n;
 #pragma unroll
     for (int j = 0; j < RMS_V4; j++) {
         const int i = threadIdx.x + j * ROW_THREADS;
@@ -87,23 +94,42 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(float *__restr
     for (int j = 0; j < RMS_V4; j++) {
         const int i = threadIdx.x + j * ROW_THREADS;
         if (i < n4)
-            yr[i] = make_float4(xv[j].x * scale * wv[j].x, xv[j].y * scale * wv[j].y, xv[j].z * scale * wv[j].z,
-                                xv[j].w * scale * wv[j].w);
+            krn_stx4<YT>(yr, i, make_float4(xv[j].x * scale * wv[j].x, xv[j].y * scale * wv[j].y,
+                                            xv[j].z * scale * wv[j].z, xv[j].w * scale * wv[j].w));
     }
 }
 
-extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, float *y, const float *x, const float *w, int B, int n,
+/* rmsnorm_vec_kernel (vec) or rmsnorm_kernel for y's type. */
+template <int YT>
+static void rmsnorm_launch(int vec, int B, cudaStream_t st, void *y, const float *x, const float *w, int n, float eps) {
+    if (vec)
+        krn_launch(rmsnorm_vec_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps);
+    else
+        krn_launch(rmsnorm_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps);
+}
+
+/* The two kernels add the squares in different orders, so the path is part of the result: vec when n % 4 == 0,
+ * n <= 8192, x and w 16-byte aligned and y aligned for its 4-element stores (f32 16 bytes, as before; 16-bit
+ * 8 bytes). A 16-bit y thus holds the rounded bits of an f32 y taking the same path. */
+extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, void *y, int yt, const float *x, const float *w, int B, int n,
                                       float eps, dev_err *err) {
     int rc;
     if (!ew_check(err, &rc, "krn_cuda_rmsnorm", B, n, y, x, w))
         return rc;
     if (!(eps >= 0.0f))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: eps=%g (need >= 0)", (double)eps);
-    if (n % 4 == 0 && n <= 4 * RMS_V4 * ROW_THREADS && krn_cuda_aligned(x, 16) && krn_cuda_aligned(y, 16) &&
-        krn_cuda_aligned(w, 16))
-        krn_launch(rmsnorm_vec_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
+    if (!krn_act_type_ok(yt) || !krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: y type %d at %p (allowed: f32, f16, bf16, y aligned "
+                           "to its element)", yt, y);
+    const int vec = n % 4 == 0 && n <= 4 * RMS_V4 * ROW_THREADS && krn_cuda_aligned(x, 16) &&
+                    krn_cuda_aligned(y, yt == KRN_F32 ? 16 : 8) && krn_cuda_aligned(w, 16);
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    if (yt == KRN_F16)
+        rmsnorm_launch<KRN_F16>(vec, B, st, y, x, w, n, eps);
+    else if (yt == KRN_BF16)
+        rmsnorm_launch<KRN_BF16>(vec, B, st, y, x, w, n, eps);
     else
-        krn_launch(rmsnorm_kernel, (unsigned)B, ROW_THREADS, 0, (cudaStream_t)cuda_stream, y, x, w, n, eps);
+        rmsnorm_launch<KRN_F32>(vec, B, st, y, x, w, n, eps);
     return krn_cuda_launch_check(err, "krn_cuda_rmsnorm");
 }
 
@@ -281,13 +307,15 @@ extern "C" int krn_cuda_kv_store_async(void *cuda_stream, const krn_kv_cache *c,
 }
 
 /* ---- swiglu, add, add_bias ---- */
-__global__ void swiglu_kernel(float *__restrict__ y, const float *__restrict__ g, const float *__restrict__ u,
-                              size_t n) {
+/* y of activation type YT: the f32 value, rounded on store. */
+template <int YT>
+__global__ void swiglu_kernel(krn_act_e<YT> *__restrict__ y, const float *__restrict__ g,
+                              const float *__restrict__ u, size_t n) {
     krn_pdl_enter();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float a = g[i];
-        y[i] = a / (1.0f + expf(-a)) * u[i];
+        y[i] = krn_act_of<YT>(a / (1.0f + expf(-a)) * u[i]);
     }
 }
 
@@ -305,13 +333,33 @@ __global__ void add_bias_kernel(float *y, const float *bias, size_t total, int n
         y[i] += bias[i % n];
 }
 
-extern "C" int krn_cuda_swiglu_async(void *cuda_stream, float *y, const float *gate, const float *up, int B, int n,
-                                     dev_err *err) {
+/* 1 when the byte ranges [a, a + na) and [b, b + nb) overlap. */
+static int ew_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+extern "C" int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const float *gate, const float *up, int B,
+                                     int n, dev_err *err) {
     int rc;
     if (!ew_check(err, &rc, "krn_cuda_swiglu", B, n, y, gate, up))
         return rc;
     const size_t t = (size_t)B * n;
-    krn_launch(swiglu_kernel, ew_blocks(t), EW_THREADS, 0, (cudaStream_t)cuda_stream, y, gate, up, t);
+    if (!krn_act_type_ok(yt) || !krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_swiglu: y type %d at %p (allowed: f32, f16, bf16, y aligned "
+                           "to its element)", yt, y);
+    /* thread i writes y's element i and reads gate[i], up[i]: an f32 y may be gate or up (in place), a 16-bit
+     * one would overwrite inputs other threads have yet to read */
+    if (yt != KRN_F32 && (ew_overlap(y, 2 * t, gate, 4 * t) || ew_overlap(y, 2 * t, up, 4 * t)))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_swiglu: a %s y must not overlap gate or up (only an f32 y "
+                           "may be computed in place)", yt == KRN_F16 ? "f16" : "bf16");
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    if (yt == KRN_F16)
+        krn_launch(swiglu_kernel<KRN_F16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t);
+    else if (yt == KRN_BF16)
+        krn_launch(swiglu_kernel<KRN_BF16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t);
+    else
+        krn_launch(swiglu_kernel<KRN_F32>, ew_blocks(t), EW_THREADS, 0, st, (float *)y, gate, up, t);
     return krn_cuda_launch_check(err, "krn_cuda_swiglu");
 }
 

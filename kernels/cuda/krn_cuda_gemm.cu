@@ -1,6 +1,6 @@
-/* cuBLAS GEMM for large B: the per-stream cuBLAS state, the fp32 -> bf16/f16 activation conversion and
- * the entry krn_cuda_matmul tries first. API and rules in krn_cuda_gemm.cuh; design in
- * docs/cuda-kernels.md "cuBLAS for large B".
+/* cuBLAS GEMM for large B: the per-stream cuBLAS state, the activation conversion (x of any activation type to
+ * W's type; none when x already is W's 16-bit type) and the entry krn_cuda_matmul tries first. API and rules in
+ * krn_cuda_gemm.cuh; design in docs/cuda-kernels.md "cuBLAS for large B".
  *
  * Layout: W row-major (n_out, n_in) is column-major (n_in, n_out) with ld n_in, x (B, n_in) is column-major
  * (n_in, B), y (B, n_out) is column-major (n_out, B). So y = op(W)^T x is
@@ -77,13 +77,21 @@ extern "C" int krn_cuda_gemm_set_min_b(int min_b) {
 extern "C" uint64_t krn_cuda_gemm_count(void) { return __atomic_load_n(&gemm_calls, __ATOMIC_RELAXED); }
 
 extern "C" int krn_cuda_gemm_eligible(const krn_weight *W, float *y, const float *x) {
+    return krn_cuda_gemm_eligible_x(W, y, x, KRN_F32);
+}
+
+/* f32 W with f32 x: x is cuBLAS's operand, 16-byte aligned as before; every other pair goes through the
+ * conversion kernel (aligned buffer) or is 16-bit x of W's type, passed only when 16-byte aligned. */
+extern "C" int krn_cuda_gemm_eligible_x(const krn_weight *W, float *y, const void *x, int xt) {
     if (!W || !W->data || !y || !x || W->n_out <= 0 || W->n_in <= 0 || W->n_in % 8 != 0)
         return 0;
     if (W->type != KRN_F32 && W->type != KRN_F16 && W->type != KRN_BF16)
         return 0;
     if (!krn_cuda_aligned(W->data, 16) || !krn_cuda_aligned(y, 16))
         return 0;
-    return W->type != KRN_F32 || krn_cuda_aligned(x, 16);
+    if (!krn_act_type_ok(xt) || !krn_cuda_aligned(x, (unsigned)krn_act_bytes(xt)))
+        return 0;
+    return W->type != KRN_F32 || xt != KRN_F32 || krn_cuda_aligned(x, 16);
 }
 
 /* ---- per-stream state ---- */
@@ -166,49 +174,62 @@ fail:
 
 /* ---- activation conversion ---- */
 
-/* xh (n,) = x (n,) rounded to nearest even in T (bf16 or f16); 4 elements per thread when vec. */
-template <int T, bool VEC>
-__global__ void gemm_cvt_kernel(uint16_t *__restrict__ xh, const float *__restrict__ x, size_t n) {
+/* xo (n,) of type T (bf16, f16: rounded to nearest even; f32) = x (n,) of activation type XT (16-bit: widened
+ * exactly first, so a 16-bit x gives the bytes of its widened f32 values converted); 4 elements per thread when
+ * vec (x 16-byte aligned for f32, 8-byte for 16-bit). XT = f32 to 16-bit T is the conversion of the f32 path. */
+template <int XT, int T, bool VEC>
+__global__ void gemm_cvt_kernel(krn_act_e<T> *__restrict__ xo, const krn_act_e<XT> *__restrict__ x, size_t n) {
     krn_pdl_enter();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (VEC) {
         if (4 * i >= n)
             return;
-        const float4 v = krn_ld_f4(x + 4 * i);
-        const float f[4] = {v.x, v.y, v.z, v.w};
-        uint16_t o[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            o[k] = T == KRN_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(f[k]))
-                                 : __half_as_ushort(__float2half_rn(f[k]));
-        uint2 w;
-        w.x = (uint32_t)o[0] | ((uint32_t)o[1] << 16);
-        w.y = (uint32_t)o[2] | ((uint32_t)o[3] << 16);
-        *(uint2 *)(xh + 4 * i) = w;
+        krn_stx4<T>(xo + 4 * i, 0, krn_ldx4<XT>(x + 4 * i));
     } else {
         if (i >= n)
             return;
-        const float f = __ldg(x + i);
-        xh[i] = T == KRN_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(f)) : __half_as_ushort(__float2half_rn(f));
+        xo[i] = krn_act_of<T>(krn_ldx1<XT>(x + i));
     }
 }
 
-static void gemm_cvt_launch(int type, uint16_t *xh, const float *x, size_t n, cudaStream_t st) {
-    const int vec = n % 4 == 0 && krn_cuda_aligned(x, 16);
+template <int XT, int T>
+static void gemm_cvt_go(bool vec, dim3 grid, dim3 block, cudaStream_t st, void *xo, const void *x, size_t n) {
+    if (vec)
+        krn_launch(gemm_cvt_kernel<XT, T, true>, grid, block, 0, st, (krn_act_e<T> *)xo, (const krn_act_e<XT> *)x,
+                   n);
+    else
+        krn_launch(gemm_cvt_kernel<XT, T, false>, grid, block, 0, st, (krn_act_e<T> *)xo, (const krn_act_e<XT> *)x,
+                   n);
+}
+
+template <int XT>
+static void gemm_cvt_to(int type, bool vec, dim3 grid, dim3 block, cudaStream_t st, void *xo, const void *x,
+                        size_t n) {
+    if (type == KRN_BF16)
+        gemm_cvt_go<XT, KRN_BF16>(vec, grid, block, st, xo, x, n);
+    else if (type == KRN_F16)
+        gemm_cvt_go<XT, KRN_F16>(vec, grid, block, st, xo, x, n);
+    else
+        gemm_cvt_go<XT, KRN_F32>(vec, grid, block, st, xo, x, n);
+}
+
+/* xo (n elements of W's type `type`) = x (n elements of activation type xt), converted. */
+static void gemm_cvt_launch(int type, void *xo, const void *x, int xt, size_t n, cudaStream_t st) {
+    const bool vec = n % 4 == 0 && krn_cuda_aligned(x, xt == KRN_F32 ? 16 : 8);
     const size_t items = vec ? n / 4 : n;
     const dim3 block(256), grid((unsigned)((items + 255) / 256));
-    if (type == KRN_BF16)
-        vec ? krn_launch(gemm_cvt_kernel<KRN_BF16, true>, grid, block, 0, st, xh, x, n)
-            : krn_launch(gemm_cvt_kernel<KRN_BF16, false>, grid, block, 0, st, xh, x, n);
+    if (xt == KRN_F16)
+        gemm_cvt_to<KRN_F16>(type, vec, grid, block, st, xo, x, n);
+    else if (xt == KRN_BF16)
+        gemm_cvt_to<KRN_BF16>(type, vec, grid, block, st, xo, x, n);
     else
-        vec ? krn_launch(gemm_cvt_kernel<KRN_F16, true>, grid, block, 0, st, xh, x, n)
-            : krn_launch(gemm_cvt_kernel<KRN_F16, false>, grid, block, 0, st, xh, x, n);
+        gemm_cvt_to<KRN_F32>(type, vec, grid, block, st, xo, x, n);
 }
 
 /* ---- the GEMM ---- */
 
-/* Enqueue y = x @ W^T through cuBLAS on s (its device current, eligibility checked). */
-static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weight *W, const float *x, int B,
+/* Enqueue y = x @ W^T through cuBLAS on s (its device current, eligibility checked), x of activation type xt. */
+static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weight *W, const void *x, int xt, int B,
                         int acc, dev_err *err) {
     gemm_state *g = NULL;
     int rc = gemm_state_get(s, st, &g, err);
@@ -221,10 +242,11 @@ static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weig
     const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f; /* acc: y += (the residual add in the epilogue) */
     const void *xb = x;
     void *tmp = NULL; /* capture only: the graph's own conversion buffer */
-    cudaDataType_t wt = CUDA_R_32F;
-    if (W->type != KRN_F32) {
-        wt = W->type == KRN_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        const size_t n = (size_t)B * (size_t)W->n_in, bytes = n * 2;
+    const cudaDataType_t wt = W->type == KRN_BF16 ? CUDA_R_16BF : W->type == KRN_F16 ? CUDA_R_16F : CUDA_R_32F;
+    /* x already of W's type (f32 x is 16-byte aligned by eligibility): cuBLAS reads it in place */
+    const int in_place = xt == W->type && krn_cuda_aligned(x, 16);
+    if (!in_place) {
+        const size_t n = (size_t)B * (size_t)W->n_in, bytes = n * (W->type == KRN_F32 ? 4 : 2);
         if (capturing) {
             /* a memory node of the graph: never the eager buffer, which may be freed by a later growth */
             if ((rc = krn_cuda_call_check(err, cudaMallocAsync(&tmp, bytes, st), "krn_cuda_gemm: cudaMallocAsync")))
@@ -245,7 +267,7 @@ static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weig
             }
             xb = g->xbuf;
         }
-        gemm_cvt_launch(W->type, (uint16_t *)xb, x, n, st);
+        gemm_cvt_launch(W->type, (void *)xb, x, xt, n, st);
         if ((rc = krn_cuda_launch_check(err, "krn_cuda_gemm: conversion kernel")))
             goto out;
     }
@@ -262,17 +284,19 @@ out:
         rc = rc ? rc : rf;
     }
     if (rc)
-        dev_err_wrap(err, "type %d, %dx%d, B=%d on stream '%s'", W->type, W->n_out, W->n_in, B, dev_stream_name(s));
+        dev_err_wrap(err, "type %d, %dx%d, B=%d, x type %d on stream '%s'", W->type, W->n_out, W->n_in, B, xt,
+                     dev_stream_name(s));
     return rc;
 }
 
 /* gemm_enqueue with s's device current for the call and the caller's restored. */
-static int gemm_run(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc, dev_err *err) {
+static int gemm_run(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc,
+                    dev_err *err) {
     cudaStream_t st;
     int prev, rc = krn_cuda_enter(s, &st, &prev, err);
     if (rc)
         return rc;
-    rc = gemm_enqueue(s, st, y, W, x, B, acc, err);
+    rc = gemm_enqueue(s, st, y, W, x, xt, B, acc, err);
     krn_cuda_leave(prev);
     return rc;
 }
@@ -284,21 +308,31 @@ extern "C" int krn_cuda_gemm_try(dev_stream *s, float *y, const krn_weight *W, c
 
 extern "C" int krn_cuda_gemm_try_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc,
                                      int *done, dev_err *err) {
+    return krn_cuda_gemm_try_x(s, y, W, x, KRN_F32, B, acc, done, err);
+}
+
+extern "C" int krn_cuda_gemm_try_x(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B,
+                                   int acc, int *done, dev_err *err) {
     *done = 0;
     const int min_b = krn_cuda_gemm_min_b();
-    if (min_b <= 0 || B < min_b || !krn_cuda_gemm_eligible(W, y, x))
+    if (min_b <= 0 || B < min_b || !krn_cuda_gemm_eligible_x(W, y, x, xt))
         return 0;
     *done = 1;
-    return gemm_run(s, y, W, x, B, acc, err);
+    return gemm_run(s, y, W, x, xt, B, acc, err);
 }
 
 extern "C" int krn_cuda_gemm_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B,
                                    dev_err *err) {
-    if (B < 1 || !krn_cuda_gemm_eligible(W, y, x))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_gemm_async: B=%d, or W (type %d) / y / x not eligible "
-                           "(allowed: B >= 1; f32, f16, bf16; n_in %% 8 == 0; W, y 16-byte aligned, f32 x too)",
-                           B, W ? W->type : -1);
-    return gemm_run(s, y, W, x, B, 0, err);
+    return krn_cuda_gemm_x_async(s, y, W, x, KRN_F32, B, err);
+}
+
+extern "C" int krn_cuda_gemm_x_async(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B,
+                                     dev_err *err) {
+    if (B < 1 || !krn_cuda_gemm_eligible_x(W, y, x, xt))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_gemm_async: B=%d, or W (type %d) / y / x (type %d) not "
+                           "eligible (allowed: B >= 1; W f32, f16, bf16; x f32, f16, bf16 aligned to its element; "
+                           "n_in %% 8 == 0; W, y 16-byte aligned, f32 x too for f32 W)", B, W ? W->type : -1, xt);
+    return gemm_run(s, y, W, x, xt, B, 0, err);
 }
 
 extern "C" int krn_cuda_gemm_prepare(dev_stream *s, dev_err *err) {

@@ -9,6 +9,13 @@
  * W->data and y 16-byte aligned, for f32 x 16-byte aligned too (so cuBLAS's algorithm choice, and hence
  * the bits, depend on the shape only).
  *
+ * x of an activation type (the _x forms; kernels/krn.h "activation types"): x of W's own 16-bit type is passed
+ * to cuBLAS as it is, no conversion kernel (when 16-byte aligned; else it is copied into the conversion buffer
+ * first); any other x is converted from its type into the buffer (16-bit x widened exactly, then rounded to W's
+ * type; for f32 W, widened to f32). The buffer holds the bytes the f32-x path would convert to when x holds
+ * the widened values, so the result has that path's bits, given the same shape and operands aligned alike
+ * (cudaMalloc'd buffers: 256 bytes).
+ *
  * State: one cuBLAS handle + a 32 MiB workspace + a grow-only conversion buffer PER dev_stream, attached to
  * it (dev_stream_attach, slot DEV_SLOT_KRN_GEMM), created on the stream's first large-B matmul (or by
  * krn_cuda_gemm_prepare) and freed by dev_stream_destroy. Two streams (two stages on one GPU) never share
@@ -48,6 +55,8 @@ int krn_cuda_gemm_set_min_b(int min_b);
 /* 1 when W's type, shape and alignment (with these y, x) let the cuBLAS path run at all (ignores B and
  * the threshold), else 0. Host-only, no CUDA call. */
 int krn_cuda_gemm_eligible(const krn_weight *W, float *y, const float *x);
+/* The same for x of activation type xt (f32 x: as above; 16-bit x: aligned to its element). */
+int krn_cuda_gemm_eligible_x(const krn_weight *W, float *y, const void *x, int xt);
 
 /* The hook krn_cuda_matmul calls first: when eligible and B >= the threshold (> 0), enqueue the cuBLAS
  * GEMM on s and set *done = 1; otherwise *done = 0 and nothing is enqueued (the caller runs the GEMV).
@@ -62,10 +71,16 @@ int krn_cuda_gemm_try(dev_stream *s, float *y, const krn_weight *W, const float 
  * (beta = 1); acc = 0 is krn_cuda_gemm_try. */
 int krn_cuda_gemm_try_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc, int *done,
                           dev_err *err);
+/* krn_cuda_gemm_try_acc over x of activation type xt (what krn_matmul_parts_x_async / krn_matmul_acc_x_async
+ * reach; a krn_mm_x's x8 is not read here: PLANES weights never take cuBLAS). */
+int krn_cuda_gemm_try_x(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc,
+                        int *done, dev_err *err);
 
 /* Enqueue the cuBLAS path regardless of the threshold (the benchmark and tests compare it with the
  * GEMV). MEMRA_E_INVAL when not krn_cuda_gemm_eligible or B < 1; else as krn_cuda_gemm_try. */
 int krn_cuda_gemm_async(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, dev_err *err);
+/* The same over x of activation type xt (MEMRA_E_INVAL when not krn_cuda_gemm_eligible_x). */
+int krn_cuda_gemm_x_async(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, dev_err *err);
 
 /* Create s's cuBLAS state now (no-op when it exists or the threshold is 0), so that no handle is created
  * inside a later graph capture. Host-synchronous for the allocations. 0 or MEMRA_E_DEVICE/NOMEM. */

@@ -1,6 +1,10 @@
 /* Fused dequant GEMV: y (B, n_out) = x (B, n_in) @ W^T for every krn_type, B <= 8 rows per launch.
  *
- * This file: the float types (f32, f16, bf16) and the host entry. One warp per output row at a time, MM_WARPS
+ * This file: the float types (f32, f16, bf16) and the host entry. Every kernel is also templated on x's
+ * activation type XT (f32, f16, bf16: kernels/krn.h "activation types"): a 16-bit x is widened exactly as it
+ * is loaded (KRN_LDX8 / krn_ldx1, krn_cuda_util.cuh), then the f32 arithmetic runs unchanged, so a 16-bit x
+ * gives the bits of the f32 x holding the widened values (on the same path: vec or scalar, chosen by the same
+ * alignment rules). One warp per output row at a time, MM_WARPS
  * rows per block, a grid of resident blocks walking the rows: each lane reads 8 consecutive weights per 16-byte
  * load (the next 4 loads in flight while 4 are used), or one at a time
  * when the row is not 16-byte aligned. The block types are in krn_cuda_matmul_q.cu.
@@ -53,21 +57,24 @@ template <int T> static __device__ __forceinline__ float ld_f1(const uint8_t *ro
     return T == KRN_F16 ? krn_h2f(h) : krn_bf2f(h);
 }
 
-template <int NB>
-static __device__ __forceinline__ void fma8(const float (&w)[8], const float *x, int n_in, int e, float (&acc)[NB]) {
+/* x (type XT) elements [e, e + 8) of each of the NB rows: 16-byte loads (f32: two per row, 16-bit: one). */
+template <int XT, int NB>
+static __device__ __forceinline__ void fma8(const float (&w)[8], const krn_act_e<XT> *x, int n_in, int e,
+                                            float (&acc)[NB]) {
 #pragma unroll
     for (int b = 0; b < NB; b++) {
-        const float *xr = x + (size_t)b * n_in + e;
-        const float4 a = krn_ld_f4(xr), c = krn_ld_f4(xr + 4);
+        const krn_act_e<XT> *xr = x + (size_t)b * n_in + e;
+        float4 a, c;
+        KRN_LDX8(XT, xr, a, c);
         acc[b] = dot4(dot4(acc[b], w[0], w[1], w[2], w[3], a), w[4], w[5], w[6], w[7], c);
     }
 }
 
 /* Unaligned or n_in % 8 != 0: one warp per row, lane reads weights lane + 32*j one by one. */
-template <int T, int NB>
+template <int T, int XT, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
-    mm_float_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes, int acc_y) {
+    mm_float_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const krn_act_e<XT> *__restrict__ x,
+                    int n_out, int n_in, size_t row_bytes, int acc_y) {
     krn_pdl_enter();
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int row = blockIdx.x * MM_WARPS + warp;
@@ -82,7 +89,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
         const float w = ld_f1<T>(rp, e);
 #pragma unroll
         for (int b = 0; b < NB; b++)
-            acc[b] = fmaf(w, __ldg(x + (size_t)b * n_in + e), acc[b]);
+            acc[b] = fmaf(w, krn_ldx1<XT>(x + (size_t)b * n_in + e), acc[b]);
     }
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -150,9 +157,9 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
  * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
  * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
  * the grid nor the other parts, so a row has the same bits in any batch and any list. */
-template <int T, int NB>
+template <int T, int XT, int NB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
-    mm_float_vec_kernel(const mm_list l, const float *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
+    mm_float_vec_kernel(const mm_list l, const krn_act_e<XT> *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int nrows = l.end[KRN_MM_PARTS - 1];
     const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
@@ -185,7 +192,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
             if (e < n_in) {
                 float w[8];
                 cvt_f8<T>(cur[u], w);
-                fma8<NB>(w, x, n_in, e, acc);
+                fma8<XT, NB>(w, x, n_in, e, acc);
             }
         }
         if (nt == 0) { /* row done */
@@ -233,37 +240,48 @@ static int mm_grid_mode(void) {
     return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 2, &cache);
 }
 
-template <int T, int NB>
-static void mm_vec_launch(const mm_list *l, const float *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
+template <int T, int XT, int NB>
+static void mm_vec_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
     const int groups = (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS;
     static int occ = 0;
-    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, NB>, &occ) * krn_cuda_sm_count();
+    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, XT, NB>, &occ) * krn_cuda_sm_count();
     const int blocks = mm_resident_grid(groups, cap);
-    krn_launch(mm_float_vec_kernel<T, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l, x, n_in,
-               row_bytes, acc);
+    krn_launch(mm_float_vec_kernel<T, XT, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
+               (const krn_act_e<XT> *)x, n_in, row_bytes, acc);
 }
 
-template <int T>
-static void mm_vec_nb(const mm_list *l, const float *x, int nb, int n_in, size_t row_bytes, int acc,
+template <int T, int XT>
+static void mm_vec_nb(const mm_list *l, const void *x, int nb, int n_in, size_t row_bytes, int acc,
                       cudaStream_t st) {
     switch (nb) {
-    case 1: mm_vec_launch<T, 1>(l, x, n_in, row_bytes, acc, st); break;
-    case 2: mm_vec_launch<T, 2>(l, x, n_in, row_bytes, acc, st); break;
-    case 3: mm_vec_launch<T, 3>(l, x, n_in, row_bytes, acc, st); break;
-    case 4: mm_vec_launch<T, 4>(l, x, n_in, row_bytes, acc, st); break;
-    case 5: mm_vec_launch<T, 5>(l, x, n_in, row_bytes, acc, st); break;
-    case 6: mm_vec_launch<T, 6>(l, x, n_in, row_bytes, acc, st); break;
-    case 7: mm_vec_launch<T, 7>(l, x, n_in, row_bytes, acc, st); break;
-    default: mm_vec_launch<T, 8>(l, x, n_in, row_bytes, acc, st); break;
+    case 1: mm_vec_launch<T, XT, 1>(l, x, n_in, row_bytes, acc, st); break;
+    case 2: mm_vec_launch<T, XT, 2>(l, x, n_in, row_bytes, acc, st); break;
+    case 3: mm_vec_launch<T, XT, 3>(l, x, n_in, row_bytes, acc, st); break;
+    case 4: mm_vec_launch<T, XT, 4>(l, x, n_in, row_bytes, acc, st); break;
+    case 5: mm_vec_launch<T, XT, 5>(l, x, n_in, row_bytes, acc, st); break;
+    case 6: mm_vec_launch<T, XT, 6>(l, x, n_in, row_bytes, acc, st); break;
+    case 7: mm_vec_launch<T, XT, 7>(l, x, n_in, row_bytes, acc, st); break;
+    default: mm_vec_launch<T, XT, 8>(l, x, n_in, row_bytes, acc, st); break;
     }
 }
 
+/* mm_vec_nb for x's activation type */
 template <int T>
+static void mm_vec_xt(const mm_list *l, const void *x, int xt, int nb, int n_in, size_t row_bytes, int acc,
+                      cudaStream_t st) {
+    switch (xt) {
+    case KRN_F16: mm_vec_nb<T, KRN_F16>(l, x, nb, n_in, row_bytes, acc, st); break;
+    case KRN_BF16: mm_vec_nb<T, KRN_BF16>(l, x, nb, n_in, row_bytes, acc, st); break;
+    default: mm_vec_nb<T, KRN_F32>(l, x, nb, n_in, row_bytes, acc, st); break;
+    }
+}
+
+template <int T, int XT>
 static void mm_scalar_nb(const mm_args *a, int nb, cudaStream_t st) {
     const dim3 grid((unsigned)((a->n_out + MM_WARPS - 1) / MM_WARPS)), block(MM_WARPS * KRN_WARP);
 #define MM_SCALAR(NB_)                                                                                         \
-    krn_launch(mm_float_kernel<T, NB_>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes, \
-               a->acc)
+    krn_launch(mm_float_kernel<T, XT, NB_>, grid, block, 0, st, a->y, a->W, (const krn_act_e<XT> *)a->x, a->n_out, \
+               a->n_in, a->row_bytes, a->acc)
     switch (nb) {
     case 1: MM_SCALAR(1); break;
     case 2: MM_SCALAR(2); break;
@@ -277,8 +295,22 @@ static void mm_scalar_nb(const mm_args *a, int nb, cudaStream_t st) {
 #undef MM_SCALAR
 }
 
-/* Host checks of one part; sets *vec when the part can go through the vec kernel. */
-static int mm_check(const float *y, const krn_weight *W, const float *x, int B, int *vec, dev_err *err) {
+/* mm_scalar_nb for x's activation type */
+template <int T>
+static void mm_scalar_xt(const mm_args *a, int nb, cudaStream_t st) {
+    switch (a->xt) {
+    case KRN_F16: mm_scalar_nb<T, KRN_F16>(a, nb, st); break;
+    case KRN_BF16: mm_scalar_nb<T, KRN_BF16>(a, nb, st); break;
+    default: mm_scalar_nb<T, KRN_F32>(a, nb, st); break;
+    }
+}
+
+/* Host checks of one part over x of activation type xt; sets *vec when the part can go through the vec kernel.
+ * Alignment of x, the same for every xt except the element's own: PLANES and block types 16 bytes (the loads
+ * of 4 elements are then 16 bytes for f32, 8 for 16-bit; of 8 elements 16 bytes for 16-bit), float types the
+ * element (vec when 16 bytes; rows then stay 16-byte aligned since n_in % 8 == 0). So an x and its widened f32
+ * copy, both 16-byte aligned, take the same path and get the same bits. */
+static int mm_check(const float *y, const krn_weight *W, const void *x, int xt, int B, int *vec, dev_err *err) {
     if (!W)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W is NULL");
     const int be = krn_type_block_elems(W->type); /* 0: unsupported */
@@ -295,7 +327,7 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     if (W->n_in % be != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: n_in=%d is not a multiple of %d (type %d blocks)",
                            W->n_in, be, W->type);
-    int rc = krn_layout_check(W, 1, err); /* a known layout; planes only of q8_0, q4_0, q4_1, q4_K */
+    int rc = krn_layout_check(W, 1, err); /* a known layout; planes only of a type krn_planes_supported accepts */
     if (rc)
         return rc;
     if (W->layout == KRN_LAYOUT_PLANES) { /* repacked on its device (krn_cuda_matmul_p.cu) */
@@ -305,10 +337,10 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
                                "aligned", W->data, (const void *)x);
         return 0;
     }
-    const unsigned walign = W->type == KRN_F32 ? 4 : 2;
-    if (!krn_cuda_aligned(W->data, walign) || !krn_cuda_aligned(x, 4))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W->data %p must be %u-byte aligned, x %p 4-byte",
-                           W->data, walign, (const void *)x);
+    const unsigned walign = W->type == KRN_F32 ? 4 : 2, xalign = (unsigned)krn_act_bytes(xt);
+    if (!krn_cuda_aligned(W->data, walign) || !krn_cuda_aligned(x, xalign))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: W->data %p must be %u-byte aligned, x %p %u-byte",
+                           W->data, walign, (const void *)x, xalign);
     const int is_float = be == 1;
     if (!is_float && !krn_cuda_aligned(x, 16))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x %p must be 16-byte aligned for block types",
@@ -317,8 +349,10 @@ static int mm_check(const float *y, const krn_weight *W, const float *x, int B, 
     return 0;
 }
 
-/* Parts [0, n) of one float type, rows [b0, b0 + nb) of x, in one vec launch walking their rows as one list. */
-static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0, int nb, int acc, cudaStream_t st) {
+/* Parts [0, n) of one float type, rows [b0, b0 + nb) of x (type xt), in one vec launch walking their rows as one
+ * list. */
+static void mm_vec_parts(const krn_mm_part *parts, int n, const void *x, int xt, int b0, int nb, int acc,
+                         cudaStream_t st) {
     const krn_weight *W0 = parts[0].W;
     mm_list l = {};
     int end = 0;
@@ -331,23 +365,26 @@ static void mm_vec_parts(const krn_mm_part *parts, int n, const float *x, int b0
         l.end[i] = end;
     }
     const size_t rb = krn_row_bytes(W0->type, W0->n_in);
-    const float *xb = x + (size_t)b0 * W0->n_in;
+    const void *xb = (const uint8_t *)x + (size_t)b0 * W0->n_in * krn_act_bytes(xt);
     switch (W0->type) {
-    case KRN_F32: mm_vec_nb<KRN_F32>(&l, xb, nb, W0->n_in, rb, acc, st); break;
-    case KRN_F16: mm_vec_nb<KRN_F16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
-    default: mm_vec_nb<KRN_BF16>(&l, xb, nb, W0->n_in, rb, acc, st); break;
+    case KRN_F32: mm_vec_xt<KRN_F32>(&l, xb, xt, nb, W0->n_in, rb, acc, st); break;
+    case KRN_F16: mm_vec_xt<KRN_F16>(&l, xb, xt, nb, W0->n_in, rb, acc, st); break;
+    default: mm_vec_xt<KRN_BF16>(&l, xb, xt, nb, W0->n_in, rb, acc, st); break;
     }
 }
 
-/* One part that is not vec-able (unaligned or odd float rows, block types, planes), rows [b0, b0 + nb). */
-static void mm_one(const krn_mm_part *p, const float *x, const void *x8, int b0, int nb, int acc, cudaStream_t st) {
+/* One part that is not vec-able (unaligned or odd float rows, block types, planes), rows [b0, b0 + nb) of x (type
+ * xt; PLANES read x8 instead when not NULL). */
+static void mm_one(const krn_mm_part *p, const void *x, int xt, const void *x8, int b0, int nb, int acc,
+                   cudaStream_t st) {
     const krn_weight *W = p->W;
     mm_args a;
     a.x8_row = krn_x8_row_bytes(W->n_in);
     a.x8 = x8 ? (const uint8_t *)x8 + (size_t)b0 * a.x8_row : NULL;
     a.y = p->y + (size_t)b0 * W->n_out;
     a.W = (const uint8_t *)W->data;
-    a.x = x + (size_t)b0 * W->n_in;
+    a.x = (const uint8_t *)x + (size_t)b0 * W->n_in * krn_act_bytes(xt);
+    a.xt = xt;
     a.n_out = W->n_out;
     a.n_in = W->n_in;
     a.acc = acc;
@@ -361,23 +398,28 @@ static void mm_one(const krn_mm_part *p, const float *x, const void *x8, int b0,
     }
     a.row_bytes = krn_row_bytes(W->type, W->n_in);
     switch (W->type) {
-    case KRN_F32: mm_scalar_nb<KRN_F32>(&a, nb, st); break;
-    case KRN_F16: mm_scalar_nb<KRN_F16>(&a, nb, st); break;
-    case KRN_BF16: mm_scalar_nb<KRN_BF16>(&a, nb, st); break;
+    case KRN_F32: mm_scalar_xt<KRN_F32>(&a, nb, st); break;
+    case KRN_F16: mm_scalar_xt<KRN_F16>(&a, nb, st); break;
+    case KRN_BF16: mm_scalar_xt<KRN_BF16>(&a, nb, st); break;
     default: mm_q_launch(W->type, &a, nb, st); break;
     }
 }
 
-extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const float *x,
-                                           const void *x8, int B, int acc, dev_err *err) {
+extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const krn_mm_x *xx,
+                                           int B, int acc, dev_err *err) {
     if (!parts || n < 1 || n > KRN_MM_PARTS)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: %d parts (allowed 1..%d)", n, KRN_MM_PARTS);
+    if (!xx || !krn_act_type_ok(xx->type))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x %s (allowed x types: f32, f16, bf16; got %d)",
+                           xx ? "of an unknown type" : "is NULL", xx ? xx->type : -1);
+    const void *x = xx->x, *x8 = xx->x8;
+    const int xt = xx->type;
     if (x8 && (!krn_x8_row_bytes(parts[0].W ? parts[0].W->n_in : 0) || !krn_cuda_aligned(x8, 16)))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: x8 %p needs n_in a multiple of 32 and 16-byte "
                            "alignment", x8);
     int vec[KRN_MM_PARTS], all_vec = 1;
     for (int i = 0; i < n; i++) {
-        int rc = mm_check(parts[i].y, parts[i].W, x, B, &vec[i], err);
+        int rc = mm_check(parts[i].y, parts[i].W, x, xt, B, &vec[i], err);
         if (rc)
             return n > 1 ? dev_err_wrap(err, "part %d of %d", i, n) : rc;
         if (parts[i].W->n_in != parts[0].W->n_in)
@@ -392,17 +434,18 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
     for (int b0 = 0; b0 < B; b0 += MM_MAX_B) {
         const int nb = B - b0 < MM_MAX_B ? B - b0 : MM_MAX_B;
         if (all_vec) { /* one launch walks every part's rows */
-            mm_vec_parts(parts, n, x, b0, nb, acc, st);
+            mm_vec_parts(parts, n, x, xt, b0, nb, acc, st);
         } else {
             for (int i = 0; i < n; i++)
                 if (vec[i])
-                    mm_vec_parts(&parts[i], 1, x, b0, nb, acc, st);
+                    mm_vec_parts(&parts[i], 1, x, xt, b0, nb, acc, st);
                 else
-                    mm_one(&parts[i], x, x8, b0, nb, acc, st);
+                    mm_one(&parts[i], x, xt, x8, b0, nb, acc, st);
         }
         int rc = krn_cuda_launch_check(err, "krn_cuda_matmul");
         if (rc)
-            return dev_err_wrap(err, "type %d, %dx%d, %d part(s), B=%d", W0->type, W0->n_out, W0->n_in, n, B), rc;
+            return dev_err_wrap(err, "type %d, %dx%d, %d part(s), B=%d, x type %d", W0->type, W0->n_out, W0->n_in, n,
+                                B, xt), rc;
     }
     return 0;
 }
@@ -410,5 +453,6 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
 extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
                                      dev_err *err) {
     const krn_mm_part p = {y, W};
-    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, NULL, B, 0, err);
+    const krn_mm_x xx = {x, KRN_F32, NULL};
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, &xx, B, 0, err);
 }

@@ -21,7 +21,8 @@ static inline int mm_resident_grid(int groups, int cap) {
 typedef struct mm_args {
     float *y;         /* (nb, n_out) */
     const uint8_t *W; /* the whole tensor, row r at W + r*row_bytes */
-    const float *x;   /* (nb, n_in), 16-byte aligned for block types */
+    const void *x;    /* (nb, n_in) of activation type xt, 16-byte aligned for block types and planes */
+    int xt;           /* KRN_F32, KRN_F16, KRN_BF16: the kernels widen 16-bit x exactly on load */
     int n_out, n_in;
     size_t row_bytes;
     int acc; /* 1: y += the product (the residual add of krn_matmul_acc_async) */
@@ -63,7 +64,7 @@ static __device__ __forceinline__ void mm_group_store(float (&red)[2][MM_WARPS][
  * Launch errors are left for the caller's cudaGetLastError. */
 void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st);
 
-/* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a KRN_LAYOUT_PLANES W (q8_0, q4_0, q4_1: a->W the
+/* Enqueue y = x @ W^T for nb (1..MM_MAX_B) rows of a KRN_LAYOUT_PLANES W (q8_0, q4_0, q4_1, q4_K, q6_K: a->W the
  * planes, 16-byte aligned; a->row_bytes unused) on st (krn_cuda_matmul_p.cu). Launch errors are left for
  * the caller's cudaGetLastError. */
 void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st);

@@ -11,7 +11,9 @@
  * next item (R*U vectors and their scales) are issued before the current one is decoded, so R*U loads per thread are in
  * flight at all times; the first item's loads are issued BEFORE krn_pdl_enter() (weights are immutable
  * during a forward; only x comes from the previous kernel), x is read after it. Each x value is loaded
- * once per item for all R rows.
+ * once per item for all R rows. x is of an activation type XT (the policy mp_fx<XT>): a 16-bit x is widened
+ * exactly as it is loaded (a q8_0 word's 4 elements: 8 bytes; a q4 word's 8: 16 bytes; x 16-byte aligned), so
+ * it gives the bits of the f32 x holding the widened values.
  * Decoding: q8_0 bytes go into the mantissa of 2^23 with one byte permute, then one exact subtraction
  * gives q - offset (as krn_cuda_matmul_q.cu); q4 nibbles go into a mantissa with one mask-or (mp_nib), the
  * exponent chosen so the nibble's bits weigh 1, then one exact subtraction. Math is fp32.
@@ -61,17 +63,17 @@ static __device__ __forceinline__ float mp_dot8_q4(float t, uint32_t w, float of
     return fmaf(mp_nib<16>(s, off), c.w, t);
 }
 
-/* Word k of a vector against x at xv (the word's first element) for NB rows of x: tq[r][b] += the word's
- * products for row r. q8_0: 4 int8 elements; q4: 8 elements (low nibbles then high nibbles). xs[b]: sum of
- * the x values (q4_1 only). */
-template <int T, int NB, int R, int U>
-static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u, int k, const float *xv, int n_in,
-                                               float (&tq)[R][NB], float (&xs)[NB]) {
+/* Word k of a vector against x (type XT) at xv (the word's first element) for NB rows of x: tq[r][b] += the
+ * word's products for row r. q8_0: 4 int8 elements; q4: 8 elements (low nibbles then high nibbles). xs[b]: sum
+ * of the x values (q4_1 only). */
+template <int T, int XT, int NB, int R, int U>
+static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u, int k, const krn_act_e<XT> *xv,
+                                               int n_in, float (&tq)[R][NB], float (&xs)[NB]) {
     if (T == KRN_Q8_0) {
         float4 a[NB];
 #pragma unroll
         for (int b = 0; b < NB; b++)
-            a[b] = krn_ld_f4(xv + (size_t)b * n_in);
+            a[b] = krn_ldx4<XT>(xv + (size_t)b * n_in);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const uint32_t w = (k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w) ^
@@ -85,8 +87,7 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
         float4 a[NB], c[NB];
 #pragma unroll
         for (int b = 0; b < NB; b++) {
-            a[b] = krn_ld_f4(xv + (size_t)b * n_in);
-            c[b] = krn_ld_f4(xv + (size_t)b * n_in + 4);
+            KRN_LDX8(XT, xv + (size_t)b * n_in, a[b], c[b]);
             if (T == KRN_Q4_1 || T == KRN_Q4_K)
                 xs[b] = xs[b] + a[b].x + a[b].y + a[b].z + a[b].w + c[b].x + c[b].y + c[b].z + c[b].w;
         }
@@ -100,11 +101,61 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
     }
 }
 
+/* q6_K's acc[r][b] += item's vectors (valid ones: v < nvec) against x: two int8 scales per vector, so per
+ * vector and row of x t0 = the products (q - 32) x of elements 0..15 in element order (mp_dot4 over words
+ * 0..3: q - 32 exact as for q8_0), t1 those of 16..31, then acc = fma(d sc0, t0, acc), acc = fma(d sc1, t1, acc)
+ * (d sc exact: 11 by 8 significant bits). The 6-bit words are decoded once per row of W for every row of x. */
+template <int XT, int NB, int R, int U>
+static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R, U> &it,
+                                                      const krn_act_e<XT> *__restrict__ x,
+                                                      int n_in, int nvec, int c, int t, float (&acc)[R][NB]) {
+    const int v0 = c * MP_THREADS * U + t;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int v = v0 + MP_THREADS * u;
+        if (v >= nvec)
+            break; /* vectors ascend with u */
+        uint32_t q[R][8];
+        float ds[R][2];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            mp_q6k_words(it.q[r][u], it.h[r][u], q[r]);
+            const float d = mp_q6k_d(it.s[r][u]);
+            ds[r][0] = d * (float)mp_q6k_sc(it.s[r][u], 0);
+            ds[r][1] = d * (float)mp_q6k_sc(it.s[r][u], 1);
+        }
+        const krn_act_e<XT> *xv = x + (size_t)v * 32;
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float tq[R];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    tq[r] = 0.0f;
+#pragma unroll
+                for (int j = 4 * half; j < 4 * half + 4; j++) {
+                    const float4 a = krn_ldx4<XT>(xv + (size_t)b * n_in + 4 * j);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        tq[r] = mp_dot4(tq[r], q[r][j], 32.0f, a);
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][b] = fmaf(ds[r][half], tq[r], acc[r][b]);
+            }
+    }
+}
+
 /* acc[r][b] += item's vectors (valid ones: v < nvec) against x. */
-template <int T, int NB, int R, int U>
-static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, const float *__restrict__ x, int n_in,
-                                                  int nvec, int c, int t, float (&acc)[R][NB]) {
+template <int T, int XT, int NB, int R, int U>
+static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, const krn_act_e<XT> *__restrict__ x,
+                                                  int n_in, int nvec, int c, int t, float (&acc)[R][NB]) {
     enum { VE = mp_layout<T>::VE, EW = VE / 4 /* elements per word */ };
+    if constexpr (T == KRN_Q6_K) { /* two scales per vector: its own loop */
+        mp_compute_q6k<XT, NB, R, U>(it, x, n_in, nvec, c, t, acc);
+        return;
+    }
     const int v0 = c * MP_THREADS * U + t;
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -119,10 +170,10 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
             for (int r = 0; r < R; r++)
                 tq[r][b] = 0.0f;
         }
-        const float *xv = x + (size_t)v * VE;
+        const krn_act_e<XT> *xv = x + (size_t)v * VE;
 #pragma unroll
         for (int k = 0; k < 4; k++)
-            mp_word<T, NB, R, U>(it, u, k, xv + EW * k, n_in, tq, xs);
+            mp_word<T, XT, NB, R, U>(it, u, k, xv + EW * k, n_in, tq, xs);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if constexpr (T == KRN_Q4_K) {
@@ -146,17 +197,24 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
     }
 }
 
-/* The f32-x products of mp_kernel (krn_cuda_planes.cuh). */
-struct mp_f32 {
+/* The float-x products of mp_kernel (krn_cuda_planes.cuh), x of activation type XT. */
+template <int XT> struct mp_fx {
+    typedef krn_act_e<XT> xe; /* mp_kernel's x */
     template <int T, int NB, int R, int U>
-    static __device__ __forceinline__ void compute(const mp_item<T, R, U> &it, const float *__restrict__ x,
+    static __device__ __forceinline__ void compute(const mp_item<T, R, U> &it, const xe *__restrict__ x,
                                                    const uint8_t *, size_t, int n_in, int nvec, int c, int t,
                                                    float (&acc)[R][NB]) {
-        mp_compute<T, NB, R, U>(it, x, n_in, nvec, c, t, acc);
+        mp_compute<T, XT, NB, R, U>(it, x, n_in, nvec, c, t, acc);
     }
 };
 
-void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) { mp_types<mp_go<mp_f32>>(type, a, nb, st); }
+void mm_p_launch(int type, const mm_args *a, int nb, cudaStream_t st) {
+    switch (a->xt) {
+    case KRN_F16: mp_types<mp_go<mp_fx<KRN_F16>>>(type, a, nb, st); break;
+    case KRN_BF16: mp_types<mp_go<mp_fx<KRN_BF16>>>(type, a, nb, st); break;
+    default: mp_types<mp_go<mp_fx<KRN_F32>>>(type, a, nb, st); break;
+    }
+}
 
 /* The checks and the 8-row loop are krn_cuda_matmul_parts_async's (krn_cuda_matmul.cu), which routes a
  * PLANES weight here through mm_p_launch. */
@@ -166,5 +224,6 @@ extern "C" int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul_planes: W is NULL or not in layout planes (%d)",
                            W ? W->layout : -1);
     const krn_mm_part p = {y, W};
-    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, x, NULL, B, 0, err);
+    const krn_mm_x xx = {x, KRN_F32, NULL};
+    return krn_cuda_matmul_parts_async(cuda_stream, &p, 1, &xx, B, 0, err);
 }

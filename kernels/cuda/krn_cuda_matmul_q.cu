@@ -9,6 +9,9 @@
  * per sub-item for all R rows (at B = 1 the x reads through L1 used to cost 7x the weight bytes).
  * Decoding: the bytes of a packed word go into the mantissa of 2^23 by one byte permute, then one
  * subtraction gives q - offset exactly (no int->float conversion, which is 1/8 of the FMA rate on sm_90).
+ * x is of an activation type XT (f32, f16, bf16; a template parameter): ldx widens 16-bit elements exactly as
+ * it loads them (4 elements: 16 bytes f32, 8 bytes 16-bit; 8 elements: 16 bytes 16-bit; x 16-byte aligned),
+ * and everything after the load is the f32 arithmetic, so a 16-bit x gives the bits of the widened f32 x.
  * Determinism: lane l of warp w adds, in chunk order, the sub-items l, l+32, ... of chunks w, w+4, ...;
  * a butterfly sums the lanes; the 4 warp totals are added in warp order. This order depends on neither B
  * nor R, so a row's result has the same bits in any batch. No atomics.
@@ -67,7 +70,7 @@ static __device__ __forceinline__ float dot4(float t, const float *w, float4 a) 
 static __device__ __forceinline__ float sum4(float t, float4 a) { return t + a.x + a.y + a.z + a.w; }
 
 /* ---- one sub-item per type, in three steps: dec (the weights of one row's block from shared memory,
- * bp = the block, k = the sub-item in it), ldx (x for the sub-item from row b's x at the block's first
+ * bp = the block, k = the sub-item in it), ldx<XT> (x for the sub-item from row b's x at the block's first
  * element, shared by the R rows), dot (acc += the sub-item's part of the dot product). The formulas are
  * those of the first version of this file, so the results stay within tests/gpu_kernels.c tolerances. ---- */
 
@@ -83,9 +86,10 @@ template <> struct mm_sub<KRN_Q4_0> {
         bytes_f(q & 0x0F0F0F0Fu, 8.0f, o.w);
         bytes_f((q >> 4) & 0x0F0F0F0Fu, 8.0f, o.w + 4);
     }
-    static __device__ __forceinline__ void ldx(const float *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
-        xv[0] = krn_ld_f4(xb + 4 * k);
-        xv[1] = krn_ld_f4(xb + 16 + 4 * k);
+    template <int XT>
+    static __device__ __forceinline__ void ldx(const krn_act_e<XT> *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
+        xv[0] = krn_ldx4<XT>(xb + 4 * k);
+        xv[1] = krn_ldx4<XT>(xb + 16 + 4 * k);
         xs[0] = xs[1] = 0.0f;
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
@@ -106,9 +110,10 @@ template <> struct mm_sub<KRN_Q4_1> {
         bytes_f(q & 0x0F0F0F0Fu, 0.0f, o.w);
         bytes_f((q >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 4);
     }
-    static __device__ __forceinline__ void ldx(const float *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
-        xv[0] = krn_ld_f4(xb + 4 * k);
-        xv[1] = krn_ld_f4(xb + 16 + 4 * k);
+    template <int XT>
+    static __device__ __forceinline__ void ldx(const krn_act_e<XT> *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
+        xv[0] = krn_ldx4<XT>(xb + 4 * k);
+        xv[1] = krn_ldx4<XT>(xb + 16 + 4 * k);
         xs[0] = sum4(sum4(0.0f, xv[0]), xv[1]);
         xs[1] = 0.0f;
     }
@@ -128,9 +133,9 @@ template <> struct mm_sub<KRN_Q8_0> {
         bytes_f(ld_u32_2(bp + 2 + 8 * k) ^ 0x80808080u, 128.0f, o.w);
         bytes_f(ld_u32_2(bp + 6 + 8 * k) ^ 0x80808080u, 128.0f, o.w + 4);
     }
-    static __device__ __forceinline__ void ldx(const float *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
-        xv[0] = krn_ld_f4(xb + 8 * k);
-        xv[1] = krn_ld_f4(xb + 8 * k + 4);
+    template <int XT>
+    static __device__ __forceinline__ void ldx(const krn_act_e<XT> *xb, int k, float4 (&xv)[NX], float (&xs)[2]) {
+        KRN_LDX8(XT, xb + 8 * k, xv[0], xv[1]);
         xs[0] = xs[1] = 0.0f;
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
@@ -176,12 +181,11 @@ template <> struct mm_sub<KRN_Q4_K> {
         bytes_f((q0 >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 8);
         bytes_f((q1 >> 4) & 0x0F0F0F0Fu, 0.0f, o.w + 12);
     }
-    static __device__ __forceinline__ void ldx(const float *xb, int s, float4 (&xv)[NX], float (&xs)[2]) {
-        const float *xr = xb + 64 * (s >> 2) + 8 * (s & 3);
-        xv[0] = krn_ld_f4(xr);
-        xv[1] = krn_ld_f4(xr + 4);
-        xv[2] = krn_ld_f4(xr + 32);
-        xv[3] = krn_ld_f4(xr + 36);
+    template <int XT>
+    static __device__ __forceinline__ void ldx(const krn_act_e<XT> *xb, int s, float4 (&xv)[NX], float (&xs)[2]) {
+        const krn_act_e<XT> *xr = xb + 64 * (s >> 2) + 8 * (s & 3);
+        KRN_LDX8(XT, xr, xv[0], xv[1]);
+        KRN_LDX8(XT, xr + 32, xv[2], xv[3]);
         xs[0] = sum4(sum4(0.0f, xv[0]), xv[1]);
         xs[1] = sum4(sum4(0.0f, xv[2]), xv[3]);
     }
@@ -219,12 +223,13 @@ template <> struct mm_sub<KRN_Q6_K> {
         bytes_f(((qa >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u), 32.0f, o.w + 8);
         bytes_f(((qb >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u), 32.0f, o.w + 12);
     }
-    static __device__ __forceinline__ void ldx(const float *xb, int s, float4 (&xv)[NX], float (&xs)[2]) {
-        const float *xr = xb + 128 * (s >> 3) + 4 * (s & 7);
-        xv[0] = krn_ld_f4(xr);
-        xv[1] = krn_ld_f4(xr + 32);
-        xv[2] = krn_ld_f4(xr + 64);
-        xv[3] = krn_ld_f4(xr + 96);
+    template <int XT>
+    static __device__ __forceinline__ void ldx(const krn_act_e<XT> *xb, int s, float4 (&xv)[NX], float (&xs)[2]) {
+        const krn_act_e<XT> *xr = xb + 128 * (s >> 3) + 4 * (s & 7);
+        xv[0] = krn_ldx4<XT>(xr);
+        xv[1] = krn_ldx4<XT>(xr + 32);
+        xv[2] = krn_ldx4<XT>(xr + 64);
+        xv[3] = krn_ldx4<XT>(xr + 96);
         xs[0] = xs[1] = 0.0f;
     }
     static __device__ __forceinline__ float dot(const w_t &o, const float4 (&xv)[NX], const float (&xs)[2],
@@ -302,11 +307,11 @@ static __device__ __forceinline__ int stage_issue(uint4 (&v)[R][VPL], int (&off)
     return nbc;
 }
 
-/* Sub-item s of the chunk in sb (row r at sb[r] + coff[r]) against x at the chunk's first element: x once
- * for the R rows, then each row's weights decoded and multiplied (acc[r][b] += ...). */
-template <int T, int NB, int R, int SBYTES>
-static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const int (&coff)[R], const float *xc,
-                                                   int n_in, int s, float (&acc)[R][NB]) {
+/* Sub-item s of the chunk in sb (row r at sb[r] + coff[r]) against x (type XT) at the chunk's first element: x
+ * once for the R rows, then each row's weights decoded and multiplied (acc[r][b] += ...). */
+template <int T, int XT, int NB, int R, int SBYTES>
+static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const int (&coff)[R],
+                                                   const krn_act_e<XT> *xc, int n_in, int s, float (&acc)[R][NB]) {
     typedef mm_sub<T> S;
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB };
     const int blk = s / SPB, k = s % SPB;
@@ -314,7 +319,7 @@ static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const 
     float xs[NB][2];
 #pragma unroll
     for (int b = 0; b < NB; b++)
-        S::ldx(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
+        S::template ldx<XT>(xc + (size_t)b * n_in + blk * BE, k, xv[b], xs[b]);
 #pragma unroll
     for (int r = 0; r < R; r++) {
         typename S::w_t wr;
@@ -330,10 +335,10 @@ static __device__ __forceinline__ void mm_sub_item(uint8_t (*sb)[SBYTES], const 
  * next group) are in flight while the current one is decoded and while the block reduces a finished
  * group, so every warp keeps memory busy across groups. red is double-buffered by group parity: a group's
  * writers pass the barrier of the previous group, which its readers reach only after reading. */
-template <int T, int NB, int R, int MB>
+template <int T, int XT, int NB, int R, int MB>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
-    mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x, int n_out,
-                    int n_in, size_t row_bytes, int acc_y) {
+    mm_block_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const krn_act_e<XT> *__restrict__ x,
+                    int n_out, int n_in, size_t row_bytes, int acc_y) {
     enum { BE = mm_layout<T>::BE, BB = mm_layout<T>::BB, SPB = mm_layout<T>::SPB, CB = mm_layout<T>::CB };
     enum { VPL = mm_vpl<T>::V, SUBS = CB * SPB / KRN_WARP };
         __shared__ __align__(16) uint8_t smem[MM_WARPS][R][VPL * KRN_WARP * 16];
@@ -375,16 +380,16 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
                 }
                 if (gn < ngroups)
                     nbc = stage_issue<T, R, VPL>(v, off, nv, W, row_bytes, n_out, nblocks, gn, cn, lane);
-                const float *xc = x + (size_t)c * CB * BE;
+                const krn_act_e<XT> *xc = x + (size_t)c * CB * BE;
                 if (nsub == CB * SPB) { /* a full chunk: no bounds per sub-item, loads free to move up */
 #pragma unroll
                     for (int j = 0; j < SUBS; j++)
-                        mm_sub_item<T, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
+                        mm_sub_item<T, XT, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
                 } else {
 #pragma unroll
                     for (int j = 0; j < SUBS; j++)
                         if (lane + KRN_WARP * j < nsub)
-                            mm_sub_item<T, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
+                            mm_sub_item<T, XT, NB, R>(smem[warp], coff, xc, n_in, lane + KRN_WARP * j, acc);
                 }
                 __syncwarp(); /* every lane is done reading smem[warp] before it is overwritten */
             }
@@ -408,7 +413,7 @@ static int mm_rows(int nb) {
 }
 
 /* Grid: at most MB blocks per SM (all resident at once), the groups spread evenly over the rounds. */
-template <int T, int NB, int R, int MB>
+template <int T, int XT, int NB, int R, int MB>
 static void mm_q_go(const mm_args *a, cudaStream_t st) {
     static int bps_env = KRN_TUNE_UNREAD; /* MEMRA_CUDA_MM_BPS=1..5: grid blocks per SM; -1: a block per group */
     static const int allowed[] = {-1, 1, 2, 3, 4, 5};
@@ -416,66 +421,75 @@ static void mm_q_go(const mm_args *a, cudaStream_t st) {
     const int bps = bps_f >= 1 && bps_f <= MB ? bps_f : MB;
     const int blocks = mm_resident_grid((a->n_out + R - 1) / R, bps_f == -1 ? 0 : bps * krn_cuda_sm_count());
     const dim3 grid((unsigned)blocks), block(MM_WARPS * KRN_WARP);
-    krn_launch(mm_block_kernel<T, NB, R, MB>, grid, block, 0, st, a->y, a->W, a->x, a->n_out, a->n_in, a->row_bytes,
-               a->acc);
+    krn_launch(mm_block_kernel<T, XT, NB, R, MB>, grid, block, 0, st, a->y, a->W, (const krn_act_e<XT> *)a->x,
+               a->n_out, a->n_in, a->row_bytes, a->acc);
 }
 
 /* B = 1: 4 blocks per SM at 128 registers (measured faster than 5 at 96 on every type and 8B shape, H200,
  * docs/bench/gpu-kernels.md); MEMRA_CUDA_MM_MINB=5 selects the 5-block build (tuning knob). */
-template <int T, int R>
+template <int T, int XT, int R>
 static void mm_q_go1(const mm_args *a, cudaStream_t st) {
     static int mb_env = KRN_TUNE_UNREAD;
     static const int allowed[] = {4, 5};
     if (krn_cuda_tune("MEMRA_CUDA_MM_MINB", allowed, 2, &mb_env) == 5)
-        mm_q_go<T, 1, R, 5>(a, st);
+        mm_q_go<T, XT, 1, R, 5>(a, st);
     else
-        mm_q_go<T, 1, R, MM_MINB(1)>(a, st);
+        mm_q_go<T, XT, 1, R, MM_MINB(1)>(a, st);
 }
 
-template <int T, int NB>
+template <int T, int XT, int NB>
 static void mm_q_nb(const mm_args *a, int R, cudaStream_t st) {
     if constexpr (NB == 1) {
         if (R == 4)
-            mm_q_go1<T, 4>(a, st);
+            mm_q_go1<T, XT, 4>(a, st);
         else if (R == 2)
-            mm_q_go1<T, 2>(a, st);
+            mm_q_go1<T, XT, 2>(a, st);
         else
-            mm_q_go1<T, 1>(a, st);
+            mm_q_go1<T, XT, 1>(a, st);
     } else if constexpr (NB == 2) {
         if (R == 4)
-            mm_q_go<T, NB, 4, MM_MINB(NB)>(a, st);
+            mm_q_go<T, XT, NB, 4, MM_MINB(NB)>(a, st);
         else if (R == 2)
-            mm_q_go<T, NB, 2, MM_MINB(NB)>(a, st);
+            mm_q_go<T, XT, NB, 2, MM_MINB(NB)>(a, st);
         else
-            mm_q_go<T, NB, 1, MM_MINB(NB)>(a, st);
+            mm_q_go<T, XT, NB, 1, MM_MINB(NB)>(a, st);
     } else if constexpr (NB <= 4 && T != KRN_Q4_K) { /* q4_K: 16 x values per row of x, R = 2 would spill */
-        mm_q_go<T, NB, 2, MM_MINB(NB)>(a, st);
+        mm_q_go<T, XT, NB, 2, MM_MINB(NB)>(a, st);
     } else {
-        mm_q_go<T, NB, 1, MM_MINB(NB)>(a, st);
+        mm_q_go<T, XT, NB, 1, MM_MINB(NB)>(a, st);
     }
 }
 
-template <int T>
+template <int T, int XT>
 static void mm_q_type(const mm_args *a, int nb, cudaStream_t st) {
     const int R = mm_rows(nb);
     switch (nb) {
-    case 1: mm_q_nb<T, 1>(a, R, st); break;
-    case 2: mm_q_nb<T, 2>(a, R, st); break;
-    case 3: mm_q_nb<T, 3>(a, R, st); break;
-    case 4: mm_q_nb<T, 4>(a, R, st); break;
-    case 5: mm_q_nb<T, 5>(a, R, st); break;
-    case 6: mm_q_nb<T, 6>(a, R, st); break;
-    case 7: mm_q_nb<T, 7>(a, R, st); break;
-    default: mm_q_nb<T, 8>(a, R, st); break;
+    case 1: mm_q_nb<T, XT, 1>(a, R, st); break;
+    case 2: mm_q_nb<T, XT, 2>(a, R, st); break;
+    case 3: mm_q_nb<T, XT, 3>(a, R, st); break;
+    case 4: mm_q_nb<T, XT, 4>(a, R, st); break;
+    case 5: mm_q_nb<T, XT, 5>(a, R, st); break;
+    case 6: mm_q_nb<T, XT, 6>(a, R, st); break;
+    case 7: mm_q_nb<T, XT, 7>(a, R, st); break;
+    default: mm_q_nb<T, XT, 8>(a, R, st); break;
+    }
+}
+
+template <int XT>
+static void mm_q_xt(int type, const mm_args *a, int nb, cudaStream_t st) {
+    switch (type) {
+    case KRN_Q4_0: mm_q_type<KRN_Q4_0, XT>(a, nb, st); break;
+    case KRN_Q4_1: mm_q_type<KRN_Q4_1, XT>(a, nb, st); break;
+    case KRN_Q8_0: mm_q_type<KRN_Q8_0, XT>(a, nb, st); break;
+    case KRN_Q4_K: mm_q_type<KRN_Q4_K, XT>(a, nb, st); break;
+    default: mm_q_type<KRN_Q6_K, XT>(a, nb, st); break;
     }
 }
 
 void mm_q_launch(int type, const mm_args *a, int nb, cudaStream_t st) {
-    switch (type) {
-    case KRN_Q4_0: mm_q_type<KRN_Q4_0>(a, nb, st); break;
-    case KRN_Q4_1: mm_q_type<KRN_Q4_1>(a, nb, st); break;
-    case KRN_Q8_0: mm_q_type<KRN_Q8_0>(a, nb, st); break;
-    case KRN_Q4_K: mm_q_type<KRN_Q4_K>(a, nb, st); break;
-    default: mm_q_type<KRN_Q6_K>(a, nb, st); break;
+    switch (a->xt) {
+    case KRN_F16: mm_q_xt<KRN_F16>(type, a, nb, st); break;
+    case KRN_BF16: mm_q_xt<KRN_BF16>(type, a, nb, st); break;
+    default: mm_q_xt<KRN_F32>(type, a, nb, st); break;
     }
 }

@@ -1,4 +1,4 @@
-/* Private to the planar GEMVs (krn_cuda_matmul_p.cu: f32 x; krn_cuda_matmul_x8.cu: int8 x): the per-type
+/* Private to the planar GEMVs (krn_cuda_matmul_p.cu: float x; krn_cuda_matmul_x8.cu: int8 x): the per-type
  * layout of a PLANES weight (kernels/krn.h), the item of R rows x U 16-byte vectors a thread loads ahead,
  * the q4_K sub-block scale, the walk kernel over the products of either, and its launch shape. See krn_cuda_matmul_p.cu's file comment for the walk both kernels share. */
 #ifndef KRN_CUDA_PLANES_CUH
@@ -18,6 +18,9 @@ template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2, SE = 32 }; type
 template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2, SE = 32 }; typedef uint32_t S; };
 template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4, SE = 32 }; typedef uint32_t S; };
 template <> struct mp_layout<KRN_Q4_K> { enum { VE = 32, SB = 16, SE = 256 }; typedef uint4 S; };
+/* q6_K: a vector is the 16 bytes of low nibbles of 32 elements; their 8 bytes of high bits and the scales
+ * ride along in its own item (mp_item<KRN_Q6_K>, mp_issue_q6k), so VE, SB, SE only count vectors and entries. */
+template <> struct mp_layout<KRN_Q6_K> { enum { VE = 32, SB = 18, SE = 256 }; typedef uint32_t S; };
 
 /* The weights of one item: R rows x U vectors, and each vector's scale entry (d, d | m << 16, or the q4_K
  * super-block header). */
@@ -26,12 +29,66 @@ template <int T, int R, int U> struct mp_item {
     typename mp_layout<T>::S s[R][U];
 };
 
+/* q6_K's item: per vector its low nibbles q (16 bytes), the high bits h of the same 32 elements (8 bytes) and
+ * s = its two int8 sub-block scales (bits 0..15, the first half's in the low byte) | the super-block's fp16 d
+ * << 16. */
+template <int R, int U> struct mp_item<KRN_Q6_K, R, U> {
+    uint4 q[R][U];
+    uint2 h[R][U];
+    uint32_t s[R][U];
+};
+
+/* 8 bytes of weights, read once (krn_ld_stream16's path). */
+static __device__ __forceinline__ uint2 mp_ld_stream8(const void *p) {
+    uint2 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
+/* mp_issue for q6_K (kernels/krn.h): a row is nvec / 8 super-blocks of 192 quant bytes (8 vectors of low
+ * nibbles, then 8 x 8 bytes of high bits), the scales plane after the n_out rows holds 18 bytes (scales[16],
+ * d) per super-block. Vector v of a row: super-block v / 8, sub-block j = v % 8: 16 bytes at 16j, 8 at
+ * 128 + 8j, its scale pair at 2j of the entry and d at 16. Rows past n_out read row n_out - 1; vectors past
+ * nvec are not read (zero). */
+template <int R, int U>
+static __device__ __forceinline__ void mp_issue_q6k(mp_item<KRN_Q6_K, R, U> &it, const uint8_t *W, int n_out,
+                                                    int nvec, int g, int c, int t) {
+    const int v0 = c * MP_THREADS * U + t;
+    const bool full = (c + 1) * MP_THREADS * U <= nvec;
+    const size_t qrow = (size_t)nvec * 24, srow = (size_t)nvec / 8 * 18; /* quant, scale bytes of a row */
+    const uint8_t *S = W + (size_t)n_out * qrow;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)min(g * R + r, n_out - 1);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = v0 + MP_THREADS * u;
+            if (full || v < nvec) {
+                const uint8_t *qb = W + row * qrow + (size_t)(v / 8) * 192, *e = S + row * srow + (size_t)(v / 8) * 18;
+                const int j = v % 8;
+                it.q[r][u] = krn_ld_stream16(qb + 16 * j);
+                it.h[r][u] = mp_ld_stream8(qb + 128 + 8 * j);
+                it.s[r][u] = (uint32_t)__ldg((const unsigned short *)(e + 2 * j)) |
+                             (uint32_t)__ldg((const unsigned short *)(e + 16)) << 16; /* shared by 8 lanes */
+            } else {
+                it.q[r][u] = make_uint4(0, 0, 0, 0);
+                it.h[r][u] = make_uint2(0, 0);
+                it.s[r][u] = 0;
+            }
+        }
+    }
+}
+
 /* Issue the loads of item (g, c): vectors v = c*128*U + 128*u + t of rows g*R + r (rows past n_out read
  * row n_out - 1, never written); vectors past nvec are not read (zero). */
 template <int T, int R, int U>
 static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
                                                 int nvec, int g, int c, int t) {
     enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB, SE = mp_layout<T>::SE };
+    if constexpr (T == KRN_Q6_K) { /* 24 quant bytes per vector, in two places: its own addressing */
+        mp_issue_q6k<R, U>(it, W, n_out, nvec, g, c, t);
+        return;
+    }
     const int v0 = c * MP_THREADS * U + t;
     const bool full = (c + 1) * MP_THREADS * U <= nvec;
 #pragma unroll
@@ -70,14 +127,34 @@ static __device__ __forceinline__ void mp_q4k_scale(uint4 h, int j, float &d1, f
     m1 = krn_h2f((uint16_t)(h.x >> 16)) * (float)mn;
 }
 
+/* q6_K: the 8 words of a vector's 32 6-bit quants, word j = elements 4j..4j+3 one per byte (0..63), from its
+ * low nibbles q (word k: element 8k+i in the low nibble of byte i, 8k+4+i in the high one) and high bits h
+ * (word m: bits 2f, 2f+1 of byte i belong to element 16m + 4f + i): word 2k is the low nibbles of q's word k
+ * with group f = 2(k % 2) of h's word k / 2 above them, word 2k+1 the high nibbles with group f + 1. */
+static __device__ __forceinline__ void mp_q6k_words(uint4 q, uint2 h, uint32_t (&o)[8]) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t hw = k < 2 ? h.x : h.y;
+        const int f = 2 * (k % 2);
+        o[2 * k] = (w[k] & 0x0F0F0F0Fu) | (((hw >> (2 * f)) & 0x03030303u) << 4);
+        o[2 * k + 1] = ((w[k] >> 4) & 0x0F0F0F0Fu) | (((hw >> (2 * f + 2)) & 0x03030303u) << 4);
+    }
+}
+
+/* q6_K: the int8 scale of half i (0: elements 0..15 of the vector, 1: 16..31) and d from an item's s. */
+static __device__ __forceinline__ int mp_q6k_sc(uint32_t s, int i) { return (int)(int8_t)(uint8_t)(s >> (8 * i)); }
+static __device__ __forceinline__ float mp_q6k_d(uint32_t s) { return krn_h2f((uint16_t)(s >> 16)); }
+
 /* The planar GEMV's walk (krn_cuda_matmul_p.cu's file comment) with the products of C:
  * C::compute<T, NB, R, U>(item, x, xq, xq_row, n_in, nvec, c, t, acc) adds the item's vectors against the rows
- * of x into acc — f32 x (mp_f32, krn_cuda_matmul_p.cu) or int8 x (mp_x8, krn_cuda_matmul_x8.cu; xq the
- * quantized rows, xq_row bytes apart). red is double-buffered by group parity: a group's writers pass the
- * barrier of the previous group, which its readers reach only after reading. */
+ * of x into acc — float x (mp_fx<XT>, krn_cuda_matmul_p.cu: x of activation type XT, 16-bit widened on load) or
+ * int8 x (mp_x8, krn_cuda_matmul_x8.cu; xq the quantized rows, xq_row bytes apart). red is double-buffered by
+ * group parity: a group's writers pass the barrier of the previous group, which its readers reach only after
+ * reading. x is an array of C::xe (the element type of the x C reads). */
 template <class C, int T, int NB, int R, int U, int MB>
 __global__ void __launch_bounds__(MP_THREADS, MB)
-    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const float *__restrict__ x,
+    mp_kernel(float *__restrict__ y, const uint8_t *__restrict__ W, const typename C::xe *__restrict__ x,
               const uint8_t *__restrict__ xq, size_t xq_row, int n_out, int n_in, int acc_y) {
     enum { VE = mp_layout<T>::VE };
     __shared__ float red[2][MM_WARPS][R * NB];
@@ -119,13 +196,13 @@ static inline int mp_rows_forced(void) {
     return krn_cuda_tune("MEMRA_CUDA_MP_ROWS", allowed, 3, &cache);
 }
 
-/* Rows per group and vectors per row per item (q4_K: half of these, its headers take registers too; it
+/* Rows per group and vectors per row per item (q4_K, q6_K: half of these, headers take registers too; each
  * ignores MEMRA_CUDA_MP_ROWS): R*U = 8 loads in flight per thread at B <= 2 (at B = 1,
  * R = 8, U = 1 when a row has at most one vector per thread), 4 at B 3..4, 2 above (more x rows need the
  * registers; those batches are compute-bound). */
 template <class G, int T, int NB>
 static void mp_nb(const mm_args *a, cudaStream_t st) {
-    if constexpr (T == KRN_Q4_K) { /* a 16-byte header per vector too: half the items' loads fit the registers */
+    if constexpr (T == KRN_Q4_K || T == KRN_Q6_K) { /* a header per vector too (q6_K: 8 bytes and 4 of scales) */
         if constexpr (NB == 1)
             a->n_in / mp_layout<T>::VE <= MP_THREADS ? G::template go<T, NB, 4, 1>(a, st)
                                                      : G::template go<T, NB, 2, 2>(a, st);
@@ -178,8 +255,8 @@ template <class C> struct mp_go {
     template <int T, int NB, int R, int U> static void go(const mm_args *a, cudaStream_t st) {
         enum { MB = MP_MINB(NB) };
         const int blocks = mm_resident_grid((a->n_out + R - 1) / R, MB * krn_cuda_sm_count());
-        krn_launch(mp_kernel<C, T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W, a->x,
-                   a->x8, a->x8_row, a->n_out, a->n_in, a->acc);
+        krn_launch(mp_kernel<C, T, NB, R, U, MB>, dim3((unsigned)blocks), dim3(MP_THREADS), 0, st, a->y, a->W,
+                   (const typename C::xe *)a->x, a->x8, a->x8_row, a->n_out, a->n_in, a->acc);
     }
 };
 
@@ -189,6 +266,7 @@ static void mp_types(int type, const mm_args *a, int nb, cudaStream_t st) {
     case KRN_Q8_0: mp_type<G, KRN_Q8_0>(a, nb, st); break;
     case KRN_Q4_0: mp_type<G, KRN_Q4_0>(a, nb, st); break;
     case KRN_Q4_K: mp_type<G, KRN_Q4_K>(a, nb, st); break;
+    case KRN_Q6_K: mp_type<G, KRN_Q6_K>(a, nb, st); break;
     default: mp_type<G, KRN_Q4_1>(a, nb, st); break;
     }
 }

@@ -13,12 +13,12 @@ extern "C" {
 #include "device/err.h"
 #include "kernels/krn.h"
 
-/* dst->data (planes) = src->data (GGUF blocks): same type (q8_0, q4_0, q4_1, q4_K) and shape, src BLOCKS,
+/* dst->data (planes) = src->data (GGUF blocks): same type (q8_0, q4_0, q4_1, q4_K, q6_K) and shape, src BLOCKS,
  * distinct device buffers of n_out * krn_row_bytes bytes, dst 16-byte aligned, src 2-byte aligned. Sets
  * dst->layout = KRN_LAYOUT_PLANES on success. One kernel, one thread per 16 output quant bytes. */
 int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const krn_weight *src, dev_err *err);
 
-/* y (B, n_out) = x (B, n_in) @ W^T for a PLANES W (q8_0, q4_0, q4_1, q4_K): W->data and x 16-byte aligned,
+/* y (B, n_out) = x (B, n_in) @ W^T for a PLANES W (q8_0, q4_0, q4_1, q4_K, q6_K): W->data and x 16-byte aligned,
  * y and x not overlapping; B <= 8 rows per launch (larger B: one launch per 8 rows). A row's bits do not
  * depend on B (krn_cuda_matmul_p.cu). */
 int krn_cuda_matmul_planes_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,

@@ -1,8 +1,9 @@
 /* GGUF blocks -> the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) on the device that owns the tensor,
  * with the same bytes as krn_repack_host (kernels/repack.c). One thread per 16 quant bytes of the output
- * (q8_0: half a block, q4_0/q4_1: a block, q4_K: a 32-element sub-block), grid-stride; it reads its
- * block's bytes one by one (GGUF blocks are only 2-byte aligned), writes its 16 bytes with one aligned
- * store and, for the block's first half, the block's scale bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
+ * (q8_0: half a block, q4_0/q4_1: a block, q4_K: a 32-element sub-block, q6_K: a sub-block's low nibbles or
+ * two sub-blocks' high bits), grid-stride; it reads its block's bytes one by one (GGUF blocks are only 2-byte
+ * aligned), writes its 16 bytes with one aligned store and, for the block's first unit, the block's scale
+ * bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
 
@@ -18,11 +19,47 @@ static __device__ __forceinline__ uint32_t k_nib(const uint8_t *qs, int e) {
     return (e % 64) < 32 ? (b & 0xFu) : (uint32_t)(b >> 4);
 }
 
+/* q6_K: the low 4 bits (hi = 0) or the high 2 bits (hi = 1) of element e (0..255) of a super-block's quant
+ * bytes ql[128], qh[64] at b: half h = e / 128, run k = (e % 128) / 32, l = e % 32: a nibble of
+ * ql[64h + l + 32 (k & 1)] (low for k < 2), bits 2k, 2k+1 of qh[32h + l]. */
+static __device__ __forceinline__ uint32_t q6_bits(const uint8_t *b, int e, int hi) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    if (hi)
+        return (uint32_t)(b[128 + 32 * h + l] >> (2 * k)) & 3u;
+    const uint8_t lo = b[64 * h + l + 32 * (k & 1)];
+    return k < 2 ? (lo & 0xFu) : (uint32_t)(lo >> 4);
+}
+
+/* Output unit u (0..11) of a q6_K super-block b: u < 8 the low nibbles of sub-block u as a q4 planar block
+ * (byte 4k+i: elements 8k+i low, 8k+4+i high); u >= 8 the high bits of sub-blocks s = 2(u-8), s+1, 8 bytes
+ * each: byte 4m+i, bits 2f, 2f+1 of element 32s + 16m + 4f + i. */
+static __device__ __forceinline__ void q6_unit(const uint8_t *b, int u, uint32_t (&w)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        w[k] = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t byte;
+            if (u < 8) {
+                byte = q6_bits(b, 32 * u + 8 * k + i, 0) | q6_bits(b, 32 * u + 8 * k + 4 + i, 0) << 4;
+            } else { /* word k: sub-block 2(u-8) + k/2, m = k % 2 */
+                const int e0 = 32 * (2 * (u - 8) + k / 2) + 16 * (k % 2) + i;
+                byte = 0;
+#pragma unroll
+                for (int f = 0; f < 4; f++)
+                    byte |= q6_bits(b, e0 + 4 * f, 1) << (2 * f);
+            }
+            w[k] |= byte << (8 * i);
+        }
+    }
+}
+
 template <int T> struct rp_layout; /* scale bytes, block bytes, 16-byte output units per block */
 template <> struct rp_layout<KRN_Q8_0> { enum { SB = 2, BB = 34, HALVES = 2 }; };
 template <> struct rp_layout<KRN_Q4_0> { enum { SB = 2, BB = 18, HALVES = 1 }; };
 template <> struct rp_layout<KRN_Q4_1> { enum { SB = 4, BB = 20, HALVES = 1 }; };
 template <> struct rp_layout<KRN_Q4_K> { enum { SB = 16, BB = 144, HALVES = 8 }; };
+template <> struct rp_layout<KRN_Q6_K> { enum { SB = 18, BB = 210, HALVES = 12 }; }; /* scales at the end */
 
 template <int T>
 __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int n_out, int nb) {
@@ -34,7 +71,9 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
         const int h = (int)(u % HALVES);
         const uint8_t *b = src + blk * BB;
         uint32_t w[4];
-        if (T == KRN_Q8_0) {
+        if constexpr (T == KRN_Q6_K) {
+            q6_unit(b, h, w);
+        } else if (T == KRN_Q8_0) {
             const uint8_t *q = b + SB + 16 * h;
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -53,9 +92,9 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
             }
         }
         *(uint4 *)(dst + 16 * u) = make_uint4(w[0], w[1], w[2], w[3]);
-        if (h == 0)
+        if (h == 0) /* q6_K: scales[16], d end the GGUF block */
             for (int i = 0; i < SB; i++)
-                scales[blk * SB + i] = b[i];
+                scales[blk * SB + i] = b[(T == KRN_Q6_K ? BB - SB : 0) + i];
     }
 }
 
@@ -64,8 +103,8 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: NULL weight or data");
     if (!krn_planes_supported(src->type) || src->layout != KRN_LAYOUT_BLOCKS)
         return dev_err_set(err, MEMRA_E_INVAL,
-                           "krn_cuda_repack: source of type %s, layout %d (allowed: q8_0, q4_0, q4_1, q4_K in "
-                           "layout blocks)", krn_type_name(src->type), src->layout);
+                           "krn_cuda_repack: source of type %s, layout %d (allowed: q8_0, q4_0, q4_1, q4_K, q6_K "
+                           "in layout blocks)", krn_type_name(src->type), src->layout);
     if (dst->type != src->type || dst->n_out != src->n_out || dst->n_in != src->n_in || src->n_out <= 0 ||
         !krn_planes_qrow(src->type, src->n_in))
         return dev_err_set(err, MEMRA_E_INVAL,
@@ -81,7 +120,8 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: dst %p must be 16-byte aligned, src %p 2-byte",
                            dst->data, src->data);
     const int nb = src->n_in / krn_type_block_elems(src->type);
-    const size_t units = (size_t)src->n_out * nb * (src->type == KRN_Q8_0 ? 2 : src->type == KRN_Q4_K ? 8 : 1);
+    const size_t units = (size_t)src->n_out * nb *
+                         (src->type == KRN_Q8_0 ? 2 : src->type == KRN_Q4_K ? 8 : src->type == KRN_Q6_K ? 12 : 1);
     const unsigned blocks = (unsigned)(units / 256 + 1 < 65536 ? units / 256 + 1 : 65536);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     uint8_t *d = (uint8_t *)dst->data;
@@ -89,6 +129,7 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
     case KRN_Q8_0: repack_kernel<KRN_Q8_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     case KRN_Q4_0: repack_kernel<KRN_Q4_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     case KRN_Q4_K: repack_kernel<KRN_Q4_K><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    case KRN_Q6_K: repack_kernel<KRN_Q6_K><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     default: repack_kernel<KRN_Q4_1><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
     }
     int rc = krn_cuda_launch_check(err, "krn_cuda_repack");

@@ -65,6 +65,91 @@ static __device__ __forceinline__ uint4 krn_ld_stream16(const void *p) {
 
 static __device__ __forceinline__ float4 krn_ld_f4(const float *p) { return __ldg((const float4 *)p); }
 
+/* ---- activation rows of type XT (kernels/krn.h "activation types": KRN_F32, KRN_F16, KRN_BF16) ----
+ * A row of XT is an array of krn_act_e<XT>: float, or the 16 bits of an f16/bf16. Loads widen each 16-bit
+ * element to f32 exactly (f16: cvt, bf16: the 16 bits become the float's top half), so a kernel templated on
+ * XT does, after the load, the arithmetic of its f32 instantiation on the same values. For XT = KRN_F32 every
+ * helper is the plain float access it replaces (krn_ld_f4, __ldg, a float store), so an f32 instantiation
+ * compiles to the code the kernel had before activation types. Stores round to nearest even
+ * (__float2half_rn / __float2bfloat16_rn, as the KV cache's kv_put). */
+template <int XT> struct krn_act_elem { typedef uint16_t E; };
+template <> struct krn_act_elem<KRN_F32> { typedef float E; };
+template <int XT> using krn_act_e = typename krn_act_elem<XT>::E;
+
+/* One element as f32 (widened exactly). */
+template <int XT> static __device__ __forceinline__ float krn_act_f(krn_act_e<XT> v) {
+    if constexpr (XT == KRN_F32)
+        return v;
+    else if constexpr (XT == KRN_F16)
+        return krn_h2f(v);
+    else
+        return krn_bf2f(v);
+}
+
+/* f32 v as an element of YT (16-bit: rounded to nearest even). */
+template <int YT> static __device__ __forceinline__ krn_act_e<YT> krn_act_of(float v) {
+    if constexpr (YT == KRN_F32)
+        return v;
+    else if constexpr (YT == KRN_F16)
+        return __half_as_ushort(__float2half_rn(v));
+    else
+        return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+/* The 4 16-bit elements of u (element 0 in u.x's low half) widened. */
+template <int XT> static __device__ __forceinline__ float4 krn_act_f4(uint2 u) {
+    return make_float4(krn_act_f<XT>((uint16_t)(u.x & 0xFFFFu)), krn_act_f<XT>((uint16_t)(u.x >> 16)),
+                       krn_act_f<XT>((uint16_t)(u.y & 0xFFFFu)), krn_act_f<XT>((uint16_t)(u.y >> 16)));
+}
+
+/* p[0 .. 4) as f32: one 16-byte load for f32 (p 16-byte aligned), one 8-byte load for 16-bit (p 8-byte
+ * aligned). Read-only path (__ldg), as krn_ld_f4. */
+template <int XT> static __device__ __forceinline__ float4 krn_ldx4(const krn_act_e<XT> *p) {
+    if constexpr (XT == KRN_F32)
+        return krn_ld_f4(p);
+    else
+        return krn_act_f4<XT>(__ldg((const uint2 *)p));
+}
+
+/* p[0 .. 8) of a 16-bit XT as f32 into a (0 .. 3) and c (4 .. 7): one 16-byte load (p 16-byte aligned). */
+template <int XT> static __device__ __forceinline__ void krn_ldx8_16(const krn_act_e<XT> *p, float4 &a, float4 &c) {
+    const uint4 u = __ldg((const uint4 *)p);
+    a = krn_act_f4<XT>(make_uint2(u.x, u.y));
+    c = krn_act_f4<XT>(make_uint2(u.z, u.w));
+}
+
+/* p[0 .. 8) as f32 into the float4 lvalues a (0 .. 3) and c (4 .. 7): f32 two 16-byte loads, 16-bit one (p
+ * 16-byte aligned either way). A macro, not a function taking a and c by reference: that form changed the
+ * register allocation and schedule of the f32 GEMVs (cuobjdump -sass, block and planar q8_0 / q4_K), and the
+ * f32 instantiations must stay the code they were; this one expands to the two krn_ld_f4 assignments they had. */
+#define KRN_LDX8(XT, p, a, c)                                                                                  \
+    do {                                                                                                       \
+        if constexpr ((XT) == KRN_F32) {                                                                       \
+            (a) = krn_ld_f4((const float *)(p));                                                               \
+            (c) = krn_ld_f4((const float *)(p) + 4);                                                           \
+        } else {                                                                                               \
+            krn_ldx8_16<XT>((const uint16_t *)(p), (a), (c));                                                  \
+        }                                                                                                      \
+    } while (0)
+
+/* *p as f32 through the read-only path (element alignment only). */
+template <int XT> static __device__ __forceinline__ float krn_ldx1(const krn_act_e<XT> *p) {
+    return krn_act_f<XT>(__ldg(p));
+}
+
+/* p[4i .. 4i+4) = v as YT: one 16-byte store for f32 (p 16-byte aligned), one 8-byte store for 16-bit (8-byte
+ * aligned). */
+template <int YT, typename I> static __device__ __forceinline__ void krn_stx4(krn_act_e<YT> *p, I i, float4 v) {
+    if constexpr (YT == KRN_F32) {
+        ((float4 *)p)[i] = v;
+    } else {
+        uint2 u;
+        u.x = (uint32_t)krn_act_of<YT>(v.x) | ((uint32_t)krn_act_of<YT>(v.y) << 16);
+        u.y = (uint32_t)krn_act_of<YT>(v.z) | ((uint32_t)krn_act_of<YT>(v.w) << 16);
+        ((uint2 *)p)[i] = u;
+    }
+}
+
 /* Butterfly sum over the 32 lanes: every lane ends with the same bits (each step adds the same two
  * values, and float addition is commutative), in an order that depends only on lane numbers. */
 static __device__ __forceinline__ float krn_warp_sum(float v) {

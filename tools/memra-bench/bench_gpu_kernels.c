@@ -8,10 +8,13 @@
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
  * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
  * (tools/memra-bench/cuda/chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
- * q4_1, q4_0, q4_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
+ * q4_1, q4_0, q4_K, q6_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
  * its int8-x row ("q8_0/x8": x quantized once, untimed, then krn_cuda_matmul_parts_async with the x8 rows,
- * MEMRA_CUDA_X8's path) and, per shape, the quantize kernel's own time ("x8 quantize"). Reports only;
- * asserts nothing. */
+ * MEMRA_CUDA_X8's path) and, per shape, the quantize kernel's own time ("x8 quantize"). With --x-type bf16
+ * (or f16): every GEMV (and the x8 quantize, and both --gemm paths) reads x of that activation type, widened on
+ * load (kernels/krn.h "activation types"): the rows keep their format, MB/launch counts 2 bytes per x element,
+ * so the rows against a default (f32 x) run show what 16-bit activations save (at B = 1, mostly nothing next
+ * to the weights). Reports only; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +46,7 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS]\n"
+               "                               [--chain LAYERS] [--x-type f32|f16|bf16]\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
                "              persistent kernel without / with grid barriers (tools/memra-bench/cuda/chain.cu);\n"
@@ -53,10 +56,43 @@ static void gk_usage(FILE *f) {
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
                "  --device D  CUDA device ordinal (default 0)\n"
                "  --pdl       launch with programmatic dependent launch (MEMRA_PDL's path: each GEMV's first\n"
-               "              weight loads overlap the previous launch's tail, as in a decode step)\n");
+               "              weight loads overlap the previous launch's tail, as in a decode step)\n"
+               "  --x-type T  activation type of x the GEMVs read: f32 (default), f16 or bf16 (MEMRA_ACT_TYPE's\n"
+               "              path: 16-bit x widened on load; also the x8 quantize's input and --gemm's x)\n");
 }
 
 static uint64_t gk_rng = 0x243F6A8885A308D3ull;
+static int gk_xt = KRN_F32; /* --x-type: set once while parsing the options, read by the runs (one thread) */
+
+/* The header lines' note of a 16-bit x ("" for f32: the default output is unchanged). */
+static const char *gk_xt_note(void) { return gk_xt == KRN_BF16 ? ", x bf16" : gk_xt == KRN_F16 ? ", x f16" : ""; }
+
+/* Bytes of one x element of gk_xt. */
+static size_t gk_xbytes(void) { return gk_xt == KRN_F32 ? 4 : 2; }
+
+/* x (n values of hx) as gk_xt in device memory: *dx (cudaMalloc'd; the caller frees it). 0 or -1 (printed). */
+static int gk_upload_x(void **dx, const float *hx, size_t n) {
+    uint16_t *h16 = NULL;
+    const void *src = hx;
+    if (gk_xt != KRN_F32) {
+        if (!(h16 = malloc(2 * n))) {
+            fprintf(stderr, "gpu-kernels: out of host memory\n");
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            h16[i] = gk_xt == KRN_BF16 ? krn_f32_to_bf16(hx[i]) : krn_f32_to_f16(hx[i]);
+        src = h16;
+    }
+    cudaError_t e = cudaMalloc(dx, n * gk_xbytes());
+    if (e == cudaSuccess)
+        e = cudaMemcpy(*dx, src, n * gk_xbytes(), cudaMemcpyHostToDevice);
+    free(h16);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels: uploading x: %s\n", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
 static uint64_t gk_next(void) {
     gk_rng ^= gk_rng << 13;
     gk_rng ^= gk_rng >> 7;
@@ -75,11 +111,12 @@ static uint64_t gk_next(void) {
 
 /* Average seconds per matmul over max(iters, copies) launches rotating over the weight copies w[0..copies):
  * every copy once untimed, then the timed launches between two events on st. cublas != NULL: through the
- * cuBLAS path on that dev_stream (krn_cuda_gemm_async; its native stream is st); else the GEMV on st, with
- * the int8 rows x8 when not NULL. copies = 0: the x8 quantize of dx alone (into x8), iters times.
- * Returns 0 or -1 (message printed). */
-static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int copies, float *dy, const float *dx,
+ * cuBLAS path on that dev_stream (krn_cuda_gemm_x_async; its native stream is st); else the GEMV on st, with
+ * the int8 rows x8 when not NULL. dx holds x of activation type gk_xt. copies = 0: the x8 quantize of dx alone
+ * (into x8), iters times. Returns 0 or -1 (message printed). */
+static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int copies, float *dy, const void *dx,
                    void *x8, int n_in, int B, int iters, double *sec) {
+    const int xt = gk_xt;
     cudaEvent_t e0 = NULL, e1 = NULL;
     dev_err err = {0};
     int rc = -1;
@@ -90,7 +127,7 @@ static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int
         if (i == 0)
             GK_CK(cudaEventRecord(e0, st), "cudaEventRecord");
         if (!copies) {
-            if (krn_cuda_quantize_x8_async(st, x8, dx, B, n_in, &err)) {
+            if (krn_cuda_quantize_x8_async(st, x8, dx, xt, B, n_in, &err)) {
                 fprintf(stderr, "gpu-kernels: %s\n", err.msg);
                 goto fail;
             }
@@ -98,8 +135,9 @@ static int gk_time(cudaStream_t st, dev_stream *cublas, const krn_weight *w, int
         }
         const krn_weight *W = &w[(i + copies) % copies];
         const krn_mm_part part = {dy, W};
-        if ((cublas ? krn_cuda_gemm_async(cublas, dy, W, dx, B, &err)
-                    : krn_cuda_matmul_parts_async(st, &part, 1, dx, x8, B, 0, &err))) {
+        const krn_mm_x xx = {dx, xt, x8};
+        if ((cublas ? krn_cuda_gemm_x_async(cublas, dy, W, dx, xt, B, &err)
+                    : krn_cuda_matmul_parts_async(st, &part, 1, &xx, B, 0, &err))) {
             fprintf(stderr, "gpu-kernels: %s\n", err.msg);
             goto fail;
         }
@@ -118,7 +156,7 @@ fail:
     return rc;
 }
 
-/* One (type, shape): average seconds per launch into *sec. planes: the copies are q8_0/q4_0/q4_1/q4_K repacked on
+/* One (type, shape): average seconds per launch into *sec. planes: the copies are a planar type repacked on
  * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
  * are made finite first; planes = 2: the GEMV takes x quantized to int8 (once, before timing), and
  * *sec_q = the quantize alone. Returns 0 or -1 (message printed). */
@@ -134,7 +172,8 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     krn_weight *w = calloc((size_t)copies, sizeof *w);
     uint8_t *hw = malloc(wbytes);
     float *hx = malloc(sizeof(float) * (size_t)B * n_in);
-    float *dx = NULL, *dy = NULL;
+    float *dy = NULL;
+    void *dx = NULL;
     void *blocks = NULL, *x8 = NULL;
     dev_err err = {0};
     int rc = -1;
@@ -148,6 +187,9 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
             for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
                 hw[i + s] &= 0x3B;
+    if (planes && t->type == KRN_Q6_K) /* its d ends the block */
+        for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
+            hw[i + 209] &= 0x3B;
     for (size_t i = 0; i < (size_t)B * n_in; i++)
         hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
     const krn_weight src = {t->type, n_out, n_in, NULL, KRN_LAYOUT_BLOCKS};
@@ -171,9 +213,9 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
             goto fail;
         }
     }
-    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)B * n_in), "cudaMalloc(x)");
+    if (gk_upload_x(&dx, hx, (size_t)B * n_in))
+        goto fail;
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)B * n_out), "cudaMalloc(y)");
-    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)B * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
     if (planes == 2) {
         GK_CK(cudaMalloc(&x8, (size_t)B * krn_x8_row_bytes(n_in)), "cudaMalloc(x8)");
         if (gk_time(st, NULL, NULL, 0, NULL, dx, x8, n_in, B, iters, sec_q))
@@ -181,7 +223,8 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     }
     if (gk_time(st, NULL, w, copies, dy, dx, x8, n_in, B, iters, sec))
         goto fail;
-    *bytes = (double)wbytes + B * ((planes == 2 ? (double)krn_x8_row_bytes(n_in) : 4.0 * n_in) + 4.0 * n_out);
+    *bytes = (double)wbytes +
+             B * ((planes == 2 ? (double)krn_x8_row_bytes(n_in) : (double)gk_xbytes() * n_in) + 4.0 * n_out);
     rc = 0;
 fail:
     cudaFree(x8);
@@ -199,7 +242,7 @@ fail:
 
 /* The planes rows of every shape; returns 0 or 2 (a row failed, message printed). */
 static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
-    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0, KRN_Q4_K};
+    static const int types[] = {KRN_Q8_0, KRN_Q4_1, KRN_Q4_0, KRN_Q4_K, KRN_Q6_K};
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -221,8 +264,8 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
                 printf("%-13s %-7s %8.2f %10.2f %10.1f %6.1f%%\n", shape, name, bytes / 1e6, sec * 1e6, gbs,
                        100.0 * gbs / hbm);
                 if (planes == 2 && k + 1 == sizeof types / sizeof types[0])
-                    printf("%-13s %-7s %8s %10.2f   (B=%d rows of %d floats)\n", shape, "x8 quant", "", sec_q * 1e6, B,
-                           n_in);
+                    printf("%-13s %-7s %8s %10.2f   (B=%d rows of %d %s)\n", shape, "x8 quant", "", sec_q * 1e6, B,
+                           n_in, gk_xt == KRN_F32 ? "floats" : gk_xt == KRN_BF16 ? "bf16" : "f16");
             }
         }
     return rc;
@@ -230,8 +273,8 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
 
 /* ---- --gemm: fused GEMV vs the cuBLAS path (kernels/cuda/krn_cuda_gemm.cuh), to choose the default of
  * MEMRA_CUDA_GEMM_MIN_B by measurement. Per (type, shape, B): microseconds per matmul of each path (the
- * cuBLAS one includes converting x to W's type) and effective TFLOP/s = 2*B*n_out*n_in / time; the weights
- * rotate over >= 400 MB of copies so L2 cannot hold them. ---- */
+ * cuBLAS one includes converting x to W's type, none with --x-type equal to a 16-bit W's) and effective
+ * TFLOP/s = 2*B*n_out*n_in / time; the weights rotate over >= 400 MB of copies so L2 cannot hold them. ---- */
 
 static const int GG_B[] = {1, 8, 16, 32, 64, 128, 256, 512};
 #define GG_NB ((int)(sizeof GG_B / sizeof GG_B[0]))
@@ -274,7 +317,8 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     copies = copies < 2 ? 2 : copies;
     void **w = calloc((size_t)copies, sizeof *w);
     krn_weight *ws = calloc((size_t)copies, sizeof *ws);
-    float *hx = malloc(sizeof(float) * (size_t)maxb * n_in), *dx = NULL, *dy = NULL;
+    float *hx = malloc(sizeof(float) * (size_t)maxb * n_in), *dy = NULL;
+    void *dx = NULL;
     *first_win = 0;
     if (!w || !ws || !hx) {
         fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
@@ -284,9 +328,9 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
         goto fail;
     for (size_t i = 0; i < (size_t)maxb * n_in; i++)
         hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
-    GK_CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)maxb * n_in), "cudaMalloc(x)");
+    if (gk_upload_x(&dx, hx, (size_t)maxb * n_in))
+        goto fail;
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)maxb * n_out), "cudaMalloc(y)");
-    GK_CK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)maxb * n_in, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
     for (int c = 0; c < copies; c++)
         ws[c] = (krn_weight){type, n_out, n_in, w[c], KRN_LAYOUT_BLOCKS};
     cudaStream_t st = (cudaStream_t)dev_stream_native(s);
@@ -344,8 +388,8 @@ static int gk_gemm_table(int dev, int iters) {
         rc = 2;
         goto out;
     }
-    printf("gpu-kernels --gemm: %s (sm_%d%d, %d SMs), %d launches per cell, MEMRA_CUDA_GEMM_MIN_B now %d\n",
-           prop.name, prop.major, prop.minor, prop.multiProcessorCount, iters, krn_cuda_gemm_min_b());
+    printf("gpu-kernels --gemm: %s (sm_%d%d, %d SMs), %d launches per cell, MEMRA_CUDA_GEMM_MIN_B now %d%s\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, iters, krn_cuda_gemm_min_b(), gk_xt_note());
     printf("%-12s %-5s %4s %10s %10s %9s %9s %8s\n", "shape", "type", "B", "gemv_us", "cublas_us", "gemv_TF/s",
            "cublas_TF", "speedup");
     for (int ti = 0; ti < 3; ti++)
@@ -421,6 +465,12 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--pdl")) {
             pdl = 1;
             continue; /* takes no value */
+        } else if (!strcmp(a, "--x-type") && v) {
+            gk_xt = !strcmp(v, "f32") ? KRN_F32 : !strcmp(v, "f16") ? KRN_F16 : !strcmp(v, "bf16") ? KRN_BF16 : -1;
+            if (gk_xt < 0) {
+                fprintf(stderr, "gpu-kernels: --x-type %s (allowed: f32, f16, bf16)\n", v);
+                return 2;
+            }
         } else {
             fprintf(stderr, "gpu-kernels: unknown or incomplete option '%s'\n", a);
             gk_usage(stderr);
@@ -454,9 +504,9 @@ int bench_gpu_kernels(int argc, char **argv) {
         return 2;
     }
     krn_cuda_set_pdl(pdl);
-    printf("gpu-kernels: %s (sm_%d%d, %d SMs, L2 %d MB), B=%d, %d launches per row, PDL %s, HBM ref %.0f GB/s\n",
+    printf("gpu-kernels: %s (sm_%d%d, %d SMs, L2 %d MB), B=%d, %d launches per row, PDL %s, HBM ref %.0f GB/s%s\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, B, iters,
-           pdl ? "on" : "off", hbm);
+           pdl ? "on" : "off", hbm, gk_xt_note());
     printf("%-13s %-5s %10s %10s %10s %7s\n", "shape", "type", "MB/launch", "us", "GB/s", "% HBM");
     int rc = 0;
     for (size_t si = 0; si < sizeof GK_SHAPES / sizeof GK_SHAPES[0]; si++)

@@ -23,6 +23,7 @@ typedef struct run_opts {
     uint64_t seed;
     int stages, n_devices, devices[64]; /* --stages / --devices; the MEMRA_PP_* doors override */
     memra_kv_type kv_type;              /* --kv-type; DEFAULT: the MEMRA_KV_TYPE door, else f32 */
+    memra_kv_type act_type;             /* --act-type; DEFAULT: the MEMRA_ACT_TYPE door, else f32 */
 } run_opts;
 
 static void usage(FILE *f)
@@ -47,6 +48,7 @@ static void usage(FILE *f)
             "      --chunk N           prompt chunk rows for the prefill (default 32)\n"
             "      --kv-type T         KV cache elements: f32, f16 or bf16 (default: MEMRA_KV_TYPE, else f32;\n"
             "                          16-bit halves the cache's memory)\n"
+            "      --act-type T        matmul input rows: f32, f16 or bf16 (default: MEMRA_ACT_TYPE, else f32)\n"
             "  -c, --ctx-size N        context length (default 2048, at most the model's)\n"
             "  -h, --help              this text\n"
             "Text goes to stdout; progress and statistics to stderr. Backend: MEMRA_BACKEND=cpu|cuda;\n"
@@ -144,7 +146,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--chunk")) {
             if (parse_int(v, 1, 4096, &o->chunk))
                 return bad(a, v, "expected an integer in 1..4096");
-        } else if (!strcmp(a, "--kv-type")) {
+        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--act-type")) {
             static const char *const names[] = {"f32", "f16", "bf16"};
             static const memra_kv_type types[] = {MEMRA_KV_F32, MEMRA_KV_F16, MEMRA_KV_BF16};
             int k = 0;
@@ -152,7 +154,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 k++;
             if (k == 3)
                 return bad(a, v, "expected f32, f16 or bf16");
-            o->kv_type = types[k];
+            *(a[2] == 'k' ? &o->kv_type : &o->act_type) = types[k];
         } else if (!strcmp(a, "--devices")) {
             o->n_devices = 0;
             const char *c = v;
@@ -262,6 +264,7 @@ int main(int argc, char **argv)
     rp.n_seq = o.n_prompts;
     rp.n_ctx = o.n_ctx;
     rp.kv_type = o.kv_type;
+    rp.act_type = o.act_type;
     rp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
     rp.progress = progress_bar;
     rp.progress_user = &tty;
