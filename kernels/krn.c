@@ -253,7 +253,8 @@ int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, c
                           int n_ctx, float *ws, size_t ws_bytes)
 {
     if (!s || !out || !krn_act_type_ok(out_t) || !q || !kv_cache_ok(c) || !seq || !pos || B <= 0 || n_head <= 0 ||
-        n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0)
+        n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0 ||
+        !act_out_ok(out, out_t, q, (size_t)B * n_head * head_dim))
         return MEMRA_E_INVAL;
 #if KRN_CUDA
     if (on_cuda(s))

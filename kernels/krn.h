@@ -124,7 +124,8 @@ int krn_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const k
  * GEMV's speed on 4-bit planes, docs/cuda-kernels.md "int8 x"), per block: d_w * d * sum(q_w q) plus the
  * weight's offset term (q4_0: -8 d_w s, q4_1: m_w s, q4_K: -m1 s; q6_K none: d_w * d * (sc0 sum(q_w q) +
  * sc1 sum(q_w q)) over its two 16-element halves, q_w = q6 - 32, all in exact integers). x itself is rounded: a
- * result lies within ~0.4 % of max |y| of the f32-x product. Every other layout and type reads the f32 x.
+ * result lies within ~0.4 % of max |y| of the f32-x product. Every other layout and type reads x (of its activation
+ * type, widened).
  * Layout of one row (krn_x8_row_bytes(n), a multiple of 16, n % 32 == 0): n int8 quants, then n/32 pairs of
  * f32 (d, s); row b of B at b * krn_x8_row_bytes(n). The same bits on every backend and device. */
 size_t krn_x8_row_bytes(int n); /* 0 when n <= 0 or n % 32 != 0 */
@@ -189,7 +190,8 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_
 int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
                            size_t ws_bytes);
-/* The same with out (B, n_head*head_dim) of activation type out_t (f32 math, rounded on store). */
+/* The same with out (B, n_head*head_dim) of activation type out_t (f32 math, rounded on store; a 16-bit out must
+ * not overlap q). */
 int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
                           const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                           int n_ctx, float *ws, size_t ws_bytes);

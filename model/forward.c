@@ -33,7 +33,7 @@ mdl_scratch *mdl_scratch_create_with(const mdl_model *m, dev_device *d, int max_
                                      dev_err *err)
 {
     if (!m || !d || max_rows <= 0 || !krn_act_type_ok(act_type)) {
-        dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create: need a model, a device, max_rows > 0 (got %d) and an "
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_scratch_create_with: need a model, a device, max_rows > 0 (got %d) and an "
                     "activation type f32 (%d), f16 (%d) or bf16 (%d) (got %d)", max_rows, KRN_F32, KRN_F16,
                     KRN_BF16, act_type);
         return NULL;
@@ -80,7 +80,7 @@ mdl_scratch *mdl_scratch_create_with(const mdl_model *m, dev_device *d, int max_
     /* 16-bit matmul inputs: one buffer for the widest (each is read by its matmuls before the next is made) */
     const size_t act = R * max3((size_t)hp->n_embd, q_dim, (size_t)hp->n_ff) * krn_act_bytes(act_type);
     if (act_type != KRN_F32 && !(sc->act = dev_malloc(d, (act + 63) / 64 * 64, err))) {
-        dev_err_wrap(err, "MEMRA_ACT_TYPE=%s buffer: %d rows", krn_type_name(act_type), max_rows);
+        dev_err_wrap(err, "activation buffer (act_type %s): %d rows", krn_type_name(act_type), max_rows);
         mdl_scratch_destroy(sc);
         return NULL;
     }

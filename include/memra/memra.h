@@ -35,9 +35,9 @@ extern "C" {
 #endif
 
 #define MEMRA_VERSION_MAJOR 0
-#define MEMRA_VERSION_MINOR 1
+#define MEMRA_VERSION_MINOR 2
 #define MEMRA_VERSION_PATCH 0
-#define MEMRA_VERSION_STRING "0.1.0"
+#define MEMRA_VERSION_STRING "0.2.0"
 
 #define MEMRA_MAX_STAGES 64  /* most pipeline stages */
 #define MEMRA_MAX_SLOTS 16   /* most boundary slots per stage boundary */
@@ -155,7 +155,8 @@ typedef enum memra_backend {
  * bytes per matmul input, and with CUDA at large batches bf16 weights multiply bf16 x without a conversion.
  * The residual stream, q/k/v and the logits stay f32. */
 typedef enum memra_kv_type {
-    MEMRA_KV_DEFAULT = 0, /* MEMRA_KV_TYPE (f32, f16, bf16) when apply_env, else F32 */
+    MEMRA_KV_DEFAULT = 0, /* the field's door (kv_type: MEMRA_KV_TYPE, act_type: MEMRA_ACT_TYPE; f32, f16, bf16)
+                           * when apply_env, else F32 */
     MEMRA_KV_F32 = 1,
     MEMRA_KV_F16 = 2,
     MEMRA_KV_BF16 = 3,
@@ -190,14 +191,14 @@ typedef struct memra_runtime_params {
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
     int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
     memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
-    memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
-                              * apply_env, else F32) */
     memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
                               * uses it for greedy requests when on */
     memra_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
     memra_abort_fn abort_cb; /* may be NULL; checked between chunks and steps (MEMRA_E_ABORTED) */
     void *abort_user;
+    memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
+                              * apply_env, else F32); last, so the fields before it keep their offsets */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);
