@@ -36,17 +36,16 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
     if (a->out_t != KRN_F32) { /* f32 into a copy, then rounded: the bits of the f32 op's result, rounded */
         const size_t n = (size_t)a->B * a->n_head * a->head_dim;
         float *of = malloc(n * sizeof(float));
-        if (of) {
-            krn_cpu_attention_args f = *a;
-            f.out = of;
-            f.out_t = KRN_F32;
-            krn_cpu_attention(&f);
-        } else {
-            const float nan = NAN; /* no memory: NaN rows, visible, never silent */
+        if (!of) { /* no memory: NaN rows, visible, never silent */
+            const uint16_t nan = a->out_t == KRN_F16 ? krn_f32_to_f16(NAN) : krn_f32_to_bf16(NAN);
             for (size_t i = 0; i < n; i++)
-                krn_quant_row(a->out_t, &nan, (uint8_t *)a->out + 2 * i, 1);
+                ((uint16_t *)a->out)[i] = nan;
             return;
         }
+        krn_cpu_attention_args f = *a;
+        f.out = of;
+        f.out_t = KRN_F32;
+        krn_cpu_attention(&f);
         krn_quant_row(a->out_t, of, a->out, (int64_t)n);
         free(of);
         return;

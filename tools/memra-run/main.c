@@ -154,7 +154,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 k++;
             if (k == 3)
                 return bad(a, v, "expected f32, f16 or bf16");
-            *(a[2] == 'k' ? &o->kv_type : &o->act_type) = types[k];
+            memra_kv_type *field = !strcmp(a, "--kv-type") ? &o->kv_type : &o->act_type;
+            *field = types[k];
         } else if (!strcmp(a, "--devices")) {
             o->n_devices = 0;
             const char *c = v;
