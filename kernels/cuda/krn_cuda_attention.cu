@@ -21,8 +21,11 @@
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
 
-#define ATT_THREADS 128 /* 4 warps */
+#define ATT_THREADS 128 /* v1: 4 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
+#define ATT2_THREADS 256 /* 8 warps */
+#define ATT2_WARPS (ATT2_THREADS / KRN_WARP)
+#define ATT2_KB 8 /* keys a warp loads at once (scores and values) */
 #define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
 
 /* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types) and one, as f32. */
@@ -67,7 +70,7 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
     const int lines = (hd + per_line - 1) / per_line; /* 128-byte lines per key row */
     const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)(h / (n_head / n_head_kv)) * hd;
     const int n = (t1 - t0) * lines;
-    for (int i = threadIdx.x; i < 2 * n; i += ATT_THREADS) {
+    for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
         const int j = i < n ? i : i - n;
         const KV *a = (i < n ? kc : vc) + cache0 + (size_t)(t0 + j / lines) * kv_dim + (j % lines) * per_line;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
@@ -78,7 +81,7 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
  * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
 template <typename KV, int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+    att_chunk_kernel_v1(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf) {
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x) in chunk order; out of type OT. */
 template <int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
+    att_combine_kernel_v1(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split, int ck) {
     krn_pdl_enter();
     const int h = blockIdx.x, b = blockIdx.y;
@@ -206,6 +209,181 @@ __global__ void __launch_bounds__(ATT_THREADS)
             o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
         out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
     }
+}
+
+/* Chunk c of (b, h), 8 warps, every load phase one round trip: warp w owns keys t0 + w + 8i.
+ * 1. scores: the warp loads ATT2_KB of its keys' K rows at once (lanes over head_dim, float4), then one
+ *    butterfly per key; s_t = dot * scale into shared memory. Barrier.
+ * 2. every warp takes m = max s_t itself (exact: max has no order) and p_t = expf(s_t - m) for its own keys
+ *    as it needs them; warp 0 also l = sum p_t (lane partials over t0 + lane + 32i in order, then a
+ *    butterfly), the same p_t bits every warp uses.
+ * 3. values: the warp loads ATT2_KB of its keys' V rows at once and adds p_t v_t per dim (its keys in
+ *    order); the 8 warp partials meet in shared memory and are added as ((w0+w1)+(w2+w3))+((w4+w5)+(w6+w7)).
+ * ws == NULL or the row's only chunk: out = o / l (type OT); else o, m, l into the workspace as before.
+ * DPL: float4s of head_dim per lane (1: head_dim <= 128, 2: <= 256), so short heads keep half the registers
+ * (4 blocks per SM instead of 2). */
+template <typename KV, int OT, int DPL>
+__global__ void __launch_bounds__(ATT2_THREADS)
+    att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+                     const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
+                     const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
+                     float scale, int ck, int pf) {
+    if (pf)
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck);
+    krn_pdl_enter();
+    __shared__ float sc[KRN_CUDA_ATT_CHUNK];
+    __shared__ float4 part[ATT2_WARPS][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
+    __shared__ float l_sh;
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int p = att_pos(pos, b, n_ctx);
+    const int t0 = c * ck;
+    if (t0 > p)
+        return; /* the combine reads only chunks 0 .. p / ck */
+    const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
+    const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
+    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
+    const KV *kb = kc + cache0, *vb = vc + cache0;
+    const float *qh = q + ((size_t)b * n_head + h) * hd;
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
+
+    float4 qv[DPL]; /* lane holds q[4*lane + 128*j ..] */
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d = 4 * lane + 4 * KRN_WARP * j;
+        qv[j] = d < hd ? *(const float4 *)(qh + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) { /* key offsets i0 + 8k, k < ATT2_KB */
+        float4 kr[ATT2_KB][DPL];
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++)
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                kr[k][j] = i < L && d < hd ? kv_ld4(kb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                s = fmaf(qv[j].x, kr[k][j].x, s);
+                s = fmaf(qv[j].y, kr[k][j].y, s);
+                s = fmaf(qv[j].z, kr[k][j].z, s);
+                s = fmaf(qv[j].w, kr[k][j].w, s);
+            }
+            s = krn_warp_sum(s);
+            const int i = i0 + ATT2_WARPS * k;
+            if (lane == 0 && i < L)
+                sc[i] = s * scale;
+        }
+    }
+    __syncthreads();
+
+    float m = -INFINITY;
+    for (int i = lane; i < L; i += KRN_WARP)
+        m = fmaxf(m, sc[i]);
+    m = krn_warp_max(m);
+    if (warp == 0) {
+        float l = 0.0f;
+        for (int i = lane; i < L; i += KRN_WARP)
+            l += expf(sc[i] - m);
+        l = krn_warp_sum(l);
+        if (lane == 0)
+            l_sh = l;
+    }
+    float4 acc[DPL];
+#pragma unroll
+    for (int j = 0; j < DPL; j++)
+        acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
+        float4 vr[ATT2_KB][DPL];
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++)
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                vr[k][j] = i < L && d < hd ? kv_ld4(vb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++) {
+            const int i = i0 + ATT2_WARPS * k;
+            if (i < L) {
+                const float e = expf(sc[i] - m);
+#pragma unroll
+                for (int j = 0; j < DPL; j++) {
+                    acc[j].x = fmaf(e, vr[k][j].x, acc[j].x);
+                    acc[j].y = fmaf(e, vr[k][j].y, acc[j].y);
+                    acc[j].z = fmaf(e, vr[k][j].z, acc[j].z);
+                    acc[j].w = fmaf(e, vr[k][j].w, acc[j].w);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d4 = lane + KRN_WARP * j;
+        if (4 * d4 < hd)
+            part[warp][d4] = acc[j];
+    }
+    __syncthreads(); /* publishes part[][] and l_sh */
+    const float l = l_sh;
+    for (int d = threadIdx.x; d < hd; d += ATT2_THREADS) {
+        const float *pw = (const float *)part + d; /* warp w's value for d at pw[w * MAX_HEAD_DIM] */
+        const int st = KRN_CUDA_ATT_MAX_HEAD_DIM;
+        const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
+                        ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
+        if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
+            out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
+        } else {
+            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
+            w[d] = o;
+            if (d == 0) {
+                w[hd] = m;
+                w[hd + 1] = l;
+            }
+        }
+    }
+}
+
+/* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
+ * Ls = sum_c l_c e^(m_c - M) as thread partials over c = tid, tid + 256, ... in order, then krn_block_sum's
+ * fixed order; out[d] = sum_c o_c[d] e^(m_c - M) / Ls, chunks in order, one thread per d (loads of 8 chunks
+ * in flight). Out of type OT. */
+template <int OT>
+__global__ void __launch_bounds__(ATT2_THREADS)
+    att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
+                       int n_head, int hd, int n_ctx, int n_split, int ck) {
+    krn_pdl_enter();
+    __shared__ float red[32];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int p = att_pos(pos, b, n_ctx);
+    const int nc = p / ck + 1;
+    if (nc == 1)
+        return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
+    const size_t stride = (size_t)(hd + 2);
+    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
+    float M = -INFINITY;
+    for (int c = threadIdx.x; c < nc; c += ATT2_THREADS)
+        M = fmaxf(M, w0[c * stride + hd]);
+    M = krn_block_max(M, red);
+    float Ls = 0.0f;
+    for (int c = threadIdx.x; c < nc; c += ATT2_THREADS)
+        Ls = fmaf(w0[c * stride + hd + 1], expf(w0[c * stride + hd] - M), Ls);
+    Ls = krn_block_sum(Ls, red);
+    for (int d = threadIdx.x; d < hd; d += ATT2_THREADS) {
+        float o = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < nc; c++)
+            o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
+        out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
+    }
+}
+
+/* MEMRA_CUDA_ATT_V1=1: the previous kernels (temporary A/B knob; same contract, other bits). */
+static int att_v1(void) {
+    static int v = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1};
+    return krn_cuda_tune("MEMRA_CUDA_ATT_V1", allowed, 2, &v);
 }
 
 /* MEMRA_CUDA_NO_ATT_PREFETCH=1: no L2 prefetch before the PDL wait (the A/B knob; same bits either way). */
@@ -233,21 +411,45 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
                                        n_ctx, NULL, 0, err);
 }
 
+/* att_chunk_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane */
+template <int OT, int DPL>
+static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                               int hd, int n_ctx, int n_split, float scale, int ck) {
+    if (c->type == KRN_F16)
+        krn_launch(att_chunk_kernel<__half, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+    else if (c->type == KRN_BF16)
+        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q,
+            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
+            n_split, scale, ck, att_pf());
+    else
+        krn_launch(att_chunk_kernel<float, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const float *)c->k,
+            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+}
+
 /* att_chunk_kernel for the cache's element type, out of type OT */
 template <int OT>
 static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
                                int hd, int n_ctx, int n_split, float scale, int ck) {
-    if (c->type == KRN_F16)
-        krn_launch(att_chunk_kernel<__half, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
-    else if (c->type == KRN_BF16)
-        krn_launch(att_chunk_kernel<__nv_bfloat16, OT>, grid, ATT_THREADS, 0, st, out, ws, q,
-            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-            n_split, scale, ck, att_pf());
+    if (att_v1()) {
+        if (c->type == KRN_F16)
+            krn_launch(att_chunk_kernel_v1<__half, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+                (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+        else if (c->type == KRN_BF16)
+            krn_launch(att_chunk_kernel_v1<__nv_bfloat16, OT>, grid, ATT_THREADS, 0, st, out, ws, q,
+                (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
+                n_split, scale, ck, att_pf());
+        else
+            krn_launch(att_chunk_kernel_v1<float, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
+                (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+        return;
+    }
+    if (hd <= 4 * KRN_WARP)
+        att_chunk_launch_d<OT, 1>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
     else
-        krn_launch(att_chunk_kernel<float, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
-            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+        att_chunk_launch_d<OT, 2>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
 }
 
 /* att_chunk_launch_t for out's type */
@@ -269,13 +471,13 @@ static void att_chunk_launch(const krn_kv_cache *c, dim3 grid, cudaStream_t st, 
 static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out, const float *ws, const int32_t *pos,
                                int n_head, int hd, int n_ctx, int n_split, int ck) {
     if (out_t == KRN_F16)
-        krn_launch(att_combine_kernel<KRN_F16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_F16> : att_combine_kernel<KRN_F16>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
     else if (out_t == KRN_BF16)
-        krn_launch(att_combine_kernel<KRN_BF16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_BF16> : att_combine_kernel<KRN_BF16>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
     else
-        krn_launch(att_combine_kernel<KRN_F32>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_F32> : att_combine_kernel<KRN_F32>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
 }
 
