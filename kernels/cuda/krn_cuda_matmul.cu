@@ -218,23 +218,11 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
 
 /* ---- host side ---- */
 
-/* MEMRA_CUDA_MM_L1 (experiment): 1 asks the float GEMVs for the largest L1 (shared-memory carveout 0 %), 2 for
- * the smallest (100 %); 0 / unset leaves the driver's choice. Same bits either way. */
-static int mm_l1_pref(void) {
-    static int cache = KRN_TUNE_UNREAD;
-    static const int allowed[] = {0, 1, 2};
-    return krn_cuda_tune("MEMRA_CUDA_MM_L1", allowed, 3, &cache);
-}
-
-/* Blocks per SM of a kernel (at least 1), asked once per kernel (which also sets MEMRA_CUDA_MM_L1's carveout). */
+/* Blocks per SM of a kernel (at least 1), asked once per kernel. */
 template <typename K>
 static int mm_occupancy(K k, int *cache) {
     int n = __atomic_load_n(cache, __ATOMIC_RELAXED);
     if (n <= 0) {
-        const int l1 = mm_l1_pref();
-        if (l1 && cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, l1 == 1 ? 0 : 100) !=
-                      cudaSuccess)
-            (void)cudaGetLastError();
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, MM_WARPS * KRN_WARP, 0) != cudaSuccess || n < 1) {
             (void)cudaGetLastError();
             n = 1;

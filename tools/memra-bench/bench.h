@@ -10,6 +10,10 @@ int bench_pp_scaling(int argc, char **argv);  /* PP-1 vs PP-N with S sequences i
 int bench_prime(int argc, char **argv);       /* chunked prefill: unsplit vs PP-N chunk pipeline */
 int bench_sample(int argc, char **argv);      /* host time to pick one token (model/sampler) */
 int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
+/* gpu-kernels --attention (bench_gpu_att.c): krn_cuda_attention_ws_async on the 8B shape per cache type, B and
+ * context, on CUDA device dev, iters timed calls per row, "% HBM" against hbm GB/s, pdl = 1 launches with PDL.
+ * Prints the table; returns 0, or 2 (no device, a failed CUDA call: message printed; built without CUDA). */
+int bench_gpu_att(int dev, int iters, double hbm, int pdl);
 
 /* One flag of a subcommand: a string (sval) or an integer in [lo, hi] (ival). */
 typedef struct bench_flag {

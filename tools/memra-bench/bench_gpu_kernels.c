@@ -14,7 +14,10 @@
  * (or f16): every GEMV (and the x8 quantize, and both --gemm paths) reads x of that activation type, widened on
  * load (kernels/krn.h "activation types"): the rows keep their format, MB/launch counts 2 bytes per x element,
  * so the rows against a default (f32 x) run show what 16-bit activations save (at B = 1, mostly nothing next
- * to the weights). Reports only; asserts nothing. */
+ * to the weights). With --attention: the decode attention kernel (krn_cuda_attention_ws_async) instead, on the
+ * 8B shape (32 / 8 heads, head_dim 128) per KV cache type (f32, bf16), B (1, 4) and context (64 .. 16384 keys):
+ * KV bytes per call, us, GB/s and % HBM (bench_gpu_att.c; honours --iters, --hbm, --device, --pdl). Reports only;
+ * asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +49,10 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS] [--x-type f32|f16|bf16]\n"
+               "                               [--chain LAYERS] [--x-type f32|f16|bf16] [--attention]\n"
+               "  --attention instead: decode attention (krn_cuda_attention_ws_async), 8B shape (32/8 heads,\n"
+               "              head_dim 128, out f32), f32/bf16 caches, B = 1, 4, context 64..16384 keys: KV MB,\n"
+               "              us, GB/s, %% HBM per call (uses --iters, --hbm, --device, --pdl; MEMRA_CUDA_ATT_CHUNK)\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
                "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
                "              persistent kernel without / with grid barriers (tools/memra-bench/cuda/chain.cu);\n"
@@ -440,7 +446,7 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_
 }
 
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1, att = 0;
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -450,6 +456,9 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--gemm")) {
             gemm = 1;
             continue;
+        } else if (!strcmp(a, "--attention")) {
+            att = 1;
+            continue; /* takes no value */
         } else if (!strcmp(a, "--chain") && v) {
             chain = atoi(v);
         } else if (!strcmp(a, "--chain-mode") && v) {
@@ -483,6 +492,13 @@ int bench_gpu_kernels(int argc, char **argv) {
                 B, iters, hbm, dev);
         return 2;
     }
+    if (att && (gemm || chain)) {
+        fprintf(stderr, "gpu-kernels: --attention is a table of its own: not with --gemm or --chain\n");
+        gk_usage(stderr);
+        return 2;
+    }
+    if (att)
+        return bench_gpu_att(dev, iters, hbm, pdl);
     if (gemm)
         return gk_gemm_table(dev, iters);
     if (chain)
