@@ -60,8 +60,7 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_c
 template <typename KV>
 static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, const int32_t *seq,
                                                     const int32_t *pos, int n_head, int n_head_kv, int hd,
-                                                    int n_ctx, int ck) {
-    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+                                                    int n_ctx, int ck, int c, int h, int b) {
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
@@ -86,7 +85,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf) {
     if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck);
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, blockIdx.x, blockIdx.y, blockIdx.z);
     krn_pdl_enter();
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float red[32];
@@ -228,13 +227,13 @@ __global__ void __launch_bounds__(ATT2_THREADS)
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf) {
+    const int h = blockIdx.x, c = blockIdx.y, b = blockIdx.z; /* heads fastest: a kv head's G blocks run together */
     if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck);
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, c, h, b);
     krn_pdl_enter();
     __shared__ float sc[KRN_CUDA_ATT_CHUNK];
     __shared__ float4 part[ATT2_WARPS][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
     __shared__ float l_sh;
-    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
     if (t0 > p)
@@ -446,10 +445,11 @@ static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st
                 (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
         return;
     }
+    const dim3 g2(grid.y, grid.x, grid.z); /* (head, chunk, row) */
     if (hd <= 4 * KRN_WARP)
-        att_chunk_launch_d<OT, 1>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
+        att_chunk_launch_d<OT, 1>(c, g2, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
     else
-        att_chunk_launch_d<OT, 2>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
+        att_chunk_launch_d<OT, 2>(c, g2, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
 }
 
 /* att_chunk_launch_t for out's type */
@@ -510,6 +510,9 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
     cudaStream_t st = (cudaStream_t)cuda_stream;
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int ck = att_chunk(), n_split = (n_ctx + ck - 1) / ck;
+    if (n_split > 65535) /* the chunk is a grid dimension of at most 65535 */
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: n_ctx=%d is %d chunks of %d keys (at most 65535)",
+                           n_ctx, n_split, ck);
     const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
         att_chunk_launch(c, grid, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
