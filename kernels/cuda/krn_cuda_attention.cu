@@ -344,6 +344,185 @@ __global__ void __launch_bounds__(ATT2_THREADS)
     }
 }
 
+#define ATT3_G 4 /* query heads per block at most (grouped kernel) */
+
+/* Four butterfly sums at once: lane l returns the total of value (l >> 3) & 3 (v0 in lanes 0-7, v1 in 8-15, v2 in
+ * 16-23, v3 in 24-31) after 6 shuffles instead of 20. Each value's additions are krn_warp_sum's, operand for
+ * operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group. */
+static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float v2, float v3, int lane) {
+    const bool h16 = lane & 16, h8 = lane & 8;
+    float k0 = h16 ? v2 : v0, k1 = h16 ? v3 : v1;
+    k0 += __shfl_xor_sync(0xffffffffu, h16 ? v0 : v2, 16);
+    k1 += __shfl_xor_sync(0xffffffffu, h16 ? v1 : v3, 16);
+    float k = h8 ? k1 : k0;
+    k += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
+    k += __shfl_xor_sync(0xffffffffu, k, 4);
+    k += __shfl_xor_sync(0xffffffffu, k, 2);
+    k += __shfl_xor_sync(0xffffffffu, k, 1);
+    return k;
+}
+
+/* Chunk c of row b for up to ATT3_G query heads that share one kv head (block x = kv head * ngrp + group):
+ * every K row and V element is loaded once for the group. Per head the arithmetic is att_chunk_kernel's (the
+ * same lane partials, butterflies, key order per warp and warp-order sums), so a head's bits do not depend on
+ * the grouping. */
+template <typename KV, int OT, int DPL>
+__global__ void __launch_bounds__(ATT2_THREADS)
+    att_group_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+                     const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
+                     const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
+                     float scale, int ck, int pf, int ngrp) {
+    const int G = n_head / n_head_kv, kvh = blockIdx.x / ngrp, grp = blockIdx.x % ngrp;
+    const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
+    const int c = blockIdx.y, b = blockIdx.z;
+    if (pf)
+        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, c, h0, b);
+    krn_pdl_enter();
+    __shared__ float sc[ATT3_G][KRN_CUDA_ATT_CHUNK];
+    __shared__ float4 part[ATT2_WARPS][ATT3_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
+    __shared__ float l_sh[ATT3_G], m_sh[ATT3_G];
+    const int p = att_pos(pos, b, n_ctx);
+    const int t0 = c * ck;
+    if (t0 > p || gn <= 0)
+        return;
+    const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
+    const int kv_dim = n_head_kv * hd;
+    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
+    const KV *kb = kc + cache0, *vb = vc + cache0;
+    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
+
+    float4 qv[ATT3_G][DPL];
+#pragma unroll
+    for (int g = 0; g < ATT3_G; g++)
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d = 4 * lane + 4 * KRN_WARP * j;
+            qv[g][j] = g < gn && d < hd ? *(const float4 *)(q + ((size_t)b * n_head + h0 + g) * hd + d)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
+        float4 kr[ATT2_KB][DPL];
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++)
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                kr[k][j] = i < L && d < hd ? kv_ld4(kb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++) {
+            float s[ATT3_G];
+#pragma unroll
+            for (int g = 0; g < ATT3_G; g++) {
+                s[g] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < DPL; j++) {
+                    s[g] = fmaf(qv[g][j].x, kr[k][j].x, s[g]);
+                    s[g] = fmaf(qv[g][j].y, kr[k][j].y, s[g]);
+                    s[g] = fmaf(qv[g][j].z, kr[k][j].z, s[g]);
+                    s[g] = fmaf(qv[g][j].w, kr[k][j].w, s[g]);
+                }
+            }
+            const float t = att_warp_sum4(s[0], s[1], s[2], s[3], lane);
+            const int i = i0 + ATT2_WARPS * k, g = lane >> 3;
+            if ((lane & 7) == 0 && g < gn && i < L)
+                sc[g][i] = t * scale;
+        }
+    }
+    __syncthreads();
+
+    float m[ATT3_G];
+#pragma unroll
+    for (int g = 0; g < ATT3_G; g++) {
+        m[g] = -INFINITY;
+        if (g < gn) {
+            for (int i = lane; i < L; i += KRN_WARP)
+                m[g] = fmaxf(m[g], sc[g][i]);
+            m[g] = krn_warp_max(m[g]);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < ATT3_G; g++)
+        if (warp == g && g < gn) { /* warp g: l of head g, the same lane partials and butterfly as one head */
+            float l = 0.0f;
+            for (int i = lane; i < L; i += KRN_WARP)
+                l += expf(sc[g][i] - m[g]);
+            l = krn_warp_sum(l);
+            if (lane == 0) {
+                l_sh[g] = l;
+                m_sh[g] = m[g];
+            }
+        }
+    float4 acc[ATT3_G][DPL];
+#pragma unroll
+    for (int g = 0; g < ATT3_G; g++)
+#pragma unroll
+        for (int j = 0; j < DPL; j++)
+            acc[g][j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
+        float4 vr[ATT2_KB][DPL];
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++)
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                vr[k][j] = i < L && d < hd ? kv_ld4(vb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+        for (int k = 0; k < ATT2_KB; k++) {
+            const int i = i0 + ATT2_WARPS * k;
+            if (i < L) {
+#pragma unroll
+                for (int g = 0; g < ATT3_G; g++)
+                    if (g < gn) {
+                        const float e = expf(sc[g][i] - m[g]);
+#pragma unroll
+                        for (int j = 0; j < DPL; j++) {
+                            acc[g][j].x = fmaf(e, vr[k][j].x, acc[g][j].x);
+                            acc[g][j].y = fmaf(e, vr[k][j].y, acc[g][j].y);
+                            acc[g][j].z = fmaf(e, vr[k][j].z, acc[g][j].z);
+                            acc[g][j].w = fmaf(e, vr[k][j].w, acc[g][j].w);
+                        }
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < ATT3_G; g++)
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d4 = lane + KRN_WARP * j;
+            if (g < gn && 4 * d4 < hd)
+                part[warp][g][d4] = acc[g][j];
+        }
+    __syncthreads(); /* publishes part[][][], l_sh[] and m_sh[] */
+    for (int e = threadIdx.x; e < gn * hd; e += ATT2_THREADS) {
+        const int g = e / hd, d = e - g * hd, h = h0 + g;
+        const float *pw = (const float *)part + g * KRN_CUDA_ATT_MAX_HEAD_DIM + d;
+        const int st = ATT3_G * KRN_CUDA_ATT_MAX_HEAD_DIM; /* one warp's part[] in floats */
+        const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
+                        ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
+        const float l = l_sh[g];
+        if (ws == NULL || p < ck) {
+            out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
+        } else {
+            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
+            w[d] = o;
+            if (d == 0) {
+                w[hd] = m_sh[g];
+                w[hd + 1] = l;
+            }
+        }
+    }
+}
+
+/* MEMRA_CUDA_ATT_GROUP=1: the grouped kernel (temporary A/B knob; same bits per head as att_chunk_kernel). */
+static int att_group(void) {
+    static int v = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1};
+    return krn_cuda_tune("MEMRA_CUDA_ATT_GROUP", allowed, 2, &v);
+}
+
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
  * Ls = sum_c l_c e^(m_c - M) as thread partials over c = tid, tid + 256, ... in order, then krn_block_sum's
  * fixed order; out[d] = sum_c o_c[d] e^(m_c - M) / Ls, chunks in order, one thread per d (loads of 8 chunks
@@ -427,6 +606,23 @@ static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st
             (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
 }
 
+/* att_group_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane */
+template <int OT, int DPL>
+static void att_group_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
+    if (c->type == KRN_F16)
+        krn_launch(att_group_kernel<__half, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
+    else if (c->type == KRN_BF16)
+        krn_launch(att_group_kernel<__nv_bfloat16, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q,
+            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
+            n_split, scale, ck, att_pf(), ngrp);
+    else
+        krn_launch(att_group_kernel<float, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const float *)c->k,
+            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
+}
+
 /* att_chunk_kernel for the cache's element type, out of type OT */
 template <int OT>
 static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
@@ -443,6 +639,15 @@ static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st
         else
             krn_launch(att_chunk_kernel_v1<float, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
                 (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
+        return;
+    }
+    if (att_group()) {
+        const int G = n_head / n_head_kv, ngrp = (G + ATT3_G - 1) / ATT3_G;
+        const dim3 g3((unsigned)(n_head_kv * ngrp), grid.x, grid.z); /* (kv head x group, chunk, row) */
+        if (hd <= 4 * KRN_WARP)
+            att_group_launch_d<OT, 1>(c, g3, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, ngrp);
+        else
+            att_group_launch_d<OT, 2>(c, g3, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, ngrp);
         return;
     }
     const dim3 g2(grid.y, grid.x, grid.z); /* (head, chunk, row) */
