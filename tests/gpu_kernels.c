@@ -1,7 +1,7 @@
 /* The CUDA op table (kernels/cuda/krn_cuda.h) against plain C references on random inputs: every weight
  * type of the fused GEMV (several shapes, odd n_out, B = 1, 3, 8, 11, an unaligned tensor), rmsnorm, rope
- * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA), swiglu, add, add_bias and
- * argmax (ties). Determinism: every op runs twice on two streams and the bits must match; matmul rows must
+ * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA, a head's bits whatever heads
+ * share its block), swiglu, add, add_bias and argmax (ties). Determinism: every op runs twice on two streams and the bits must match; matmul rows must
  * also match bit for bit between a batch and the row alone. References are computed in double from the
  * same inputs; the dequantizers (tests/support/cuda_ref.c) are written from the GGUF block layouts,
  * independently of kernels/quant.c. Tolerances are stated at each check. Exits 77 (skipped) without a GPU. */
@@ -598,6 +598,43 @@ static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void *
     free(o1); free(o2); free(q); free(ks); free(vs); free(kb); free(vb);
 }
 
+/* A block takes up to 4 query heads of one kv head (GQA groups of G = 4, 6 -> two of 3, 13 -> 4+4+4+1); a head's
+ * bits must not depend on which heads share its block: every head of a G-head run equals, bit for bit, the same
+ * head run alone (G = 1 over its kv head), on the one-kernel path and on the split-K path, for hd 64 and 128
+ * (a lane's one or two float4s). */
+static void test_attention_head_bits_do_not_depend_on_its_group(void **state) {
+    (void)state;
+    static const int Gs[] = {4, 6, 13};
+    static const int hds[] = {64, 128};
+    for (int gi = 0; gi < 3; gi++)
+        for (int hi = 0; hi < 2; hi++) {
+            const int G = Gs[gi], nkv = 2, nh = G * nkv, hd = hds[hi], B = 2, n_seq = 2, n_ctx = 300;
+            const int32_t seq[2] = {0, 1}, pos[2] = {40, 299}; /* one chunk; five chunks of 64 */
+            const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+            float *q = malloc(sizeof(float) * nq), *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+            float *q1 = malloc(sizeof(float) * B * nkv * hd);
+            cuda_ref_rand_floats(q, nq);
+            cuda_ref_rand_floats(kc, nc);
+            cuda_ref_rand_floats(vc, nc);
+            float *og = run_attention(g_s1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+            for (int h = 0; h < G; h++) { /* head h of each kv group, alone: nh = nkv, q = those heads */
+                for (int b = 0; b < B; b++)
+                    for (int k = 0; k < nkv; k++)
+                        memcpy(q1 + ((size_t)b * nkv + k) * hd, q + ((size_t)b * nh + k * G + h) * hd,
+                               sizeof(float) * hd);
+                float *o1 = run_attention(g_s2, q1, kc, vc, seq, pos, B, nkv, nkv, hd, n_seq, n_ctx);
+                for (int b = 0; b < B; b++)
+                    for (int k = 0; k < nkv; k++)
+                        if (memcmp(o1 + ((size_t)b * nkv + k) * hd, og + ((size_t)b * nh + k * G + h) * hd,
+                                   sizeof(float) * hd))
+                            fail_msg("attention G=%d hd=%d: head %d of kv head %d (row %d, pos %d) differs from the "
+                                     "head alone", G, hd, h, k, b, pos[b]);
+                free(o1);
+            }
+            free(og); free(q); free(q1); free(kc); free(vc);
+        }
+}
+
 static void test_attention_rejects_an_unsupported_head_dim(void **state) {
     (void)state;
     float *d = dalloc(4096);
@@ -767,6 +804,7 @@ int main(void) {
         cmocka_unit_test(test_rope_store_has_the_bits_of_rope_rope_and_kv_store),
         cmocka_unit_test(test_attention_matches_reference_on_both_paths_with_gqa),
         cmocka_unit_test(test_attention_split_path_has_the_bits_of_the_one_kernel_path),
+        cmocka_unit_test(test_attention_head_bits_do_not_depend_on_its_group),
         cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),
         cmocka_unit_test(test_swiglu_add_and_add_bias_match_reference),
         cmocka_unit_test(test_argmax_takes_the_lowest_index_on_ties),

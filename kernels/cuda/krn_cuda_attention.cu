@@ -3,11 +3,14 @@
  * the arithmetic below is the same for every type).
  *
  * Split-K flash decoding with a fixed split size: keys [0, pos] of row b are cut into chunks of ck keys
- * (MEMRA_CUDA_ATT_CHUNK, fixed per process); block (chunk c, head h, row b) computes the chunk's scores into
- * shared memory (one warp per key, lanes over head_dim, butterfly sum), its max m_c, p = exp(s - m_c),
- * l_c = sum p (fixed tree) and o_c = sum_t p_t v_t (one thread per output dim, keys in order). A combine
- * kernel then merges the chunks of each (b, h) in chunk order: M = max m_c,
- * out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
+ * (MEMRA_CUDA_ATT_CHUNK, fixed per process). Block (group, chunk c, row b) takes up to ATT_G query heads that
+ * share one kv head, so each K row and V element is loaded once for all of them (GQA: 8B has 4 heads per kv
+ * head). Its 8 warps own keys t0 + w + 8i and load ATT_KB of them at once, so each phase waits one round trip:
+ * scores s = q.k * scale (lanes over head_dim, float4 loads; the heads' butterflies done four at a time) into
+ * shared memory; per head m_c = max s, l_c = sum exp(s - m_c) (lane partials over keys in order, butterfly), and
+ * o_c = sum_t exp(s_t - m_c) v_t (each warp its keys in order, the 8 warp partials added in a fixed tree). A
+ * combine kernel then merges the chunks of each (b, h): M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
+ * A head's arithmetic does not depend on which heads share its block.
  * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time: short decode contexts) the first
  * kernel writes o/l directly and the combine skips that row; that is the same arithmetic as the combine of
  * one chunk (e^0 = 1 exactly), so every path gives the same bits.
@@ -21,12 +24,10 @@
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
 
-#define ATT_THREADS 128 /* v1: 4 warps */
+#define ATT_THREADS 256 /* 8 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
-#define ATT2_THREADS 256 /* 8 warps */
-#define ATT2_WARPS (ATT2_THREADS / KRN_WARP)
-#define ATT2_KB 8 /* keys a warp loads at once (scores and values) */
-#define ATT_DPL (KRN_CUDA_ATT_MAX_HEAD_DIM / (4 * KRN_WARP)) /* float4s of q per lane */
+#define ATT_KB 8 /* keys a warp loads at once (scores and values) */
+#define ATT_G 4  /* query heads per block, at most */
 
 /* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types) and one, as f32. */
 static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
@@ -41,10 +42,6 @@ static __device__ __forceinline__ float4 kv_ld4(const __nv_bfloat16 *p) {
                  b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
     return make_float4(a.x, a.y, b.x, b.y);
 }
-static __device__ __forceinline__ float kv_ld1(const float *p) { return __ldg(p); }
-static __device__ __forceinline__ float kv_ld1(const __half *p) { return __half2float(__ldg(p)); }
-static __device__ __forceinline__ float kv_ld1(const __nv_bfloat16 *p) { return __bfloat162float(__ldg(p)); }
-
 /* Row b's position clamped into [0, n_ctx) (the contract: attention clamps pos, kv_store drops the row). */
 static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_ctx) {
     const int p = pos[b];
@@ -76,276 +73,6 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
     }
 }
 
-/* Chunk c of (b, h): see the file comment. ws == NULL, or the row's only chunk (pos < ck): write out (type OT).
- * Otherwise write o (head_dim floats), m, l at ws + ((b*n_head + h)*n_split + c) * (head_dim + 2). */
-template <typename KV, int OT>
-__global__ void __launch_bounds__(ATT_THREADS)
-    att_chunk_kernel_v1(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
-                     const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
-                     const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int ck, int pf) {
-    if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, blockIdx.x, blockIdx.y, blockIdx.z);
-    krn_pdl_enter();
-    __shared__ float sc[KRN_CUDA_ATT_CHUNK];
-    __shared__ float red[32];
-    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int p = att_pos(pos, b, n_ctx);
-    const int t0 = c * ck;
-    if (t0 > p)
-        return; /* the combine reads only chunks 0 .. p / ck */
-    const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
-    const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
-    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
-    const KV *kb = kc + cache0, *vb = vc + cache0;
-    const float *qh = q + ((size_t)b * n_head + h) * hd;
-    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
-
-    /* scores: warp w takes keys t0 + w, t0 + w + 4, ...; lane holds q[4*lane + 128*j ..] */
-    float4 qv[ATT_DPL];
-#pragma unroll
-    for (int j = 0; j < ATT_DPL; j++) {
-        const int d = 4 * lane + 4 * KRN_WARP * j;
-        qv[j] = d < hd ? *(const float4 *)(qh + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll 4 /* 8 keys' loads per warp in flight before the first butterfly (same scores) */
-    for (int t = t0 + warp; t < t1; t += 2 * ATT_WARPS) { /* two keys per warp step: loads in flight */
-        const int u = t + ATT_WARPS;
-        float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < ATT_DPL; j++) {
-            const int d = 4 * lane + 4 * KRN_WARP * j;
-            if (d < hd) {
-                const float4 k0 = kv_ld4(kb + (size_t)t * kv_dim + d);
-                s0 = fmaf(qv[j].x, k0.x, s0);
-                s0 = fmaf(qv[j].y, k0.y, s0);
-                s0 = fmaf(qv[j].z, k0.z, s0);
-                s0 = fmaf(qv[j].w, k0.w, s0);
-                if (u < t1) {
-                    const float4 k1 = kv_ld4(kb + (size_t)u * kv_dim + d);
-                    s1 = fmaf(qv[j].x, k1.x, s1);
-                    s1 = fmaf(qv[j].y, k1.y, s1);
-                    s1 = fmaf(qv[j].z, k1.z, s1);
-                    s1 = fmaf(qv[j].w, k1.w, s1);
-                }
-            }
-        }
-        s0 = krn_warp_sum(s0);
-        s1 = krn_warp_sum(s1);
-        if (lane == 0) {
-            sc[t - t0] = s0 * scale;
-            if (u < t1)
-                sc[u - t0] = s1 * scale;
-        }
-    }
-    __syncthreads();
-
-    /* softmax pieces: max, p = exp(s - m) in place, l = sum p (fixed order) */
-    float m = -INFINITY;
-    for (int i = threadIdx.x; i < L; i += ATT_THREADS)
-        m = fmaxf(m, sc[i]);
-    m = krn_block_max(m, red);
-    float l = 0.0f;
-    for (int i = threadIdx.x; i < L; i += ATT_THREADS) {
-        const float e = expf(sc[i] - m);
-        sc[i] = e;
-        l += e;
-    }
-    l = krn_block_sum(l, red); /* its barriers also publish the sc[] writes */
-
-    /* o[d] = sum_t p_t v[t][d], keys in order, 4 independent partial sums merged in a fixed order */
-    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-        int i = 0;
-#pragma unroll 4 /* 16 value loads in flight: one L2 round trip per 16 keys, not per 4 (same sums) */
-        for (; i + 3 < L; i += 4) {
-            const KV *vr = vb + (size_t)(t0 + i) * kv_dim + d;
-            const float v0 = kv_ld1(vr), v1 = kv_ld1(vr + kv_dim), v2 = kv_ld1(vr + 2 * (size_t)kv_dim),
-                        v3 = kv_ld1(vr + 3 * (size_t)kv_dim);
-            a0 = fmaf(sc[i], v0, a0);
-            a1 = fmaf(sc[i + 1], v1, a1);
-            a2 = fmaf(sc[i + 2], v2, a2);
-            a3 = fmaf(sc[i + 3], v3, a3);
-        }
-        for (; i < L; i++)
-            a0 = fmaf(sc[i], kv_ld1(vb + (size_t)(t0 + i) * kv_dim + d), a0);
-        const float o = (a0 + a1) + (a2 + a3);
-        if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
-            out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
-        } else {
-            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
-            w[d] = o;
-            if (d == 0) {
-                w[hd] = m;
-                w[hd + 1] = l;
-            }
-        }
-    }
-}
-
-/* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x) in chunk order; out of type OT. */
-template <int OT>
-__global__ void __launch_bounds__(ATT_THREADS)
-    att_combine_kernel_v1(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
-                       int n_head, int hd, int n_ctx, int n_split, int ck) {
-    krn_pdl_enter();
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int p = att_pos(pos, b, n_ctx);
-    const int nc = p / ck + 1;
-    if (nc == 1)
-        return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
-    const size_t stride = (size_t)(hd + 2);
-    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
-    float M = -INFINITY;
-    for (int c = 0; c < nc; c++)
-        M = fmaxf(M, w0[c * stride + hd]);
-    float Ls = 0.0f;
-    for (int c = 0; c < nc; c++)
-        Ls = fmaf(w0[c * stride + hd + 1], expf(w0[c * stride + hd] - M), Ls);
-    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
-        float o = 0.0f;
-        for (int c = 0; c < nc; c++)
-            o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
-        out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
-    }
-}
-
-/* Chunk c of (b, h), 8 warps, every load phase one round trip: warp w owns keys t0 + w + 8i.
- * 1. scores: the warp loads ATT2_KB of its keys' K rows at once (lanes over head_dim, float4), then one
- *    butterfly per key; s_t = dot * scale into shared memory. Barrier.
- * 2. every warp takes m = max s_t itself (exact: max has no order) and p_t = expf(s_t - m) for its own keys
- *    as it needs them; warp 0 also l = sum p_t (lane partials over t0 + lane + 32i in order, then a
- *    butterfly), the same p_t bits every warp uses.
- * 3. values: the warp loads ATT2_KB of its keys' V rows at once and adds p_t v_t per dim (its keys in
- *    order); the 8 warp partials meet in shared memory and are added as ((w0+w1)+(w2+w3))+((w4+w5)+(w6+w7)).
- * ws == NULL or the row's only chunk: out = o / l (type OT); else o, m, l into the workspace as before.
- * DPL: float4s of head_dim per lane (1: head_dim <= 128, 2: <= 256), so short heads keep half the registers
- * (4 blocks per SM instead of 2). */
-template <typename KV, int OT, int DPL>
-__global__ void __launch_bounds__(ATT2_THREADS)
-    att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
-                     const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
-                     const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int ck, int pf) {
-    const int h = blockIdx.x, c = blockIdx.y, b = blockIdx.z; /* heads fastest: a kv head's G blocks run together */
-    if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, c, h, b);
-    krn_pdl_enter();
-    __shared__ float sc[KRN_CUDA_ATT_CHUNK];
-    __shared__ float4 part[ATT2_WARPS][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
-    __shared__ float l_sh;
-    const int p = att_pos(pos, b, n_ctx);
-    const int t0 = c * ck;
-    if (t0 > p)
-        return; /* the combine reads only chunks 0 .. p / ck */
-    const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
-    const int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
-    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
-    const KV *kb = kc + cache0, *vb = vc + cache0;
-    const float *qh = q + ((size_t)b * n_head + h) * hd;
-    const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
-
-    float4 qv[DPL]; /* lane holds q[4*lane + 128*j ..] */
-#pragma unroll
-    for (int j = 0; j < DPL; j++) {
-        const int d = 4 * lane + 4 * KRN_WARP * j;
-        qv[j] = d < hd ? *(const float4 *)(qh + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) { /* key offsets i0 + 8k, k < ATT2_KB */
-        float4 kr[ATT2_KB][DPL];
-#pragma unroll
-        for (int k = 0; k < ATT2_KB; k++)
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
-                kr[k][j] = i < L && d < hd ? kv_ld4(kb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-        for (int k = 0; k < ATT2_KB; k++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                s = fmaf(qv[j].x, kr[k][j].x, s);
-                s = fmaf(qv[j].y, kr[k][j].y, s);
-                s = fmaf(qv[j].z, kr[k][j].z, s);
-                s = fmaf(qv[j].w, kr[k][j].w, s);
-            }
-            s = krn_warp_sum(s);
-            const int i = i0 + ATT2_WARPS * k;
-            if (lane == 0 && i < L)
-                sc[i] = s * scale;
-        }
-    }
-    __syncthreads();
-
-    float m = -INFINITY;
-    for (int i = lane; i < L; i += KRN_WARP)
-        m = fmaxf(m, sc[i]);
-    m = krn_warp_max(m);
-    if (warp == 0) {
-        float l = 0.0f;
-        for (int i = lane; i < L; i += KRN_WARP)
-            l += expf(sc[i] - m);
-        l = krn_warp_sum(l);
-        if (lane == 0)
-            l_sh = l;
-    }
-    float4 acc[DPL];
-#pragma unroll
-    for (int j = 0; j < DPL; j++)
-        acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
-        float4 vr[ATT2_KB][DPL];
-#pragma unroll
-        for (int k = 0; k < ATT2_KB; k++)
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
-                vr[k][j] = i < L && d < hd ? kv_ld4(vb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-        for (int k = 0; k < ATT2_KB; k++) {
-            const int i = i0 + ATT2_WARPS * k;
-            if (i < L) {
-                const float e = expf(sc[i] - m);
-#pragma unroll
-                for (int j = 0; j < DPL; j++) {
-                    acc[j].x = fmaf(e, vr[k][j].x, acc[j].x);
-                    acc[j].y = fmaf(e, vr[k][j].y, acc[j].y);
-                    acc[j].z = fmaf(e, vr[k][j].z, acc[j].z);
-                    acc[j].w = fmaf(e, vr[k][j].w, acc[j].w);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < DPL; j++) {
-        const int d4 = lane + KRN_WARP * j;
-        if (4 * d4 < hd)
-            part[warp][d4] = acc[j];
-    }
-    __syncthreads(); /* publishes part[][] and l_sh */
-    const float l = l_sh;
-    for (int d = threadIdx.x; d < hd; d += ATT2_THREADS) {
-        const float *pw = (const float *)part + d; /* warp w's value for d at pw[w * MAX_HEAD_DIM] */
-        const int st = KRN_CUDA_ATT_MAX_HEAD_DIM;
-        const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
-                        ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
-        if (ws == NULL || p < ck) { /* the only chunk: the combine of one chunk, done here */
-            out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
-        } else {
-            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
-            w[d] = o;
-            if (d == 0) {
-                w[hd] = m;
-                w[hd + 1] = l;
-            }
-        }
-    }
-}
-
-#define ATT3_G 4 /* query heads per block at most (grouped kernel) */
-
 /* Four butterfly sums at once: lane l returns the total of value (l >> 3) & 3 (v0 in lanes 0-7, v1 in 8-15, v2 in
  * 16-23, v3 in 24-31) after 6 shuffles instead of 20. Each value's additions are krn_warp_sum's, operand for
  * operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group. */
@@ -362,13 +89,13 @@ static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float 
     return k;
 }
 
-/* Chunk c of row b for up to ATT3_G query heads that share one kv head (block x = kv head * ngrp + group):
+/* Chunk c of row b for up to ATT_G query heads that share one kv head (block x = kv head * ngrp + group):
  * every K row and V element is loaded once for the group. Per head the arithmetic is att_chunk_kernel's (the
  * same lane partials, butterflies, key order per warp and warp-order sums), so a head's bits do not depend on
  * the grouping. */
 template <typename KV, int OT, int DPL>
-__global__ void __launch_bounds__(ATT2_THREADS)
-    att_group_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
                      float scale, int ck, int pf, int ngrp) {
@@ -378,9 +105,9 @@ __global__ void __launch_bounds__(ATT2_THREADS)
     if (pf)
         att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, c, h0, b);
     krn_pdl_enter();
-    __shared__ float sc[ATT3_G][KRN_CUDA_ATT_CHUNK];
-    __shared__ float4 part[ATT2_WARPS][ATT3_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
-    __shared__ float l_sh[ATT3_G], m_sh[ATT3_G];
+    __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK];
+    __shared__ float4 part[ATT_WARPS][ATT_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
+    __shared__ float l_sh[ATT_G], m_sh[ATT_G];
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
     if (t0 > p || gn <= 0)
@@ -391,29 +118,29 @@ __global__ void __launch_bounds__(ATT2_THREADS)
     const KV *kb = kc + cache0, *vb = vc + cache0;
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
 
-    float4 qv[ATT3_G][DPL];
+    float4 qv[ATT_G][DPL];
 #pragma unroll
-    for (int g = 0; g < ATT3_G; g++)
+    for (int g = 0; g < ATT_G; g++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d = 4 * lane + 4 * KRN_WARP * j;
             qv[g][j] = g < gn && d < hd ? *(const float4 *)(q + ((size_t)b * n_head + h0 + g) * hd + d)
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
-        float4 kr[ATT2_KB][DPL];
+    for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
+        float4 kr[ATT_KB][DPL];
 #pragma unroll
-        for (int k = 0; k < ATT2_KB; k++)
+        for (int k = 0; k < ATT_KB; k++)
 #pragma unroll
             for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
                 kr[k][j] = i < L && d < hd ? kv_ld4(kb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
-        for (int k = 0; k < ATT2_KB; k++) {
-            float s[ATT3_G];
+        for (int k = 0; k < ATT_KB; k++) {
+            float s[ATT_G];
 #pragma unroll
-            for (int g = 0; g < ATT3_G; g++) {
+            for (int g = 0; g < ATT_G; g++) {
                 s[g] = 0.0f;
 #pragma unroll
                 for (int j = 0; j < DPL; j++) {
@@ -424,16 +151,16 @@ __global__ void __launch_bounds__(ATT2_THREADS)
                 }
             }
             const float t = att_warp_sum4(s[0], s[1], s[2], s[3], lane);
-            const int i = i0 + ATT2_WARPS * k, g = lane >> 3;
+            const int i = i0 + ATT_WARPS * k, g = lane >> 3;
             if ((lane & 7) == 0 && g < gn && i < L)
                 sc[g][i] = t * scale;
         }
     }
     __syncthreads();
 
-    float m[ATT3_G];
+    float m[ATT_G];
 #pragma unroll
-    for (int g = 0; g < ATT3_G; g++) {
+    for (int g = 0; g < ATT_G; g++) {
         m[g] = -INFINITY;
         if (g < gn) {
             for (int i = lane; i < L; i += KRN_WARP)
@@ -442,7 +169,7 @@ __global__ void __launch_bounds__(ATT2_THREADS)
         }
     }
 #pragma unroll
-    for (int g = 0; g < ATT3_G; g++)
+    for (int g = 0; g < ATT_G; g++)
         if (warp == g && g < gn) { /* warp g: l of head g, the same lane partials and butterfly as one head */
             float l = 0.0f;
             for (int i = lane; i < L; i += KRN_WARP)
@@ -453,27 +180,27 @@ __global__ void __launch_bounds__(ATT2_THREADS)
                 m_sh[g] = m[g];
             }
         }
-    float4 acc[ATT3_G][DPL];
+    float4 acc[ATT_G][DPL];
 #pragma unroll
-    for (int g = 0; g < ATT3_G; g++)
+    for (int g = 0; g < ATT_G; g++)
 #pragma unroll
         for (int j = 0; j < DPL; j++)
             acc[g][j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i0 = warp; i0 < L; i0 += ATT2_WARPS * ATT2_KB) {
-        float4 vr[ATT2_KB][DPL];
+    for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
+        float4 vr[ATT_KB][DPL];
 #pragma unroll
-        for (int k = 0; k < ATT2_KB; k++)
+        for (int k = 0; k < ATT_KB; k++)
 #pragma unroll
             for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT2_WARPS * k;
+                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
                 vr[k][j] = i < L && d < hd ? kv_ld4(vb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
-        for (int k = 0; k < ATT2_KB; k++) {
-            const int i = i0 + ATT2_WARPS * k;
+        for (int k = 0; k < ATT_KB; k++) {
+            const int i = i0 + ATT_WARPS * k;
             if (i < L) {
 #pragma unroll
-                for (int g = 0; g < ATT3_G; g++)
+                for (int g = 0; g < ATT_G; g++)
                     if (g < gn) {
                         const float e = expf(sc[g][i] - m[g]);
 #pragma unroll
@@ -488,7 +215,7 @@ __global__ void __launch_bounds__(ATT2_THREADS)
         }
     }
 #pragma unroll
-    for (int g = 0; g < ATT3_G; g++)
+    for (int g = 0; g < ATT_G; g++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d4 = lane + KRN_WARP * j;
@@ -496,10 +223,10 @@ __global__ void __launch_bounds__(ATT2_THREADS)
                 part[warp][g][d4] = acc[g][j];
         }
     __syncthreads(); /* publishes part[][][], l_sh[] and m_sh[] */
-    for (int e = threadIdx.x; e < gn * hd; e += ATT2_THREADS) {
+    for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
         const int g = e / hd, d = e - g * hd, h = h0 + g;
         const float *pw = (const float *)part + g * KRN_CUDA_ATT_MAX_HEAD_DIM + d;
-        const int st = ATT3_G * KRN_CUDA_ATT_MAX_HEAD_DIM; /* one warp's part[] in floats */
+        const int st = ATT_G * KRN_CUDA_ATT_MAX_HEAD_DIM; /* one warp's part[] in floats */
         const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
                         ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
         const float l = l_sh[g];
@@ -516,19 +243,12 @@ __global__ void __launch_bounds__(ATT2_THREADS)
     }
 }
 
-/* MEMRA_CUDA_ATT_GROUP=1: the grouped kernel (temporary A/B knob; same bits per head as att_chunk_kernel). */
-static int att_group(void) {
-    static int v = KRN_TUNE_UNREAD;
-    static const int allowed[] = {0, 1};
-    return krn_cuda_tune("MEMRA_CUDA_ATT_GROUP", allowed, 2, &v);
-}
-
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
  * Ls = sum_c l_c e^(m_c - M) as thread partials over c = tid, tid + 256, ... in order, then krn_block_sum's
  * fixed order; out[d] = sum_c o_c[d] e^(m_c - M) / Ls, chunks in order, one thread per d (loads of 8 chunks
  * in flight). Out of type OT. */
 template <int OT>
-__global__ void __launch_bounds__(ATT2_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split, int ck) {
     krn_pdl_enter();
@@ -541,27 +261,20 @@ __global__ void __launch_bounds__(ATT2_THREADS)
     const size_t stride = (size_t)(hd + 2);
     const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
     float M = -INFINITY;
-    for (int c = threadIdx.x; c < nc; c += ATT2_THREADS)
+    for (int c = threadIdx.x; c < nc; c += ATT_THREADS)
         M = fmaxf(M, w0[c * stride + hd]);
     M = krn_block_max(M, red);
     float Ls = 0.0f;
-    for (int c = threadIdx.x; c < nc; c += ATT2_THREADS)
+    for (int c = threadIdx.x; c < nc; c += ATT_THREADS)
         Ls = fmaf(w0[c * stride + hd + 1], expf(w0[c * stride + hd] - M), Ls);
     Ls = krn_block_sum(Ls, red);
-    for (int d = threadIdx.x; d < hd; d += ATT2_THREADS) {
+    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float o = 0.0f;
 #pragma unroll 8
         for (int c = 0; c < nc; c++)
             o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
         out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
     }
-}
-
-/* MEMRA_CUDA_ATT_V1=1: the previous kernels (temporary A/B knob; same contract, other bits). */
-static int att_v1(void) {
-    static int v = KRN_TUNE_UNREAD;
-    static const int allowed[] = {0, 1};
-    return krn_cuda_tune("MEMRA_CUDA_ATT_V1", allowed, 2, &v);
 }
 
 /* MEMRA_CUDA_NO_ATT_PREFETCH=1: no L2 prefetch before the PDL wait (the A/B knob; same bits either way). */
@@ -593,33 +306,16 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
 template <int OT, int DPL>
 static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck) {
-    if (c->type == KRN_F16)
-        krn_launch(att_chunk_kernel<__half, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
-    else if (c->type == KRN_BF16)
-        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q,
-            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-            n_split, scale, ck, att_pf());
-    else
-        krn_launch(att_chunk_kernel<float, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const float *)c->k,
-            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
-}
-
-/* att_group_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane */
-template <int OT, int DPL>
-static void att_group_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
-                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
                                int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
     if (c->type == KRN_F16)
-        krn_launch(att_group_kernel<__half, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+        krn_launch(att_chunk_kernel<__half, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
             (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
     else if (c->type == KRN_BF16)
-        krn_launch(att_group_kernel<__nv_bfloat16, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q,
+        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q,
             (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
             n_split, scale, ck, att_pf(), ngrp);
     else
-        krn_launch(att_group_kernel<float, OT, DPL>, grid, ATT2_THREADS, 0, st, out, ws, q, (const float *)c->k,
+        krn_launch(att_chunk_kernel<float, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
             (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
 }
 
@@ -627,62 +323,44 @@ static void att_group_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st
 template <int OT>
 static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck) {
-    if (att_v1()) {
-        if (c->type == KRN_F16)
-            krn_launch(att_chunk_kernel_v1<__half, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-                (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
-        else if (c->type == KRN_BF16)
-            krn_launch(att_chunk_kernel_v1<__nv_bfloat16, OT>, grid, ATT_THREADS, 0, st, out, ws, q,
-                (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-                n_split, scale, ck, att_pf());
-        else
-            krn_launch(att_chunk_kernel_v1<float, OT>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
-                (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf());
-        return;
-    }
-    if (att_group()) {
-        const int G = n_head / n_head_kv, ngrp = (G + ATT3_G - 1) / ATT3_G;
-        const dim3 g3((unsigned)(n_head_kv * ngrp), grid.x, grid.z); /* (kv head x group, chunk, row) */
-        if (hd <= 4 * KRN_WARP)
-            att_group_launch_d<OT, 1>(c, g3, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, ngrp);
-        else
-            att_group_launch_d<OT, 2>(c, g3, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, ngrp);
-        return;
-    }
-    const dim3 g2(grid.y, grid.x, grid.z); /* (head, chunk, row) */
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
     if (hd <= 4 * KRN_WARP)
-        att_chunk_launch_d<OT, 1>(c, g2, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
+        att_chunk_launch_d<OT, 1>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
+                                  ngrp);
     else
-        att_chunk_launch_d<OT, 2>(c, g2, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck);
+        att_chunk_launch_d<OT, 2>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
+                                  ngrp);
 }
 
-/* att_chunk_launch_t for out's type */
-static void att_chunk_launch(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, int out_t, float *ws,
+/* att_chunk_kernel for out's type over the grid (kv head x group, chunk, row): ceil(G / ATT_G) groups of a kv
+ * head's G query heads, as even as they come (8B: G = 4, one group; 70B: G = 8, two of 4; G = 6: two of 3). */
+static void att_chunk_launch(const krn_kv_cache *c, int B, cudaStream_t st, void *out, int out_t, float *ws,
                              const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
                              int hd, int n_ctx, int n_split, float scale, int ck) {
+    const int G = n_head / n_head_kv, ngrp = (G + ATT_G - 1) / ATT_G;
+    const dim3 grid((unsigned)(n_head_kv * ngrp), (unsigned)n_split, (unsigned)B);
     if (out_t == KRN_F16)
         att_chunk_launch_t<KRN_F16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck);
+                                    ck, ngrp);
     else if (out_t == KRN_BF16)
         att_chunk_launch_t<KRN_BF16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                     ck);
+                                     ck, ngrp);
     else
         att_chunk_launch_t<KRN_F32>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck);
+                                    ck, ngrp);
 }
 
 /* att_combine_kernel for out's type */
 static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out, const float *ws, const int32_t *pos,
                                int n_head, int hd, int n_ctx, int n_split, int ck) {
     if (out_t == KRN_F16)
-        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_F16> : att_combine_kernel<KRN_F16>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_combine_kernel<KRN_F16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
     else if (out_t == KRN_BF16)
-        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_BF16> : att_combine_kernel<KRN_BF16>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_combine_kernel<KRN_BF16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
     else
-        krn_launch(att_v1() ? att_combine_kernel_v1<KRN_F32> : att_combine_kernel<KRN_F32>, grid, att_v1() ? ATT_THREADS : ATT2_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
+        krn_launch(att_combine_kernel<KRN_F32>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
                    ck);
 }
 
@@ -718,9 +396,8 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
     if (n_split > 65535) /* the chunk is a grid dimension of at most 65535 */
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: n_ctx=%d is %d chunks of %d keys (at most 65535)",
                            n_ctx, n_split, ck);
-    const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)B);
     if (n_split == 1) {
-        att_chunk_launch(c, grid, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
+        att_chunk_launch(c, B, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
@@ -734,7 +411,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    att_chunk_launch(c, grid, st, out, out_t, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
+    att_chunk_launch(c, B, st, out, out_t, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
                      ck);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0) {
