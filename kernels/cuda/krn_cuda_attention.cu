@@ -73,6 +73,20 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
     }
 }
 
+/* Rows i0 + 8k (k < ATT_KB) of a chunk starting at key t0, of L keys, as DPL float4s per lane (lane's dims
+ * 4*lane + 128*j); rows past L and dims past hd read as zeros. All loads are issued before any is used. */
+template <typename KV, int DPL>
+static __device__ __forceinline__ void att_load_rows(float4 (&r)[ATT_KB][DPL], const KV *base, int t0, int i0, int L,
+                                                     int kv_dim, int hd, int lane) {
+#pragma unroll
+    for (int k = 0; k < ATT_KB; k++)
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
+            r[k][j] = i < L && d < hd ? kv_ld4(base + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+}
+
 /* Four butterfly sums at once: lane l returns the total of value (l >> 3) & 3 (v0 in lanes 0-7, v1 in 8-15, v2 in
  * 16-23, v3 in 24-31) after 6 shuffles instead of 20. Each value's additions are krn_warp_sum's, operand for
  * operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group. */
@@ -129,13 +143,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
         float4 kr[ATT_KB][DPL];
-#pragma unroll
-        for (int k = 0; k < ATT_KB; k++)
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
-                kr[k][j] = i < L && d < hd ? kv_ld4(kb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        att_load_rows<KV, DPL>(kr, kb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             float s[ATT_G];
@@ -188,13 +196,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             acc[g][j] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
         float4 vr[ATT_KB][DPL];
-#pragma unroll
-        for (int k = 0; k < ATT_KB; k++)
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
-                vr[k][j] = i < L && d < hd ? kv_ld4(vb + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             const int i = i0 + ATT_WARPS * k;
