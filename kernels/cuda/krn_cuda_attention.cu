@@ -29,7 +29,7 @@
 #define ATT_KB 8 /* keys a warp loads at once (scores and values) */
 #define ATT_G 4  /* query heads per block, at most */
 
-/* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types) and one, as f32. */
+/* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types), as f32. */
 static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
 static __device__ __forceinline__ float4 kv_ld4(const __half *p) {
     const uint2 u = __ldg((const uint2 *)p);
@@ -56,15 +56,15 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_c
  * Key row p, written right now by rope_store, is skipped. */
 template <typename KV>
 static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, const int32_t *seq,
-                                                    const int32_t *pos, int n_head, int n_head_kv, int hd,
-                                                    int n_ctx, int ck, int c, int h, int b) {
+                                                    const int32_t *pos, int n_head_kv, int hd, int n_ctx, int ck,
+                                                    int c, int kvh, int b) {
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
         return;
     const int per_line = 128 / (int)sizeof(KV), kv_dim = n_head_kv * hd;
     const int lines = (hd + per_line - 1) / per_line; /* 128-byte lines per key row */
-    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)(h / (n_head / n_head_kv)) * hd;
+    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
     const int n = (t1 - t0) * lines;
     for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
         const int j = i < n ? i : i - n;
@@ -103,10 +103,10 @@ static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float 
     return k;
 }
 
-/* Chunk c of row b for up to ATT_G query heads that share one kv head (block x = kv head * ngrp + group):
- * every K row and V element is loaded once for the group. Per head the arithmetic is att_chunk_kernel's (the
- * same lane partials, butterflies, key order per warp and warp-order sums), so a head's bits do not depend on
- * the grouping. */
+/* Chunk c of row b for the gn (1..ATT_G) query heads of group grp of one kv head (block x = kv head * ngrp +
+ * grp; att_chunk_launch's grouping leaves no group empty): every K row and V element is loaded once for the
+ * group. Each head's lane partials, butterflies, key order per warp and warp-order sums are those of the head
+ * alone, so a head's bits do not depend on the grouping (tests/gpu_kernels.c). */
 template <typename KV, int OT, int DPL>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
@@ -117,14 +117,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
     const int c = blockIdx.y, b = blockIdx.z;
     if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head, n_head_kv, hd, n_ctx, ck, c, h0, b);
+        att_prefetch(kc, vc, seq, pos, n_head_kv, hd, n_ctx, ck, c, kvh, b);
     krn_pdl_enter();
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ float4 part[ATT_WARPS][ATT_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
-    if (t0 > p || gn <= 0)
+    if (t0 > p)
         return;
     const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
     const int kv_dim = n_head_kv * hd;
