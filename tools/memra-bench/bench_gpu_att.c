@@ -85,15 +85,17 @@ static int ga_row(ga_ctx *g, int ti, int B, int n_ctx, int iters, double *sec, i
     *copies = nc;
     for (int b = 0; b < GA_MAX_B; b++)
         hpos[b] = n_ctx - 1;
-    /* ordered: st is idle here (the previous row synchronized it before freeing its caches) */
-    GA_CK(cudaMemcpy(g->pos, hpos, sizeof hpos, cudaMemcpyHostToDevice), "cudaMemcpy(pos)");
+    /* ordered by st: pos, the tile and its copies land before the row's first call on st (a pageable source is
+     * staged before cudaMemcpyAsync returns, so hpos and the tile may change afterwards) */
+    GA_CK(cudaMemcpyAsync(g->pos, hpos, sizeof hpos, cudaMemcpyHostToDevice, g->st), "cudaMemcpyAsync(pos)");
     GA_CK(cudaMalloc((void **)&slab, total), "cudaMalloc(caches)");
     /* the tile, then the filled prefix copied after itself until the slab is full */
     size_t filled = (size_t)GA_TILE * esz < total ? (size_t)GA_TILE * esz : total;
-    GA_CK(cudaMemcpy(slab, g->tile[ti], filled, cudaMemcpyHostToDevice), "cudaMemcpy(cache tile)");
+    GA_CK(cudaMemcpyAsync(slab, g->tile[ti], filled, cudaMemcpyHostToDevice, g->st), "cudaMemcpyAsync(cache tile)");
     while (filled < total) {
         const size_t n = filled < total - filled ? filled : total - filled;
-        GA_CK(cudaMemcpy(slab + filled, slab, n, cudaMemcpyDeviceToDevice), "cudaMemcpy(caches, device to device)");
+        GA_CK(cudaMemcpyAsync(slab + filled, slab, n, cudaMemcpyDeviceToDevice, g->st),
+              "cudaMemcpyAsync(caches, device to device)");
         filled += n;
     }
     for (int i = -nc; i < iters; i++) { /* negative i: warm-up, every copy once; then copies 0, 1, ... */
@@ -159,8 +161,9 @@ int bench_gpu_att(int dev, int iters, double hbm, int pdl) {
     GA_CK(cudaMalloc((void **)&g.ws, g.ws_bytes), "cudaMalloc(workspace)");
     GA_CK(cudaMalloc((void **)&g.seq, sizeof hseq), "cudaMalloc(seq)");
     GA_CK(cudaMalloc((void **)&g.pos, sizeof hseq), "cudaMalloc(pos)");
-    GA_CK(cudaMemcpy(g.q, hq, qbytes, cudaMemcpyHostToDevice), "cudaMemcpy(q)");
-    GA_CK(cudaMemcpy(g.seq, hseq, sizeof hseq, cudaMemcpyHostToDevice), "cudaMemcpy(seq)");
+    /* ordered by st: q and seq land before the first call on st (pageable sources, staged before return) */
+    GA_CK(cudaMemcpyAsync(g.q, hq, qbytes, cudaMemcpyHostToDevice, g.st), "cudaMemcpyAsync(q)");
+    GA_CK(cudaMemcpyAsync(g.seq, hseq, sizeof hseq, cudaMemcpyHostToDevice, g.st), "cudaMemcpyAsync(seq)");
     prev_pdl = krn_cuda_set_pdl(pdl);
     const char *ck = getenv("MEMRA_CUDA_ATT_CHUNK"), *npf = getenv("MEMRA_CUDA_NO_ATT_PREFETCH");
     const int has_npf = npf && *npf; /* the prefetch A/B knob: named only when set */

@@ -92,6 +92,10 @@ static int gk_upload_x(void **dx, const float *hx, size_t n) {
     cudaError_t e = cudaMalloc(dx, n * gk_xbytes());
     if (e == cudaSuccess)
         e = cudaMemcpy(*dx, src, n * gk_xbytes(), cudaMemcpyHostToDevice);
+    /* ordered: a cudaMemcpy from pageable memory may return before its DMA ends, on the legacy stream, which the
+     * timing's non-blocking stream does not wait for; x and every weight uploaded before it land here */
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
     free(h16);
     if (e != cudaSuccess) {
         fprintf(stderr, "gpu-kernels: uploading x: %s\n", cudaGetErrorString(e));
@@ -202,6 +206,8 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
     if (planes) {
         GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
         GK_CK(cudaMemcpy(blocks, hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(blocks)");
+        /* ordered: the blocks land before the repacks on st read them (see gk_upload_x) */
+        GK_CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
     for (int c = 0; c < copies; c++) {
         void *d = NULL;
