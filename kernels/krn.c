@@ -73,10 +73,7 @@ int krn_act_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || typ
 
 size_t krn_act_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
 
-/* Whether y (count elements of activation type yt) may be written while f32 `in` (count floats) is read: an
- * f32 y may be `in` itself (in place, element for element), a 16-bit y must not overlap it (its element i lands
- * on in[i/2], which another thread may not have read yet). */
-static int act_out_ok(const void *y, int yt, const float *in, size_t count)
+int krn_act_out_ok(const void *y, int yt, const float *in, size_t count)
 {
     if (yt == KRN_F32)
         return 1;
@@ -87,7 +84,7 @@ static int act_out_ok(const void *y, int yt, const float *in, size_t count)
 int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps)
 {
     if (!s || !y || !krn_act_type_ok(yt) || !x || !w || B <= 0 || n <= 0 || !(eps >= 0.0f) ||
-        !act_out_ok(y, yt, x, (size_t)B * n))
+        !krn_act_out_ok(y, yt, x, (size_t)B * n))
         return MEMRA_E_INVAL;
     DISPATCH(s, rmsnorm_t, y, yt, x, w, B, n, eps);
 }
@@ -254,7 +251,7 @@ int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, c
 {
     if (!s || !out || !krn_act_type_ok(out_t) || !q || !kv_cache_ok(c) || !seq || !pos || B <= 0 || n_head <= 0 ||
         n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_ctx <= 0 ||
-        !act_out_ok(out, out_t, q, (size_t)B * n_head * head_dim))
+        !krn_act_out_ok(out, out_t, q, (size_t)B * n_head * head_dim))
         return MEMRA_E_INVAL;
 #if KRN_CUDA
     if (on_cuda(s))
@@ -279,7 +276,7 @@ int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_
 int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n)
 {
     if (!s || !y || !krn_act_type_ok(yt) || !gate || !up || B <= 0 || n <= 0 ||
-        !act_out_ok(y, yt, gate, (size_t)B * n) || !act_out_ok(y, yt, up, (size_t)B * n))
+        !krn_act_out_ok(y, yt, gate, (size_t)B * n) || !krn_act_out_ok(y, yt, up, (size_t)B * n))
         return MEMRA_E_INVAL;
     DISPATCH(s, swiglu_t, y, yt, gate, up, B, n);
 }

@@ -79,6 +79,10 @@ int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
  * on every backend. The residual stream, q/k/v, the KV cache's inputs and the logits stay f32. */
 int krn_act_type_ok(int type);     /* 1 for KRN_F32, KRN_F16, KRN_BF16 */
 size_t krn_act_bytes(int type);    /* 4, 2, 2; 0 for any other type */
+/* 1 when y (count elements of activation type yt) may be written while the f32 `in` (count floats) is read: an
+ * f32 y may be `in` itself (in place, element for element), a 16-bit y must not overlap it (its element i lands
+ * on in[i/2], which another thread may not have read yet). */
+int krn_act_out_ok(const void *y, int yt, const float *in, size_t count);
 
 /* y (B, n) = x (B, n) / rms(x) * w (n,)    rms = sqrt(mean(x^2) + eps) */
 int krn_rmsnorm_async(dev_stream *s, float *y, const float *x, const float *w, int B, int n, float eps);

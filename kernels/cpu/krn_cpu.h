@@ -72,7 +72,7 @@ int krn_cpu_matmul_async(dev_stream *s, float *y, const krn_weight *W, const flo
 /* x->x8 (kernels/krn.h "x quantized to int8") is not read: it serves PLANES weights, which the CPU never holds. */
 int krn_cpu_matmul_parts_x_async(dev_stream *s, const krn_mm_part *parts, int n, const krn_mm_x *x, int B);
 int krn_cpu_matmul_acc_x_async(dev_stream *s, float *y, const krn_weight *W, const krn_mm_x *x, int B);
-/* krn_x8_quantize_host (kernels/x8.c) on s, over the widened rows of x (type xt) */
+/* krn_x8_quantize_t_host (kernels/x8.c) on s, over the widened rows of x (type xt) */
 int krn_cpu_quantize_x8_t_async(dev_stream *s, void *xq, const void *x, int xt, int B, int n);
 int krn_cpu_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n);
 int krn_cpu_rope_async(dev_stream *s, float *x, const int32_t *pos, int B, int n_heads, int head_dim, int n_rot,

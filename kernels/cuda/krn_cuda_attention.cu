@@ -388,6 +388,9 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
     if (!krn_act_type_ok(out_t) || !krn_cuda_aligned(out, (unsigned)krn_act_bytes(out_t)))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: out type %d at %p (allowed: f32, f16, bf16, out "
                            "aligned to its element)", out_t, out);
+    if (!krn_act_out_ok(out, out_t, q, (size_t)B * n_head * head_dim)) /* out is written while other blocks read q */
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: a 16-bit out must not overlap q (an f32 out may be "
+                           "q)");
     if (!krn_cuda_aligned(q, 16) || !krn_cuda_aligned(c->k, 16) || !krn_cuda_aligned(c->v, 16))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: q and the caches must be 16-byte aligned");
     if (B > 65535 || n_head > 65535)

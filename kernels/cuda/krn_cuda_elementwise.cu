@@ -111,12 +111,6 @@ static void rmsnorm_launch(int vec, int B, cudaStream_t st, void *y, const float
 /* The two kernels add the squares in different orders, so the path is part of the result: vec when n % 4 == 0,
  * n <= 8192, x and w 16-byte aligned and y aligned for its 4-element stores (f32 16 bytes, as before; 16-bit
  * 8 bytes). A 16-bit y thus holds the rounded bits of an f32 y taking the same path. */
-/* 1 when the byte ranges [a, a + na) and [b, b + nb) overlap. */
-static int ew_overlap(const void *a, size_t na, const void *b, size_t nb) {
-    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
-    return pa < pb + nb && pb < pa + na;
-}
-
 extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, void *y, int yt, const float *x, const float *w, int B, int n,
                                       float eps, dev_err *err) {
     int rc;
@@ -128,10 +122,10 @@ extern "C" int krn_cuda_rmsnorm_async(void *cuda_stream, void *y, int yt, const 
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: y type %d at %p (allowed: f32, f16, bf16, y aligned "
                            "to its element)", yt, y);
     const size_t t = (size_t)B * n;
-    if (yt != KRN_F32 && ew_overlap(y, 2 * t, x, 4 * t)) /* other blocks' rows of x would be overwritten unread */
+    if (!krn_act_out_ok(y, yt, x, t)) /* other blocks' rows of x would be overwritten unread */
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rmsnorm: a 16-bit y must not overlap x (an f32 y may be x)");
     const int vec = n % 4 == 0 && n <= 4 * RMS_V4 * ROW_THREADS && krn_cuda_aligned(x, 16) &&
-                    krn_cuda_aligned(y, yt == KRN_F32 ? 16 : 8) && krn_cuda_aligned(w, 16);
+                    krn_cuda_aligned(y, 4 * (unsigned)krn_act_bytes(yt)) && krn_cuda_aligned(w, 16);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     if (yt == KRN_F16)
         rmsnorm_launch<KRN_F16>(vec, B, st, y, x, w, n, eps);
@@ -353,7 +347,7 @@ extern "C" int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const f
                            "to its element)", yt, y);
     /* thread i writes y's element i and reads gate[i], up[i]: an f32 y may be gate or up (in place), a 16-bit
      * one would overwrite inputs other threads have yet to read */
-    if (yt != KRN_F32 && (ew_overlap(y, 2 * t, gate, 4 * t) || ew_overlap(y, 2 * t, up, 4 * t)))
+    if (!krn_act_out_ok(y, yt, gate, t) || !krn_act_out_ok(y, yt, up, t))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_swiglu: a %s y must not overlap gate or up (only an f32 y "
                            "may be computed in place)", yt == KRN_F16 ? "f16" : "bf16");
     cudaStream_t st = (cudaStream_t)cuda_stream;

@@ -215,7 +215,7 @@ static void gemm_cvt_to(int type, bool vec, dim3 grid, dim3 block, cudaStream_t 
 
 /* xo (n elements of W's type `type`) = x (n elements of activation type xt), converted. */
 static void gemm_cvt_launch(int type, void *xo, const void *x, int xt, size_t n, cudaStream_t st) {
-    const bool vec = n % 4 == 0 && krn_cuda_aligned(x, xt == KRN_F32 ? 16 : 8);
+    const bool vec = n % 4 == 0 && krn_cuda_aligned(x, 4 * (unsigned)krn_act_bytes(xt));
     const size_t items = vec ? n / 4 : n;
     const dim3 block(256), grid((unsigned)((items + 255) / 256));
     if (xt == KRN_F16)
@@ -246,7 +246,7 @@ static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weig
     /* x already of W's type (f32 x is 16-byte aligned by eligibility): cuBLAS reads it in place */
     const int in_place = xt == W->type && krn_cuda_aligned(x, 16);
     if (!in_place) {
-        const size_t n = (size_t)B * (size_t)W->n_in, bytes = n * (W->type == KRN_F32 ? 4 : 2);
+        const size_t n = (size_t)B * (size_t)W->n_in, bytes = n * krn_act_bytes(W->type);
         if (capturing) {
             /* a memory node of the graph: never the eager buffer, which may be freed by a later growth */
             if ((rc = krn_cuda_call_check(err, cudaMallocAsync(&tmp, bytes, st), "krn_cuda_gemm: cudaMallocAsync")))
@@ -303,12 +303,7 @@ static int gemm_run(dev_stream *s, float *y, const krn_weight *W, const void *x,
 
 extern "C" int krn_cuda_gemm_try(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int *done,
                                  dev_err *err) {
-    return krn_cuda_gemm_try_acc(s, y, W, x, B, 0, done, err);
-}
-
-extern "C" int krn_cuda_gemm_try_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc,
-                                     int *done, dev_err *err) {
-    return krn_cuda_gemm_try_x(s, y, W, x, KRN_F32, B, acc, done, err);
+    return krn_cuda_gemm_try_x(s, y, W, x, KRN_F32, B, 0, done, err);
 }
 
 extern "C" int krn_cuda_gemm_try_x(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B,

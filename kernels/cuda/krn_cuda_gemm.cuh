@@ -67,12 +67,9 @@ int krn_cuda_gemm_eligible_x(const krn_weight *W, float *y, const void *x, int x
 int krn_cuda_gemm_try(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int *done,
                       dev_err *err);
 
-/* krn_cuda_gemm_try for krn_matmul_acc_async (acc = 1): y += x @ W^T, the add in cuBLAS's epilogue
- * (beta = 1); acc = 0 is krn_cuda_gemm_try. */
-int krn_cuda_gemm_try_acc(dev_stream *s, float *y, const krn_weight *W, const float *x, int B, int acc, int *done,
-                          dev_err *err);
-/* krn_cuda_gemm_try_acc over x of activation type xt (what krn_matmul_parts_x_async / krn_matmul_acc_x_async
- * reach; a krn_mm_x's x8 is not read here: PLANES weights never take cuBLAS). */
+/* krn_cuda_gemm_try over x of activation type xt (what krn_matmul_parts_x_async / krn_matmul_acc_x_async
+ * reach; a krn_mm_x's x8 is not read here: PLANES weights never take cuBLAS); acc = 1: y += x @ W^T, the add
+ * in cuBLAS's epilogue (beta = 1). */
 int krn_cuda_gemm_try_x(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc,
                         int *done, dev_err *err);
 

@@ -1,4 +1,5 @@
-/* GEMV over the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) of q8_0, q4_0, q4_1, q4_K:
+/* GEMV over the planar layout (KRN_LAYOUT_PLANES, kernels/krn.h) of q8_0, q4_0, q4_1, q4_K, q6_K (its layout:
+ * kernels/krn.h; its compute: mp_compute_q6k below):
  * y (B, n_out) = x (B, n_in) @ W^T, B <= 8 rows of x per launch.
  *
  * The quant plane is 16-byte aligned row by row, so every load is a 16-byte streaming load straight into
@@ -22,7 +23,6 @@
  * added in warp order. That order depends on neither B nor R nor U, so a row has the same bits in any
  * batch. No atomics.
  * Shared mutable state: none (the reduction buffer lives for one launch). */
-#include <stdlib.h>
 
 #include "kernels/cuda/krn_cuda_planes.cuh"
 
