@@ -5,7 +5,8 @@
 #include "kernels/cpu/krn_cpu.h"
 #include "kernels/quant.h"
 
-#define ATT_STACK_POS 4096
+#define ATT_STACK_POS 4096 /* scores on the stack up to this many (group x positions) */
+#define ATT_TILE 256       /* positions of a 16-bit cache widened at a time */
 
 /* Keys or values t = 0..n_t-1 of one kv head, as f32 rows at base + t * stride: the cache itself (f32:
  * stride kv_dim), or (16-bit) the rows widened once into buf (stride head_dim, exact: the dequant row
@@ -28,7 +29,8 @@ static const float *kv_rows(const void *cache, int type, size_t off, int n_t, in
  *   p_t = exp(s_t - max s) / sum p      (f32, t in order)
  *   out = sum_t p_t v_t                 (f32, t in order, then one division by the sum)
  * q (B, n_head*head_dim); caches (n_seq, n_ctx, n_head_kv*head_dim); out (B, n_head*head_dim). A 16-bit
- * cache's rows are widened to f32 first (exactly, once per kv head), so the arithmetic is the f32 cache's.
+ * cache's rows are widened to f32 first (exactly, a tile of positions at a time, once per kv head group), so
+ * the arithmetic is the f32 cache's. Every sum runs over t (or dims) in order, as above, whatever the tiling.
  * Each row depends only on its own q and its cache prefix, so a row gives the same bits whatever the
  * batch or chunk it is computed in. */
 void krn_cpu_attention(const krn_cpu_attention_args *a)
@@ -53,17 +55,15 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     float stack[ATT_STACK_POS];
-    int n_max = 0; /* the longest valid row: one widening buffer for the call (16-bit caches) */
-    for (int b = 0; b < a->B; b++)
-        if (a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0 && a->pos[b] + 1 > n_max)
-            n_max = a->pos[b] + 1;
-    float *kbuf = a->c.type != KRN_F32 && n_max ? malloc(2 * (size_t)n_max * hd * sizeof(float)) : NULL;
+    /* 16-bit caches: ATT_TILE positions of one kv head widened at a time (memory O(tile), not O(context)) */
+    float *tbuf = a->c.type != KRN_F32 ? malloc((size_t)ATT_TILE * hd * sizeof(float)) : NULL;
     for (int b = 0; b < a->B; b++) {
         const int n_t = a->pos[b] + 1;
         float *out_b = (float *)a->out + (size_t)b * a->n_head * hd;
         const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
-        float *sc = !ok || n_t <= ATT_STACK_POS ? stack : malloc((size_t)n_t * sizeof(float));
-        if (!ok || !sc || (a->c.type != KRN_F32 && !kbuf)) {
+        const size_t nsc = ok ? (size_t)group * n_t : 0; /* the group's scores, head after head */
+        float *sc = nsc <= ATT_STACK_POS ? stack : malloc(nsc * sizeof(float));
+        if (!ok || !sc || (a->c.type != KRN_F32 && !tbuf)) {
             for (int i = 0; i < a->n_head * hd; i++)
                 out_b[i] = NAN; /* invalid row or no scratch: visible, never silent */
             if (sc != stack)
@@ -72,42 +72,59 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
         }
         const size_t c0 = (size_t)a->seq[b] * a->n_ctx * kv_dim; /* this sequence's first cache row */
         for (int g = 0; g < a->n_head_kv; g++) {
-            size_t ks, vs; /* K rows in kbuf[0, n_t*hd), V rows after them */
-            const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd, kbuf, &ks);
-            const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)g * hd, n_t, kv_dim, hd,
-                                      kbuf + (size_t)n_t * hd, &vs);
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                const float *q = a->q + ((size_t)b * a->n_head + h) * hd;
-                float mx = -INFINITY;
-                for (int t = 0; t < n_t; t++) {
-                    const float *k = kg + (size_t)t * ks;
-                    float d = 0.0f;
-                    for (int i = 0; i < hd; i++)
-                        d += q[i] * k[i];
-                    sc[t] = d * scale;
-                    if (sc[t] > mx)
-                        mx = sc[t];
-                }
-                float sum = 0.0f;
-                for (int t = 0; t < n_t; t++) {
-                    sc[t] = expf(sc[t] - mx);
-                    sum += sc[t];
-                }
-                float *o = out_b + (size_t)h * hd;
+            const float *qg = a->q + ((size_t)b * a->n_head + (size_t)g * group) * hd;
+            float *og = out_b + (size_t)g * group * hd;
+            for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* scores: K widened once per tile for the group */
+                const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
+                size_t ks;
+                const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
+                                          hd, tbuf, &ks);
+                for (int j = 0; j < group; j++)
+                    for (int t = 0; t < nt; t++) {
+                        const float *q = qg + (size_t)j * hd, *k = kg + (size_t)t * ks;
+                        float d = 0.0f;
+                        for (int i = 0; i < hd; i++)
+                            d += q[i] * k[i];
+                        sc[(size_t)j * n_t + t0 + t] = d * scale;
+                    }
+            }
+            for (int j = 0; j < group; j++) { /* p_t = exp(s_t - max), unnormalized; o = 0 */
+                float *s = sc + (size_t)j * n_t, mx = -INFINITY;
+                for (int t = 0; t < n_t; t++)
+                    if (s[t] > mx)
+                        mx = s[t];
+                for (int t = 0; t < n_t; t++)
+                    s[t] = expf(s[t] - mx);
                 for (int i = 0; i < hd; i++)
-                    o[i] = 0.0f;
-                for (int t = 0; t < n_t; t++) {
-                    const float *v = vg + (size_t)t * vs;
-                    for (int i = 0; i < hd; i++)
-                        o[i] += sc[t] * v[i];
+                    og[(size_t)j * hd + i] = 0.0f;
+            }
+            for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* values: V widened once per tile for the group */
+                const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
+                size_t vs;
+                const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
+                                          hd, tbuf, &vs);
+                for (int j = 0; j < group; j++) {
+                    const float *p = sc + (size_t)j * n_t + t0;
+                    float *o = og + (size_t)j * hd;
+                    for (int t = 0; t < nt; t++) {
+                        const float *v = vg + (size_t)t * vs;
+                        for (int i = 0; i < hd; i++)
+                            o[i] += p[t] * v[i];
+                    }
                 }
+            }
+            for (int j = 0; j < group; j++) { /* one division by the sum (t in order) */
+                const float *s = sc + (size_t)j * n_t;
+                float sum = 0.0f;
+                for (int t = 0; t < n_t; t++)
+                    sum += s[t];
                 const float inv = 1.0f / sum;
                 for (int i = 0; i < hd; i++)
-                    o[i] *= inv;
+                    og[(size_t)j * hd + i] *= inv;
             }
         }
         if (sc != stack)
             free(sc);
     }
-    free(kbuf);
+    free(tbuf);
 }
