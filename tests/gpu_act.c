@@ -5,7 +5,7 @@
  *     to nearest even (the host's krn_f32_to_f16 / krn_f32_to_bf16);
  *   - consumers: the GEMV over a 16-bit x gives the f32 GEMV's bits over the widened x, for every weight type in
  *     GGUF blocks (float types on both the vec and the scalar path) and for the planes of q8_0 / q4_0 / q4_1 /
- *     q4_K, at B = 1, 3, 8, 11; the fused forms too (3 parts in one launch, a mixed list launched per part, acc);
+ *     q4_K / q6_K, at B = 1, 3, 8, 11; the fused forms too (3 parts in one launch, a mixed list launched per part, acc);
  *     quantize_x8 over a 16-bit x writes krn_x8_quantize_host's bytes for the widened rows (zero, NaN, inf blocks);
  *   - cuBLAS (B >= 16): bf16 x with a bf16 W is passed in place (a captured GEMM has no conversion buffer, the
  *     f32-x one has), lies within tests/gpu_gemm.c's tolerance of a double reference, and has the f32-x path's
@@ -287,7 +287,7 @@ static void test_gemv_over_16_bit_x_has_the_bits_of_the_widened_f32_x_for_every_
 
 static void test_planes_gemv_over_16_bit_x_has_the_bits_of_the_widened_f32_x(void **state) {
     (void)state;
-    for (int ti = 3; ti <= 6; ti++) { /* q8_0, q4_0, q4_1, q4_k */
+    for (int ti = 3; ti <= 7; ti++) { /* q8_0, q4_0, q4_1, q4_k, q6_k */
         const cuda_ref_type *t = &CUDA_REF_TYPES[ti];
         const int k = t->be == 256 ? 8 : 1;
         static const int shapes[2][2] = {{257, 4096}, {33, 160}};

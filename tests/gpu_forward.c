@@ -83,9 +83,10 @@ static void test_cuda_logits_match_the_cpu_backend_in_every_tensor_type(void **s
             prompt_logits(&rc, NULL, a);
             prompt_logits(&rg, NULL, b);
             double mx = 0, diff = 0;
-            for (int i = 0; i < T * V; i++) {
+            for (int i = 0; i < T * V; i++) { /* a NaN difference makes diff NaN (fmax would drop it) */
+                const double d = fabs(a[i] - b[i]);
                 mx = fmax(mx, fabs(a[i]));
-                diff = fmax(diff, fabs(a[i] - b[i]));
+                diff = d > diff || d != d ? d : diff;
             }
             printf("  %s %-4s: max |cuda - cpu| = %.3g (max |cpu| %.3g)\n", arch ? "qwen2" : "llama",
                    krn_type_name(types[ti]), diff, mx);
@@ -97,7 +98,10 @@ static void test_cuda_logits_match_the_cpu_backend_in_every_tensor_type(void **s
             if (!(diff <= tol * (1 + mx)))
                 fail_msg("%s %s: max |cuda - cpu| = %g", arch ? "qwen2" : "llama", krn_type_name(types[ti]), diff);
             int decided = 0;
-            for (int t = 0; t < T; t++) { /* greedy tokens where the CPU's margin exceeds twice the tolerance */
+            /* greedy tokens where the CPU's margin exceeds twice the tolerance: the issue's stated criterion. It
+             * follows from the bound just checked (no logit moved by more than the tolerance), so it fails only
+             * if that bound's check is wrong; the count printed says how many rows it decides. */
+            for (int t = 0; t < T; t++) {
                 int ia = 0, ib = 0;
                 float top2 = -INFINITY;
                 for (int i = 1; i < V; i++) {

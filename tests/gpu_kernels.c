@@ -617,6 +617,7 @@ static void test_attention_head_bits_do_not_depend_on_its_group(void **state) {
             cuda_ref_rand_floats(kc, nc);
             cuda_ref_rand_floats(vc, nc);
             float *og = run_attention(g_s1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+            check_attention_ref(og, q, kc, vc, seq, pos, B, nh, nkv, hd, n_ctx); /* the grouping is right, too */
             for (int h = 0; h < G; h++) { /* head h of each kv group, alone: nh = nkv, q = those heads */
                 for (int b = 0; b < B; b++)
                     for (int k = 0; k < nkv; k++)

@@ -199,9 +199,13 @@ static void test_misused_fed_steps_are_refused_with_a_message(void **state)
     assert_non_null(strstr(e4.msg, "stage actors only"));
     unsetenv("MEMRA_BATCH_PP");
     st.kind = ACT_STEP_EAGER;
-    float out[1];
+    mdl_gguf_synth shape; /* room for a row of logits: a refusal that broke would write, not smash the stack */
+    mdl_gguf_synth_defaults(&shape);
+    float *out = calloc((size_t)shape.n_vocab, sizeof *out);
+    assert_non_null(out);
     assert_int_equal(act_pp_run_unsplit(rt, &st, out, &e5), MEMRA_E_INVAL);
     assert_non_null(strstr(e5.msg, "fed step"));
+    free(out);
     assert_null(p);
     act_pp_destroy(plain);
     act_pp_destroy(rt);
