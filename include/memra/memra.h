@@ -190,15 +190,16 @@ typedef struct memra_runtime_params {
     int n_ctx;               /* positions per sequence (0 = min(1024, model's context)) */
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
     int apply_env;           /* 1 (default): the doors above override; 0: only these fields count */
-    memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
-    memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
-                              * uses it for greedy requests when on */
     memra_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
     memra_abort_fn abort_cb; /* may be NULL; checked between chunks and steps (MEMRA_E_ABORTED) */
     void *abort_user;
+    /* 0.2.0: the fields below were appended after abort_user, so 0.1.0's fields keep their offsets */
+    memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
+    memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
+                              * uses it for greedy requests when on */
     memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
-                              * apply_env, else F32); last, so the fields before it keep their offsets */
+                              * apply_env, else F32) */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);
