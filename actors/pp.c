@@ -144,20 +144,20 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
     int r = mdl_embed_table_upload(rt->model, d0, &rt->embd_dev, err);
     if (r)
         return dev_err_wrap(err, "device feed (act_pp_params.feed; the API's MEMRA_DEVICE_FEED=0 turns it off)");
-    int32_t *zeros = calloc((size_t)rt->n_seq, sizeof *zeros);
-    if (!(rt->feed_src = calloc((size_t)rt->n_seq, sizeof *rt->feed_src)) || !zeros) {
-        free(zeros);
+    if (!(rt->feed_src = calloc((size_t)rt->n_seq, sizeof *rt->feed_src)) ||
+        !(rt->feed_ev = calloc((size_t)rt->n_seq, sizeof *rt->feed_ev)))
         return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
-    }
-    /* a sequence's slot holds token 0 until its first ARGMAX step: defined bytes for a fed step's garbage */
     if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)) ||
-        (r = dev_copy_h2d_sync(d0, rt->feed_tok, zeros, (size_t)rt->n_seq * sizeof(int32_t), err)) != 0 ||
-        !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)) ||
-        !(rt->feed_ev = calloc((size_t)rt->n_seq, sizeof *rt->feed_ev))) {
-        free(zeros);
-        return r ? r : rt->feed_ev ? err->code : dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
-    }
+        !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)))
+        return err->code;
+    /* a sequence's slot holds token 0 until its first ARGMAX step: defined bytes for a fed step's garbage */
+    int32_t *zeros = calloc((size_t)rt->n_seq, sizeof *zeros);
+    if (!zeros)
+        return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
+    r = dev_copy_h2d_sync(d0, rt->feed_tok, zeros, (size_t)rt->n_seq * sizeof(int32_t), err);
     free(zeros);
+    if (r)
+        return r;
     for (int i = 0; i < rt->n_seq; i++) /* one per sequence: a fed step waits its own sequence's producer only */
         if (!(rt->feed_ev[i] = dev_event_create(last, err)))
             return err->code;
@@ -204,6 +204,10 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: n_seq=%d max_rows=%d n_ctx=%d (need n_seq >= 1, "
                                         "max_rows >= 1, n_ctx >= 0 with 0 = default)",
                     p.n_seq, p.max_rows, p.n_ctx);
+        goto fail;
+    }
+    if (p.feed < ACT_FEED_OFF || p.feed > ACT_FEED_AUTO) { /* before the weights load, as every field check */
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: feed = %d (allowed ACT_FEED_OFF 0, ON 1, AUTO 2)", p.feed);
         goto fail;
     }
     if (elem_type(p.kv_type, "kv_type", "MEMRA_KV_TYPE", mdl_kv_type_from_env, &rt->kv_type, err) != 0 ||
@@ -290,10 +294,6 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         rt->stage[b + 1].in = rt->bnd[b];
     }
     dev_device *last = rt->stage[N - 1].dev;
-    if (p.feed < ACT_FEED_OFF || p.feed > ACT_FEED_AUTO) {
-        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: feed = %d (allowed ACT_FEED_OFF 0, ON 1, AUTO 2)", p.feed);
-        goto fail;
-    }
     const int feed = feed_wanted(rt, p.feed, err);
     if (feed < 0 || (feed && feed_init(rt, last, err) != 0))
         goto fail;

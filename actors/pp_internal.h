@@ -18,8 +18,9 @@
  *   next_id, ref_* (reference arm)     the submitting thread only
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
- *   feed_tok, feed_rows (device)       written by the last stage's stream (feed_tok[seq] after each ARGMAX
- *                                      step, then feed_ev[seq]), read by stage 0's stream after waiting it */
+ *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
+ *                                      step, then feed_ev[seq]), read by stage 0's stream after waiting it
+ *   feed_rows (device)                 stage 0's stream only (gathered from feed_tok, read by the embed) */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 

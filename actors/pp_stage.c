@@ -202,6 +202,8 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_
     int r = 0;
     for (int b = 0; b < rec->out_rows; b++) {
         int32_t *slot = rt->feed_tok + rec->seq[b];
+        /* ordered after stage 0's last read of this slot (an earlier fed step's copy into feed_rows): this step
+         * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream */
         if (r == 0)
             r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))
                               : dev_copy_peer_async(st->stream, slot, d0, tok + b, st->dev, sizeof(int32_t));
