@@ -3,6 +3,8 @@
 #ifndef MEMRA_BENCH_H
 #define MEMRA_BENCH_H
 
+#include <stdint.h>
+
 int bench_mailbox(int argc, char **argv);     /* hand-off latency between two threads (actors/) */
 int bench_decode(int argc, char **argv);      /* single-stage prefill/decode tokens/s (model/) */
 int bench_hop(int argc, char **argv);         /* one boundary hop per transport and slot count (transport/) */
@@ -30,5 +32,18 @@ int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags,
 double bench_now_s(void);
 /* Sort v[0..n) ascending (for medians and percentiles). */
 void bench_sort(double *v, int n);
+/* The next value of a xorshift64 generator whose state (non-zero) is *s: the random fills of the benchmarks. */
+uint64_t bench_xorshift(uint64_t *s);
+
+/* A CUDA runtime call in a function with a `fail:` cleanup label: on failure print "who: what: error" and goto
+ * fail. (For the files that include cuda_runtime_api.h.) */
+#define BENCH_CUDA_CK(who, call, what)                                                                         \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "%s: %s: %s\n", who, what, cudaGetErrorString(e_));                                \
+            goto fail;                                                                                         \
+        }                                                                                                      \
+    } while (0)
 
 #endif

@@ -41,23 +41,10 @@ static const struct {
 } GA_TYPES[] = {{KRN_F32, "f32"}, {KRN_BF16, "bf16"}};
 
 static uint64_t ga_rng = 0x13198A2E03707344ull;
-static uint64_t ga_next(void) {
-    ga_rng ^= ga_rng << 13;
-    ga_rng ^= ga_rng >> 7;
-    ga_rng ^= ga_rng << 17;
-    return ga_rng;
-}
 /* A small random value in [-0.5, 0.5]. */
-static float ga_val(void) { return (float)((int)(ga_next() % 2001) - 1000) / 2000.0f; }
+static float ga_val(void) { return (float)((int)(bench_xorshift(&ga_rng) % 2001) - 1000) / 2000.0f; }
 
-#define GA_CK(call, what)                                                                                      \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "gpu-kernels --attention: %s: %s\n", what, cudaGetErrorString(e_));                \
-            goto fail;                                                                                         \
-        }                                                                                                      \
-    } while (0)
+#define GA_CK(call, what) BENCH_CUDA_CK("gpu-kernels --attention", call, what)
 
 /* Buffers shared by every row (allocated once by bench_gpu_att). */
 typedef struct ga_ctx {

@@ -103,21 +103,7 @@ static int gk_upload_x(void **dx, const float *hx, size_t n) {
     }
     return 0;
 }
-static uint64_t gk_next(void) {
-    gk_rng ^= gk_rng << 13;
-    gk_rng ^= gk_rng >> 7;
-    gk_rng ^= gk_rng << 17;
-    return gk_rng;
-}
-
-#define GK_CK(call, what)                                                                                      \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "gpu-kernels: %s: %s\n", what, cudaGetErrorString(e_));                            \
-            goto fail;                                                                                         \
-        }                                                                                                      \
-    } while (0)
+#define GK_CK(call, what) BENCH_CUDA_CK("gpu-kernels", call, what)
 
 /* Average seconds per matmul over max(iters, copies) launches rotating over the weight copies w[0..copies):
  * every copy once untimed, then the timed launches between two events on st. cublas != NULL: through the
@@ -192,7 +178,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         goto fail;
     }
     for (size_t i = 0; i < wbytes; i++)
-        hw[i] = (uint8_t)gk_next();
+        hw[i] = (uint8_t)bench_xorshift(&gk_rng);
     if (planes) /* finite scales: clear the top exponent bit of d (and m for q4_1) */
         for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
             for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
@@ -201,7 +187,7 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
             hw[i + 209] &= 0x3B;
     for (size_t i = 0; i < (size_t)B * n_in; i++)
-        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+        hx[i] = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
     const krn_weight src = {t->type, n_out, n_in, NULL, KRN_LAYOUT_BLOCKS};
     if (planes) {
         GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
@@ -301,7 +287,7 @@ static int gg_upload(int type, int esz, size_t n, void **w, int copies) {
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        const float f = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+        const float f = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
         if (type == KRN_F32) {
             memcpy(hw + 4 * i, &f, 4);
         } else {
@@ -339,7 +325,7 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
     if (gg_upload(type, esz, (size_t)n_out * n_in, w, copies))
         goto fail;
     for (size_t i = 0; i < (size_t)maxb * n_in; i++)
-        hx[i] = (float)((int)(gk_next() % 2001) - 1000) / 1000.0f;
+        hx[i] = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
     if (gk_upload_x(&dx, hx, (size_t)maxb * n_in))
         goto fail;
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)maxb * n_out), "cudaMalloc(y)");
@@ -498,8 +484,8 @@ int bench_gpu_kernels(int argc, char **argv) {
                 B, iters, hbm, dev);
         return 2;
     }
-    if (att && (gemm || chain)) {
-        fprintf(stderr, "gpu-kernels: --attention is a table of its own: not with --gemm or --chain\n");
+    if (att + gemm + (chain != 0) > 1) {
+        fprintf(stderr, "gpu-kernels: --attention, --gemm and --chain are tables of their own: one at a time\n");
         gk_usage(stderr);
         return 2;
     }
@@ -507,10 +493,14 @@ int bench_gpu_kernels(int argc, char **argv) {
         return bench_gpu_att(dev, iters, hbm, pdl);
     if (gemm)
         return gk_gemm_table(dev, iters);
-    if (chain)
-        return chain >= 1 && chain <= 64 && chain_mode >= -1 && chain_mode <= 5
-                   ? gk_chain_table(dev, chain, iters, hbm, chain_mode)
-                   : 2;
+    if (chain || chain_mode != -1) {
+        if (chain < 1 || chain > 64 || chain_mode < -1 || chain_mode > 5) {
+            fprintf(stderr, "gpu-kernels: --chain %d (1..64), --chain-mode %d (0..5, and only with --chain)\n", chain,
+                    chain_mode);
+            return 2;
+        }
+        return gk_chain_table(dev, chain, iters, hbm, chain_mode);
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {

@@ -94,7 +94,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     const act_logits_mode mode = dev_argmax ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL;
     const int feed = dev_argmax == 2;
     act_pp_params p = act_pp_default_params();
-    p.feed = feed;
+    p.feed = feed ? ACT_FEED_ON : ACT_FEED_OFF;
     p.synth = syn;
     p.config.stages = stages;
     p.apply_env = stages > 1; /* PP-1 is the door shut whatever the environment says */
@@ -278,6 +278,10 @@ int bench_pp_scaling(int argc, char **argv)
     }
     if (!model) {
         fprintf(stderr, "memra-bench pp-scaling: -m MODEL or --synthetic NAME is required\n");
+        return 2;
+    }
+    if (no_pp1 && repeat > 1) { /* the repeats are PP-1 / PP-N pairs */
+        fprintf(stderr, "memra-bench pp-scaling: --repeat %d needs PP-1 (not with --no-pp1)\n", repeat);
         return 2;
     }
     setenv("MEMRA_PP_OVERLAP", getenv("MEMRA_PP_OVERLAP") ? getenv("MEMRA_PP_OVERLAP") : "1", 1);
