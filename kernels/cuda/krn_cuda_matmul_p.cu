@@ -76,8 +76,7 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
             a[b] = krn_ldx4<XT>(xv + (size_t)b * n_in);
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const uint32_t w = (k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w) ^
-                               0x80808080u;
+            const uint32_t w = mp_word_of(it.q[r][u], k) ^ 0x80808080u;
 #pragma unroll
             for (int b = 0; b < NB; b++)
                 tq[r][b] = mp_dot4(tq[r][b], w, 128.0f, a[b]);
@@ -93,7 +92,7 @@ static __device__ __forceinline__ void mp_word(const mp_item<T, R, U> &it, int u
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const uint32_t w = k == 0 ? it.q[r][u].x : k == 1 ? it.q[r][u].y : k == 2 ? it.q[r][u].z : it.q[r][u].w;
+            const uint32_t w = mp_word_of(it.q[r][u], k);
 #pragma unroll
             for (int b = 0; b < NB; b++)
                 tq[r][b] = mp_dot8_q4(tq[r][b], w, off, a[b], c[b]);
@@ -183,12 +182,12 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
                 for (int b = 0; b < NB; b++)
                     acc[r][b] = fmaf(d1, tq[r][b], fmaf(-m1, xs[b], acc[r][b]));
             } else if constexpr (T == KRN_Q4_1) {
-                const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu)), m = krn_h2f((uint16_t)(it.s[r][u] >> 16));
+                const float d = mp_s_d(it.s[r][u]), m = mp_s_m(it.s[r][u]);
 #pragma unroll
                 for (int b = 0; b < NB; b++)
                     acc[r][b] = fmaf(d, tq[r][b], fmaf(m, xs[b], acc[r][b]));
             } else {
-                const float d = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
+                const float d = mp_s_d(it.s[r][u]);
 #pragma unroll
                 for (int b = 0; b < NB; b++)
                     acc[r][b] = fmaf(d, tq[r][b], acc[r][b]);

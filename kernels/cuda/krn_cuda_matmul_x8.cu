@@ -77,11 +77,6 @@ extern "C" int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const voi
 
 /* ---- GEMV ---- */
 
-/* Word k (0..3) of a uint4. */
-static __device__ __forceinline__ int mx_word(const uint4 &v, int k) {
-    return (int)(k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w);
-}
-
 /* Four int8 -32: dp4a of it with 4 quants of x adds -32 times their sum. */
 #define MX_M32 ((int)0xE0E0E0E0u)
 
@@ -161,8 +156,8 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
                 mp_q4k_scale(it.s[r][u], v % 8, d1[r], m1[r]);
                 m1[r] = -m1[r];
             } else {
-                d1[r] = krn_h2f((uint16_t)(it.s[r][u] & 0xFFFFu));
-                m1[r] = T == KRN_Q4_1 ? krn_h2f((uint16_t)(it.s[r][u] >> 16)) : T == KRN_Q4_0 ? -8.0f * d1[r] : 0.0f;
+                d1[r] = mp_s_d(it.s[r][u]);
+                m1[r] = T == KRN_Q4_1 ? mp_s_m(it.s[r][u]) : T == KRN_Q4_0 ? -8.0f * d1[r] : 0.0f;
             }
         }
 #pragma unroll
@@ -177,7 +172,7 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
                 int isum = 0;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const int w = mx_word(it.q[r][u], k);
+                    const int w = (int)mp_word_of(it.q[r][u], k);
                     if constexpr (T == KRN_Q8_0) {
                         isum = __dp4a(w, xw[k], isum);
                     } else { /* byte i of w: element 8k+i low nibble, 8k+4+i high nibble */

@@ -115,6 +115,11 @@ static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint
     }
 }
 
+/* The two f16 halves of a scale word: d (low) and m (high) of q4_1 and of a q4_K header's first word; q6_K's d
+ * is its high half. */
+static __device__ __forceinline__ float mp_s_d(uint32_t s) { return krn_h2f((uint16_t)(s & 0xFFFFu)); }
+static __device__ __forceinline__ float mp_s_m(uint32_t s) { return krn_h2f((uint16_t)(s >> 16)); }
+
 /* q4_K: sub-block j (0..7) of the super-block whose header h is (d | dmin << 16, scales[0..12) as 3 words):
  * d1 = d * sc, m1 = dmin * m with GGUF's 6-bit sc, m of sub-block j (get_scale_min_k4), so an element is
  * d1 * q - m1 and the sub-block's dot is d1 * sum(q x) - m1 * sum(x). */
@@ -123,8 +128,8 @@ static __device__ __forceinline__ void mp_q4k_scale(uint4 h, int j, float &d1, f
     const uint32_t by = (h.y >> sh) & 0xFFu, bz = (h.z >> sh) & 0xFFu, bw = (h.w >> sh) & 0xFFu;
     const uint32_t sc = j < 4 ? by & 63u : (bw & 0xFu) | ((by >> 6) << 4);
     const uint32_t mn = j < 4 ? bz & 63u : (bw >> 4) | ((bz >> 6) << 4);
-    d1 = krn_h2f((uint16_t)(h.x & 0xFFFFu)) * (float)sc;
-    m1 = krn_h2f((uint16_t)(h.x >> 16)) * (float)mn;
+    d1 = mp_s_d(h.x) * (float)sc;
+    m1 = mp_s_m(h.x) * (float)mn;
 }
 
 /* q6_K: the 8 words of a vector's 32 6-bit quants, word j = elements 4j..4j+3 one per byte (0..63), from its
@@ -142,9 +147,14 @@ static __device__ __forceinline__ void mp_q6k_words(uint4 q, uint2 h, uint32_t (
     }
 }
 
+/* Word k (0..3) of a uint4 (k a compile-time constant in every caller's unrolled loop). */
+static __device__ __forceinline__ uint32_t mp_word_of(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
 /* q6_K: the int8 scale of half i (0: elements 0..15 of the vector, 1: 16..31) and d from an item's s. */
 static __device__ __forceinline__ int mp_q6k_sc(uint32_t s, int i) { return (int)(int8_t)(uint8_t)(s >> (8 * i)); }
-static __device__ __forceinline__ float mp_q6k_d(uint32_t s) { return krn_h2f((uint16_t)(s >> 16)); }
+static __device__ __forceinline__ float mp_q6k_d(uint32_t s) { return mp_s_m(s); }
 
 /* The planar GEMV's walk (krn_cuda_matmul_p.cu's file comment) with the products of C:
  * C::compute<T, NB, R, U>(item, x, xq, xq_row, n_in, nvec, c, t, acc) adds the item's vectors against the rows
