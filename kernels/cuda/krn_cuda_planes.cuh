@@ -171,7 +171,8 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
     const int t = threadIdx.x;
     const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
     const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
-    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane */
+    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane (not q6_K's: mp_issue_q6k finds its
+                                                       * own after 24 quant bytes a vector; S is unused there) */
     mp_item<T, R, U> cur;
     if ((int)blockIdx.x < ngroups)
         mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);
