@@ -14,32 +14,19 @@
  * neither on B nor on the run.
  * Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_gguf.cuh"
 
 #define EMB_THREADS 256 /* threads per row */
 
 static __device__ __forceinline__ uint16_t emb_ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static __device__ __forceinline__ float emb_h(const uint8_t *p) { return krn_h2f(emb_ld16(p)); }
 
-/* Element e (0..31) of 16 bytes of q4 nibbles: low nibbles are elements 0..15, high nibbles 16..31. */
-static __device__ __forceinline__ int emb_nib(const uint8_t *q, int e) {
-    return e < 16 ? (q[e] & 0xF) : (q[e - 16] >> 4);
-}
-
 /* Element e (0..255) of a q4_K super-block p: chunk c = e / 64 holds sub-blocks 2c (the low nibbles of
- * qs[32c ..]) and 2c + 1 (their high nibbles); value (d * sc) * q - dmin * m (krn_q4k_scale_min's 6-bit pair). */
+ * qs[32c ..]) and 2c + 1 (their high nibbles); value (d * sc) * q - dmin * m (gguf_q4k_scale_min's 6-bit pair). */
 static __device__ __forceinline__ float emb_q4_K(const uint8_t *p, int e) {
-    const uint8_t *sc = p + 4, *qs = p + 16;
-    const int j = e / 32; /* sub-block */
-    int s, m;
-    if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-    } else {
-        s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-    const uint8_t b = qs[32 * (e / 64) + e % 32];
-    const int q = (e % 64) < 32 ? (b & 0xF) : (b >> 4);
+    uint32_t s, m;
+    gguf_q4k_scale_min(e / 32, p + 4, &s, &m);
+    const uint32_t q = gguf_q4k_nib(p + 16, e);
     const float d1 = __fmul_rn(emb_h(p), (float)s), m1 = __fmul_rn(emb_h(p + 2), (float)m);
     return __fsub_rn(__fmul_rn((float)q, d1), m1);
 }
@@ -49,10 +36,8 @@ static __device__ __forceinline__ float emb_q4_K(const uint8_t *p, int e) {
  * qh[l]; value (q - 32) * (d * scales[l / 16 + 2k]). */
 static __device__ __forceinline__ float emb_q6_K(const uint8_t *p, int e) {
     const int h = e / 128, k = (e % 128) / 32, l = e % 32;
-    const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
     const int8_t *sc = (const int8_t *)(p + 192 + 8 * h);
-    const uint8_t lo = ql[l + 32 * (k & 1)];
-    const int q = (k < 2 ? (lo & 0xF) : (lo >> 4)) | (((qh[l] >> (2 * k)) & 3) << 4);
+    const int q = (int)(gguf_q6_bits(p, e, 0) | gguf_q6_bits(p, e, 1) << 4);
     const float ds = __fmul_rn(emb_h(p + 208), (float)sc[l / 16 + 2 * k]);
     return __fmul_rn((float)(q - 32), ds);
 }
@@ -72,11 +57,11 @@ static __device__ __forceinline__ float emb_elem(int t, const uint8_t *r, int i)
     }
     case KRN_Q4_0: { /* (q - 8) * d */
         const uint8_t *p = r + 18 * (size_t)(i / 32);
-        return __fmul_rn((float)(emb_nib(p + 2, i % 32) - 8), emb_h(p));
+        return __fmul_rn((float)((int)gguf_q4_nib(p + 2, i % 32) - 8), emb_h(p));
     }
     case KRN_Q4_1: { /* q * d + m */
         const uint8_t *p = r + 20 * (size_t)(i / 32);
-        return __fadd_rn(__fmul_rn((float)emb_nib(p + 4, i % 32), emb_h(p)), emb_h(p + 2));
+        return __fadd_rn(__fmul_rn((float)gguf_q4_nib(p + 4, i % 32), emb_h(p)), emb_h(p + 2));
     }
     case KRN_Q4_K: return emb_q4_K(r + 144 * (size_t)(i / 256), i % 256);
     case KRN_Q6_K: return emb_q6_K(r + 210 * (size_t)(i / 256), i % 256);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/krn_cuda_matmul.cuh"
+#include "kernels/cuda/krn_cuda_gguf.cuh"
 
 /* Blocks per SM the compiler must fit, and the grid's blocks per SM: 4 at B <= 2 (128 registers a thread,
  * 16 warps per SM), 3 above (no spills with more rows of x). */
@@ -145,16 +146,10 @@ template <> struct mm_sub<KRN_Q8_0> {
     }
 };
 
-/* Q4_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (GGUF's get_scale_min_k4). */
+/* Q4_K 6-bit scale and min of sub-block j (0..7) as floats (exact: the integer in a float's mantissa). */
 static __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *s, float *sc, float *mn) {
     uint32_t a, b;
-    if (j < 4) {
-        a = s[j] & 63;
-        b = s[j + 4] & 63;
-    } else {
-        a = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        b = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+    gguf_q4k_scale_min(j, s, &a, &b);
     *sc = __uint_as_float(0x4B000000u | a) - 8388608.0f;
     *mn = __uint_as_float(0x4B000000u | b) - 8388608.0f;
 }

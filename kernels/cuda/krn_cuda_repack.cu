@@ -6,29 +6,7 @@
  * bytes. Load time only (bandwidth is not the point). Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
-
-/* Element e (0..31) of a GGUF q4 block's quant bytes g as a nibble. */
-static __device__ __forceinline__ uint32_t g_nib(const uint8_t *g, int e) {
-    return e < 16 ? (g[e] & 0xFu) : (uint32_t)(g[e - 16] >> 4);
-}
-
-/* Element e (0..255) of a q4_K super-block's quant bytes qs (chunk c = e / 64: low nibbles of qs[32c ..],
- * then its high nibbles). */
-static __device__ __forceinline__ uint32_t k_nib(const uint8_t *qs, int e) {
-    const uint8_t b = qs[32 * (e / 64) + e % 32];
-    return (e % 64) < 32 ? (b & 0xFu) : (uint32_t)(b >> 4);
-}
-
-/* q6_K: the low 4 bits (hi = 0) or the high 2 bits (hi = 1) of element e (0..255) of a super-block's quant
- * bytes ql[128], qh[64] at b: half h = e / 128, run k = (e % 128) / 32, l = e % 32: a nibble of
- * ql[64h + l + 32 (k & 1)] (low for k < 2), bits 2k, 2k+1 of qh[32h + l]. */
-static __device__ __forceinline__ uint32_t q6_bits(const uint8_t *b, int e, int hi) {
-    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
-    if (hi)
-        return (uint32_t)(b[128 + 32 * h + l] >> (2 * k)) & 3u;
-    const uint8_t lo = b[64 * h + l + 32 * (k & 1)];
-    return k < 2 ? (lo & 0xFu) : (uint32_t)(lo >> 4);
-}
+#include "kernels/cuda/krn_cuda_gguf.cuh"
 
 /* Output unit u (0..11) of a q6_K super-block b: u < 8 the low nibbles of sub-block u as a q4 planar block
  * (byte 4k+i: elements 8k+i low, 8k+4+i high); u >= 8 the high bits of sub-blocks s = 2(u-8), s+1, 8 bytes
@@ -41,13 +19,13 @@ static __device__ __forceinline__ void q6_unit(const uint8_t *b, int u, uint32_t
         for (int i = 0; i < 4; i++) {
             uint32_t byte;
             if (u < 8) {
-                byte = q6_bits(b, 32 * u + 8 * k + i, 0) | q6_bits(b, 32 * u + 8 * k + 4 + i, 0) << 4;
+                byte = gguf_q6_bits(b, 32 * u + 8 * k + i, 0) | gguf_q6_bits(b, 32 * u + 8 * k + 4 + i, 0) << 4;
             } else { /* word k: sub-block 2(u-8) + k/2, m = k % 2 */
                 const int e0 = 32 * (2 * (u - 8) + k / 2) + 16 * (k % 2) + i;
                 byte = 0;
 #pragma unroll
                 for (int f = 0; f < 4; f++)
-                    byte |= q6_bits(b, e0 + 4 * f, 1) << (2 * f);
+                    byte |= gguf_q6_bits(b, e0 + 4 * f, 1) << (2 * f);
             }
             w[k] |= byte << (8 * i);
         }
@@ -82,7 +60,7 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
         } else { /* q4: byte 4k+i of the vector = elements 8k+i (low nibble), 8k+4+i (high) of its 32 */
             const uint8_t *qs = b + SB;
             /* element e of the vector: q4_K sub-block h = elements 32h .. 32h+32 of the super-block */
-            auto nib = [&](int e) -> uint32_t { return T == KRN_Q4_K ? k_nib(qs, 32 * h + e) : g_nib(qs, e); };
+            auto nib = [&](int e) -> uint32_t { return T == KRN_Q4_K ? gguf_q4k_nib(qs, 32 * h + e) : gguf_q4_nib(qs, e); };
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 w[k] = 0;
