@@ -230,6 +230,12 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     setenv("MEMRA_CUDA_X8", "1", 1);
     check_model_repack(ptype(4));
     unsetenv("MEMRA_CUDA_X8");
+}
+
+/* ... and without MEMRA_CUDA_X8 the model's q6_k tensors stay in GGUF blocks. */
+static void test_q6_k_stays_in_blocks_without_int8_x(void **state) {
+    (void)state;
+    unsetenv("MEMRA_CUDA_X8");
     size_t bytes;
     uint8_t *h = cuda_fix_rand_blocks(ptype(4), 8, 256, &bytes);
     void *db = dupload(h, bytes);
@@ -253,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_planes_gemv_matches_reference_and_blocks_for_every_batch),
         cmocka_unit_test(test_planes_gemv_rejects_blocks_types_and_misalignment_with_a_message),
         cmocka_unit_test(test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits),
+        cmocka_unit_test(test_q6_k_stays_in_blocks_without_int8_x),
     };
     return cmocka_run_group_tests(tests, two_streams_setup, two_streams_teardown);
 }

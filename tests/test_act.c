@@ -13,15 +13,12 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "support/test_rand.h"
 #include "kernels/krn.h"
 #include "kernels/quant.h"
 
 static uint64_t rng = 4242;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((rng >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
 
 static const int act16[2] = { KRN_F16, KRN_BF16 };
 

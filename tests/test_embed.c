@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "support/test_rand.h"
 #include "kernels/cpu/krn_cpu.h"
 #include "kernels/krn.h"
 #include "kernels/quant.h"
@@ -19,11 +20,7 @@ static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, K
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 static uint64_t rng_state;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((rng_state >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng_state); } /* uniform in [-1, 1) */
 
 /* A host table of n_out random rows of type t (krn_quant_row of random floats); *rb = its row bytes. */
 static unsigned char *rand_table(int t, int n_out, int n_in, size_t *rb)

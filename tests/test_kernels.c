@@ -10,17 +10,14 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "support/test_rand.h"
 #include "kernels/cpu/krn_cpu.h"
 #include "kernels/krn.h"
 
 /* ---- deterministic data ---- */
 
 static uint64_t rng_state;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((rng_state >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng_state); } /* uniform in [-1, 1) */
 static float *rand_vec(size_t n, float scale)
 {
     float *v = malloc(n * sizeof *v);

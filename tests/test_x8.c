@@ -13,16 +13,13 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "support/test_rand.h"
 #include "kernels/krn.h"
 #include "model/llama.h"
 #include "support/gguf_tiny.h"
 
 static uint64_t rng = 77;
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((rng >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_frand(&rng); } /* uniform in [-1, 1) */
 
 static void test_row_bytes_hold_quants_and_scales_rounded_to_16(void **state)
 {
