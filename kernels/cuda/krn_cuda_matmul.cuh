@@ -30,6 +30,16 @@ typedef struct mm_args {
     size_t x8_row;     /* krn_x8_row_bytes(n_in) */
 } mm_args;
 
+/* A row group's accumulators, zeroed (the block GEMV and the planar walk start every group so). */
+template <int R, int NB>
+static __device__ __forceinline__ void mm_acc_zero(float (&acc)[R][NB]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++)
+            acc[r][b] = 0.0f;
+}
+
 /* The end of a row group in the block kernels (krn_cuda_matmul_q.cu, _p.cu): each warp's butterfly totals of
  * the group's R rows x NB rows of x go to red[buf][warp], then one thread per (row, x row) adds the warp
  * totals in warp order and stores (acc_y: y +=). The barrier is the group's; red is double-buffered by the

@@ -108,12 +108,7 @@ template <int XT, int NB, int R, int U>
 static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R, U> &it,
                                                       const krn_act_e<XT> *__restrict__ x,
                                                       int n_in, int nvec, int c, int t, float (&acc)[R][NB]) {
-    const int v0 = c * MP_THREADS * U + t;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int v = v0 + MP_THREADS * u;
-        if (v >= nvec)
-            break; /* vectors ascend with u */
+    mp_each_vector<U>(nvec, c, t, [&](int u, int v) {
         uint32_t q[R][8];
         float ds[R][2];
 #pragma unroll
@@ -143,7 +138,7 @@ static __device__ __forceinline__ void mp_compute_q6k(const mp_item<KRN_Q6_K, R,
                 for (int r = 0; r < R; r++)
                     acc[r][b] = fmaf(ds[r][half], tq[r], acc[r][b]);
             }
-    }
+        });
 }
 
 /* acc[r][b] += item's vectors (valid ones: v < nvec) against x. */
@@ -155,12 +150,7 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
         mp_compute_q6k<XT, NB, R, U>(it, x, n_in, nvec, c, t, acc);
         return;
     }
-    const int v0 = c * MP_THREADS * U + t;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int v = v0 + MP_THREADS * u;
-        if (v >= nvec)
-            break; /* vectors ascend with u */
+    mp_each_vector<U>(nvec, c, t, [&](int u, int v) {
         float tq[R][NB], xs[NB];
 #pragma unroll
         for (int b = 0; b < NB; b++) {
@@ -193,7 +183,7 @@ static __device__ __forceinline__ void mp_compute(const mp_item<T, R, U> &it, co
                     acc[r][b] = fmaf(d, tq[r][b], acc[r][b]);
             }
         }
-    }
+        });
 }
 
 /* The float-x products of mp_kernel (krn_cuda_planes.cuh), x of activation type XT. */

@@ -353,11 +353,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MB)
     int buf = 0;
     for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
         float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                acc[r][b] = 0.0f;
+        mm_acc_zero<R, NB>(acc);
         if (active) {
             for (int c = warp; c < nchunks; c += MM_WARPS) {
                 int coff[R];

@@ -90,12 +90,7 @@ template <int NB, int R, int U>
 static __device__ __forceinline__ void mx_compute_q6k(const mp_item<KRN_Q6_K, R, U> &it, const uint8_t *__restrict__ xq,
                                                       size_t row_bytes, int n_in, int nvec, int c, int t,
                                                       float (&acc)[R][NB]) {
-    const int v0 = c * MP_THREADS * U + t;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int v = v0 + MP_THREADS * u;
-        if (v >= nvec)
-            break; /* vectors ascend with u */
+    mp_each_vector<U>(nvec, c, t, [&](int u, int v) {
         uint32_t q[R][8];
         int sc0[R], sc1[R];
         float dw[R];
@@ -130,7 +125,7 @@ static __device__ __forceinline__ void mx_compute_q6k(const mp_item<KRN_Q6_K, R,
                 acc[r][b] = fmaf(dw[r] * dx, (float)(sc0[r] * s0 + sc1[r] * s1), acc[r][b]);
             }
         }
-    }
+        });
 }
 
 /* acc[r][b] += the item's vectors (valid ones: v < nvec) against the quantized x rows (xq, row_bytes apart). */
@@ -143,12 +138,7 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
         mx_compute_q6k<NB, R, U>(it, xq, row_bytes, n_in, nvec, c, t, acc);
         return;
     }
-    const int v0 = c * MP_THREADS * U + t;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int v = v0 + MP_THREADS * u;
-        if (v >= nvec)
-            break; /* vectors ascend with u */
+    mp_each_vector<U>(nvec, c, t, [&](int u, int v) {
         float d1[R], m1[R]; /* per row: the factor of isum and of s_x */
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -186,7 +176,7 @@ static __device__ __forceinline__ void mx_compute(const mp_item<T, R, U> &it, co
                 acc[r][b] = fmaf(d1[r] * dx.x, (float)isum, a);
             }
         }
-    }
+        });
 }
 
 /* The int8-x products of mp_kernel (krn_cuda_planes.cuh). */

@@ -147,6 +147,20 @@ static __device__ __forceinline__ void mp_q6k_words(uint4 q, uint2 h, uint32_t (
     }
 }
 
+/* body(u, v) for the item's vectors v = c*128*U + 128u + t (u = 0..U-1) that exist (v < nvec; they ascend with
+ * u, so the first missing one ends the walk): the loop every planar compute runs over its item. */
+template <int U, class F>
+static __device__ __forceinline__ void mp_each_vector(int nvec, int c, int t, F &&body) {
+    const int v0 = c * MP_THREADS * U + t;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int v = v0 + MP_THREADS * u;
+        if (v >= nvec)
+            return;
+        body(u, v);
+    }
+}
+
 /* Word k (0..3) of a uint4 (k a compile-time constant in every caller's unrolled loop). */
 static __device__ __forceinline__ uint32_t mp_word_of(const uint4 &v, int k) {
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
@@ -180,11 +194,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
     int buf = 0;
     for (int g = blockIdx.x; g < ngroups; g += gridDim.x, buf ^= 1) {
         float acc[R][NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                acc[r][b] = 0.0f;
+        mm_acc_zero<R, NB>(acc);
         for (int c = 0; c < nch; c++) {
             const int gn = c + 1 < nch ? g : g + (int)gridDim.x, cn = c + 1 < nch ? c + 1 : 0;
             mp_item<T, R, U> nxt;
