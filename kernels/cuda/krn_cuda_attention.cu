@@ -27,7 +27,7 @@
 #define ATT_THREADS 256 /* 8 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_KB 8 /* keys a warp loads at once (scores and values) */
-#define ATT_G 4  /* query heads per block, at most */
+#define ATT_G 4  /* query heads per block, at most (att_chunk_kernel's selects and att_warp_sum4 take 4) */
 
 /* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types), as f32. */
 static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     if (pf)
         att_prefetch(kc, vc, seq, pos, n_head_kv, hd, n_ctx, ck, c, kvh, b);
     krn_pdl_enter();
-    __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK];
+    __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ float4 part[ATT_WARPS][ATT_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
     const int p = att_pos(pos, b, n_ctx);
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     __syncthreads();
 
-    float m[ATT_G];
+    float m[ATT_G]; /* every warp: the heads' maxima (the same lane partials and butterfly in each warp) */
 #pragma unroll
     for (int g = 0; g < ATT_G; g++) {
         m[g] = -INFINITY;
@@ -176,12 +176,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
             m[g] = krn_warp_max(m[g]);
         }
     }
+    /* e = exp(s - m) once per (head, key) for the whole block, instead of once per lane in the values' loop:
+     * the sums below read the same floats they computed before, so the bits do not change. */
+    for (int e = threadIdx.x; e < gn * L; e += ATT_THREADS) {
+        const int g = e / L, i = e - g * L;
+        static_assert(ATT_G == 4, "m is picked among 4 heads");
+        ex[g][i] = expf(sc[g][i] - (g == 0 ? m[0] : g == 1 ? m[1] : g == 2 ? m[2] : m[3])); /* no local copy of m */
+    }
+    __syncthreads(); /* publishes ex[][] */
 #pragma unroll
     for (int g = 0; g < ATT_G; g++)
         if (warp == g && g < gn) { /* warp g: l of head g, the same lane partials and butterfly as one head */
             float l = 0.0f;
             for (int i = lane; i < L; i += KRN_WARP)
-                l += expf(sc[g][i] - m[g]);
+                l += ex[g][i];
             l = krn_warp_sum(l);
             if (lane == 0) {
                 l_sh[g] = l;
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int g = 0; g < ATT_G; g++)
                     if (g < gn) {
-                        const float e = expf(sc[g][i] - m[g]);
+                        const float e = ex[g][i];
 #pragma unroll
                         for (int j = 0; j < DPL; j++) {
                             acc[g][j].x = fmaf(e, vr[k][j].x, acc[g][j].x);
