@@ -1,6 +1,6 @@
 /* The CUDA op table (kernels/cuda/krn_cuda.h) against plain C references on random inputs: every weight
  * type of the fused GEMV (several shapes, odd n_out, B = 1, 3, 8, 11, an unaligned tensor), rmsnorm, rope
- * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA, a head's bits whatever heads
+ * (normal and neox), kv_store, attention (one-kernel and split-K paths, GQA, rows of many chunks, a head's bits whatever heads
  * share its block), swiglu, add, add_bias and argmax (ties). Determinism: every op runs twice on two streams and the bits must match; matmul rows must
  * also match bit for bit between a batch and the row alone. References are computed in double from the
  * same inputs; the dequantizers (tests/support/cuda_ref.c) are written from the GGUF block layouts,
@@ -566,6 +566,29 @@ static void test_attention_matches_reference_on_both_paths_with_gqa(void **state
     }
 }
 
+/* Long rows: the combine takes the chunks' partials a tile at a time (4096 floats: 32 chunks at hd 128, 64 at hd
+ * 64), so rows of 33 and 71 chunks cross one and two tile boundaries; every value is checked against the
+ * reference (a chunk dropped or counted twice moves it by ~64 / pos, far above the bound) and two streams
+ * give the same bits. */
+static void test_attention_combines_rows_of_many_chunks(void **state) {
+    (void)state;
+    static const int hds[] = {64, 128};
+    for (int hi = 0; hi < 2; hi++) {
+        const int B = 2, nh = 4, nkv = 2, hd = hds[hi], n_seq = 2, n_ctx = 4500;
+        const int32_t seq[2] = {0, 1}, pos[2] = {4499, 2048};
+        const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+        float *q = malloc(sizeof(float) * nq), *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+        cuda_ref_rand_floats(q, nq);
+        cuda_ref_rand_floats(kc, nc);
+        cuda_ref_rand_floats(vc, nc);
+        float *o1 = run_attention(g_s1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+        float *o2 = run_attention(g_s2, q, kc, vc, seq, pos, B, nh, nkv, hd, n_seq, n_ctx);
+        TWICE_CHECK("attention, rows of many chunks", o1, o2, nq);
+        check_attention_ref(o1, q, kc, vc, seq, pos, B, nh, nkv, hd, n_ctx);
+        free(o1); free(o2); free(q); free(kc); free(vc);
+    }
+}
+
 /* The one-kernel path (n_ctx <= the chunk) and the split path (n_ctx > the chunk) give the same bits for
  * keys below one chunk (the default chunk: this process sets no MEMRA_CUDA_ATT_CHUNK). */
 static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void **state) {
@@ -805,6 +828,7 @@ int main(void) {
         cmocka_unit_test(test_rope_store_has_the_bits_of_rope_rope_and_kv_store),
         cmocka_unit_test(test_attention_matches_reference_on_both_paths_with_gqa),
         cmocka_unit_test(test_attention_split_path_has_the_bits_of_the_one_kernel_path),
+        cmocka_unit_test(test_attention_combines_rows_of_many_chunks),
         cmocka_unit_test(test_attention_head_bits_do_not_depend_on_its_group),
         cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),
         cmocka_unit_test(test_swiglu_add_and_add_bias_match_reference),

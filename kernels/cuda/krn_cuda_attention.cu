@@ -255,36 +255,62 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
  * Ls = sum_c l_c e^(m_c - M) as thread partials over c = tid, tid + 256, ... in order, then krn_block_sum's
- * fixed order; out[d] = sum_c o_c[d] e^(m_c - M) / Ls, chunks in order, one thread per d (loads of 8 chunks
- * in flight). Out of type OT. */
+ * fixed order; out[d] = sum_c o_c[d] e^(m_c - M) / Ls, chunks in order, thread d owning dim d. The o_c come
+ * through shared memory a tile of ATT_TILE floats at a time (every thread's ATT_TILE / 256 loads in flight
+ * at once: one round trip per tile, not one per 8 chunks), with e^(m_c - M) computed once per chunk; the
+ * floats and their order are those of the one-thread walk, so the bits do not depend on the tiling. */
+#define ATT_TILE 4096 /* floats of o_c per combine tile (16 KB): 32 chunks of head_dim 128 */
 template <int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split, int ck) {
+    static_assert(KRN_CUDA_ATT_MAX_HEAD_DIM <= ATT_THREADS, "one dim per thread");
     krn_pdl_enter();
-    __shared__ float red[32];
+    __shared__ float red[32], tile[ATT_TILE], es[ATT_THREADS];
     const int h = blockIdx.x, b = blockIdx.y;
     const int p = att_pos(pos, b, n_ctx);
     const int nc = p / ck + 1;
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
-    const size_t stride = (size_t)(hd + 2);
-    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * stride;
+    const int stride = hd + 2;
+    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * (size_t)stride;
     float M = -INFINITY;
     for (int c = threadIdx.x; c < nc; c += ATT_THREADS)
-        M = fmaxf(M, w0[c * stride + hd]);
+        M = fmaxf(M, w0[(size_t)c * stride + hd]);
     M = krn_block_max(M, red);
     float Ls = 0.0f;
     for (int c = threadIdx.x; c < nc; c += ATT_THREADS)
-        Ls = fmaf(w0[c * stride + hd + 1], expf(w0[c * stride + hd] - M), Ls);
+        Ls = fmaf(w0[(size_t)c * stride + hd + 1], expf(w0[(size_t)c * stride + hd] - M), Ls);
     Ls = krn_block_sum(Ls, red);
-    for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
-        float o = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < nc; c++)
-            o = fmaf(w0[c * stride + d], expf(w0[c * stride + hd] - M), o);
-        out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / Ls);
+    const int ct = min(ATT_TILE / hd, ATT_THREADS); /* chunks per tile */
+    int tc[ATT_TILE / ATT_THREADS], toff[ATT_TILE / ATT_THREADS]; /* tile float e: its chunk, its offset in ws */
+#pragma unroll
+    for (int k = 0; k < ATT_TILE / ATT_THREADS; k++) {
+        const int e = threadIdx.x + k * ATT_THREADS;
+        tc[k] = e / hd;
+        toff[k] = tc[k] * stride + (e - tc[k] * hd);
     }
+    float o = 0.0f;
+    for (int c0 = 0; c0 < nc; c0 += ct) {
+        const int n = min(ct, nc - c0);
+        const float *wt = w0 + (size_t)c0 * stride;
+        float v[ATT_TILE / ATT_THREADS];
+#pragma unroll
+        for (int k = 0; k < ATT_TILE / ATT_THREADS; k++) /* all loads first: one round trip */
+            v[k] = tc[k] < n ? wt[toff[k]] : 0.0f;
+        const float ec = threadIdx.x < n ? expf(w0[(size_t)(c0 + threadIdx.x) * stride + hd] - M) : 0.0f;
+        __syncthreads(); /* the previous tile's reads of tile[] and es[] are done */
+#pragma unroll
+        for (int k = 0; k < ATT_TILE / ATT_THREADS; k++)
+            tile[threadIdx.x + k * ATT_THREADS] = v[k];
+        es[threadIdx.x] = ec;
+        __syncthreads(); /* publishes tile[] and es[] */
+        if (threadIdx.x < hd)
+            for (int cc = 0; cc < n; cc++)
+                o = fmaf(tile[cc * hd + threadIdx.x], es[cc], o);
+    }
+    if (threadIdx.x < hd)
+        out[((size_t)b * n_head + h) * hd + threadIdx.x] = krn_act_of<OT>(o / Ls);
 }
 
 /* MEMRA_CUDA_NO_ATT_PREFETCH=1: no L2 prefetch before the PDL wait (the A/B knob; same bits either way). */
