@@ -84,12 +84,12 @@ static void test_rmsnorm_with_a_16_bit_y_holds_the_f32_output_rounded(void **sta
         float *dx = dupload(x, sizeof(float) * t), *dw = dupload(w, sizeof(float) * n), *dy = dalloc(sizeof(float) * t);
         void *dy16 = dalloc(2 * t);
         dev_err err = {0};
-        CK(cudaMemset(dy, 0xFF, sizeof(float) * t));
+        dfill(dy, 0xFF, sizeof(float) * t);
         assert_int_equal(krn_cuda_rmsnorm_async(g_s1, dy, KRN_F32, dx, dw, B, n, 1e-5f, &err), 0);
         CK(cudaStreamSynchronize(g_s1));
         download(y, dy, sizeof(float) * t);
         for (int ti = 0; ti < 2; ti++) {
-            CK(cudaMemset(dy16, 0xFE, 2 * t));
+            dfill(dy16, 0xFE, 2 * t);
             assert_int_equal(krn_cuda_rmsnorm_async(g_s2, dy16, ACT16[ti], dx, dw, B, n, 1e-5f, &err), 0);
             CK(cudaStreamSynchronize(g_s2));
             download(y16, dy16, 2 * t);
@@ -118,7 +118,7 @@ static void test_swiglu_with_a_16_bit_y_holds_the_f32_output_rounded(void **stat
     CK(cudaStreamSynchronize(g_s1));
     download(y, dy, sizeof(float) * t);
     for (int ti = 0; ti < 2; ti++) {
-        CK(cudaMemset(dy16, 0xFE, 2 * t));
+        dfill(dy16, 0xFE, 2 * t);
         assert_int_equal(krn_cuda_swiglu_async(g_s2, dy16, ACT16[ti], dg, du, B, n, &err), 0);
         CK(cudaStreamSynchronize(g_s2));
         download(y16, dy16, 2 * t);
@@ -158,7 +158,7 @@ static void run_attention(void *out, int out_t, int cache_t, const float *q, con
     const krn_kv_cache c = {dk, dv, cache_t};
     const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx);
     float *ws = given_ws && wb ? dalloc(wb) : NULL;
-    CK(cudaMemset(dout, out_t == KRN_F32 ? 0xFF : 0xFE, ob));
+    dfill(dout, out_t == KRN_F32 ? 0xFF : 0xFE, ob);
     dev_err err = {0};
     if (krn_cuda_attention_ws_async(g_s1, dout, out_t, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, ws ? wb : 0, &err))
         fail_msg("attention out %s: %s", krn_type_name(out_t), err.msg);
@@ -233,7 +233,7 @@ static void mm_run(cudaStream_t s, float *dy, const krn_weight *W, const void *x
     const krn_mm_part p = {dy, W};
     const krn_mm_x xx = {x, xt, NULL};
     dev_err err = {0};
-    CK(cudaMemset(dy, poison, yb));
+    dfill(dy, poison, yb);
     if (krn_cuda_matmul_parts_async(s, &p, 1, &xx, B, 0, &err) != 0)
         fail_msg("matmul %s %dx%d x %s B=%d: %s", krn_type_name(W->type), W->n_out, W->n_in, krn_type_name(xt), B,
                  err.msg);
@@ -332,7 +332,7 @@ static void test_parts_and_acc_over_16_bit_x_have_the_bits_of_the_widened_f32_x(
                     for (int r = 0; r < 2; r++) {
                         for (int i = 0; i < 3; i++) {
                             y[r][i] = dalloc(sizeof(float) * (size_t)B * n_out[i]);
-                            CK(cudaMemset(y[r][i], r ? 0xFF : 0xFE, sizeof(float) * (size_t)B * n_out[i]));
+                            dfill(y[r][i], r ? 0xFF : 0xFE, sizeof(float) * (size_t)B * n_out[i]);
                         }
                         const krn_mm_part parts[3] = {{y[r][0], &W[0]}, {y[r][1], mixed ? &Wm : &W[1]},
                                                       {y[r][2], &W[2]}};
@@ -389,7 +389,7 @@ static void test_quantize_x8_over_16_bit_x_writes_the_host_bytes_of_the_widened_
             for (size_t i = 0; i < ne; i++)
                 hw[i] = from16(t, h16[i]);
             void *dx = dupload(h16, 2 * ne), *xq = dalloc(qb);
-            CK(cudaMemset(xq, 0xA5, qb));
+            dfill(xq, 0xA5, qb);
             dev_err err = {0};
             if (krn_cuda_quantize_x8_async(g_s1, xq, dx, t, B, n, &err) != 0)
                 fail_msg("quantize_x8 %s (%d, %d): %s", krn_type_name(t), B, n, err.msg);
@@ -440,7 +440,7 @@ static int gemm_alloc_nodes(dev_stream *s, float *dy, const krn_weight *W, const
 static void gemm_run(dev_stream *s, float *dy, const krn_weight *W, const void *x, int xt, int B, int poison,
                      float *hy) {
     dev_err err = {0};
-    CK(cudaMemset(dy, poison, sizeof(float) * (size_t)B * W->n_out));
+    dfill(dy, poison, sizeof(float) * (size_t)B * W->n_out);
     const uint64_t n0 = krn_cuda_gemm_count();
     if (krn_cuda_gemm_x_async(s, dy, W, x, xt, B, &err) != 0)
         fail_msg("gemm W %s x %s B=%d: %s", krn_type_name(W->type), krn_type_name(xt), B, err.msg);

@@ -62,11 +62,11 @@ static void check_type(const cuda_ref_type *t, int n_out, int n_in, size_t off) 
     float *got = malloc(yb);
     assert_non_null(got);
     uint8_t *dbuf = dalloc(tb + off);
-    CK(cudaMemcpy(dbuf + off, tab, tb, cudaMemcpyHostToDevice));
+    upload(dbuf + off, tab, tb);
     int32_t *dtok = dupload(tok, sizeof tok);
     float *dy1 = dalloc(yb), *dy2 = dalloc(yb);
-    CK(cudaMemset(dy1, 0xFF, yb));
-    CK(cudaMemset(dy2, 0xFF, yb));
+    dfill(dy1, 0xFF, yb);
+    dfill(dy2, 0xFF, yb);
     const krn_weight T = {.type = t->type, .n_out = n_out, .n_in = n_in, .data = dbuf + off};
     dev_err err = {0};
     if (krn_cuda_embed_rows_async(g_s1, dy1, &T, dtok, B, &err) != 0)

@@ -186,7 +186,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
                 }
                 /* acc on part 0: y[0] (holding x @ W0^T) += x @ W0^T, vs add(yr[0], y-copy) */
                 float *t0 = dalloc(yb[0]);
-                CK(cudaMemcpy(t0, y[0], yb[0], cudaMemcpyDeviceToDevice));
+                dcopy(t0, y[0], yb[0]);
                 const krn_mm_part acc = {y[0], &W[0]};
                 assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &acc, 1, &xx, B, 1, &err), 0);
                 assert_int_equal(krn_cuda_add_async(g_s2, yr[0], t0, B, n_out[0], &err), 0);
@@ -480,7 +480,7 @@ static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, 
     const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx) - (ws_mode == 2 ? 4 : 0);
     float *ws = ws_mode && wb > 0 ? dalloc(wb) : NULL;
     if (ws)
-        CK(cudaMemset(ws, 0xFF, wb)); /* NaN patterns: a read of an unwritten partial would show */
+        dfill(ws, 0xFF, wb); /* NaN patterns: a read of an unwritten partial would show */
     const int rc = krn_cuda_attention_ws_async(s, dout, KRN_F32, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
     if (rc != 0)
         fail_msg("attention: rc %d: %s", rc, err.msg);

@@ -149,7 +149,7 @@ static void check_x8(const cuda_ref_type *t, int n_out, int n_in, int B) {
             fail_msg("x8 %s %dx%d: row %d alone differs from row %d of a batch of %d", t->name, n_out, n_in, b, b, B);
         cudaFree(xq1);
     }
-    CK(cudaMemcpy(dy2, y0, yb, cudaMemcpyHostToDevice)); /* acc: y0 + the product, one add in the store */
+    upload(dy2, y0, yb); /* acc: y0 + the product, one add in the store */
     assert_int_equal(krn_cuda_matmul_parts_async(g_s1, &part2, 1, &xx, B, 1, &err), 0);
     sync_both();
     download(hy2, dy2, yb);

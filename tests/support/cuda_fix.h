@@ -14,9 +14,25 @@ static inline void *dalloc(size_t bytes) { /* cudaMalloc, at least 1 byte */
     CK(cudaMalloc(&p, bytes ? bytes : 1));
     return p;
 }
-static inline void *dupload(const void *h, size_t bytes) { /* a new device copy of h */
+/* The tests' copies and fills run on the legacy default stream, which the non-blocking streams below (the
+ * production streams' kind) do not wait for, and return early: cudaMemcpy from pageable memory may return
+ * before its DMA lands, cudaMemset and device-to-device cudaMemcpy do not wait at all. So each one syncs the
+ * legacy stream before it returns, and the next op on g_s1 / g_s2 sees its bytes. */
+static inline void upload(void *d, const void *h, size_t bytes) { /* h's bytes at d, landed */
+    CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaStreamSynchronize(0));
+}
+static inline void dfill(void *d, int byte, size_t bytes) { /* cudaMemset, landed */
+    CK(cudaMemset(d, byte, bytes));
+    CK(cudaStreamSynchronize(0));
+}
+static inline void dcopy(void *d, const void *s, size_t bytes) { /* device to device, landed */
+    CK(cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaStreamSynchronize(0));
+}
+static inline void *dupload(const void *h, size_t bytes) { /* a new device copy of h, landed */
     void *p = dalloc(bytes);
-    CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    upload(p, h, bytes);
     return p;
 }
 static inline void download(void *h, const void *d, size_t bytes) {
