@@ -10,6 +10,9 @@
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 #include "model/sampler.h"
+#ifdef MEMRA_HAVE_CUDA
+#include "cuda/ktrace.h"
+#endif
 
 /* The host turn of one sequence's token, in order (act_pending_times between the caller's submit and
  * the caller's next submit). */
@@ -88,8 +91,28 @@ static int submit_fed(act_pp *rt, int32_t *seq, int32_t pos, act_pending **p, de
 
 /* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
  * device; dev_argmax 2: and each sequence's next step submitted fed, before its current one is waited). */
+/* --kernel-trace CSV: CUPTI's record of every kernel of the timed steps (tools/memra-bench/cuda/ktrace.cu). */
+static int ktrace_start(dev_err *err)
+{
+#ifdef MEMRA_HAVE_CUDA
+    return bench_ktrace_start(err);
+#else
+    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA (refused at parse)");
+#endif
+}
+static int ktrace_stop(const char *csv, int units, dev_err *err)
+{
+#ifdef MEMRA_HAVE_CUDA
+    return bench_ktrace_stop(stdout, csv, units, err);
+#else
+    (void)csv, (void)units;
+    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA");
+#endif
+}
+
+/* One runtime of `stages` stages; ktrace (or NULL): trace its timed steps' kernels into that CSV. */
 static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
-                   int prompt, int dev_argmax, run_result *out)
+                   int prompt, int dev_argmax, const char *ktrace, run_result *out)
 {
     const act_logits_mode mode = dev_argmax ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL;
     const int feed = dev_argmax == 2;
@@ -145,6 +168,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     const int start = prompt + 1; /* the first timed position */
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
+    const int traced = rc == 0 && ktrace && (rc = ktrace_start(&err)) == 0;
     double t0 = bench_now_s();
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
@@ -219,6 +243,11 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                     act_pending_wait(*q, NULL, NULL, NULL);
                 act_pending_release(*q);
             }
+    dev_err kerr = {0}; /* after every step was waited: each traced kernel has its end time */
+    if (traced && ktrace_stop(ktrace, T, &kerr) != 0) {
+        fprintf(stderr, "memra-bench pp-scaling: %s\n", kerr.msg);
+        rc = rc ? rc : 2;
+    }
     act_pp_destroy(rt);
     free(tok), free(pos), free(ptok), free(pseq), free(ppos), free(pd);
     return rc ? 2 : 0;
@@ -233,8 +262,8 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
     int rc = 0, n = 1;
     for (; n < R && rc == 0; n++) {
         run_result a = {0}, b = {0};
-        if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, &a)) == 0 &&
-            (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, &b)) == 0)
+        if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, NULL, &a)) == 0 &&
+            (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, NULL, &b)) == 0)
             ratio[n] = b.tok_s / a.tok_s;
     }
     if (rc)
@@ -249,22 +278,24 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
 
 int bench_pp_scaling(int argc, char **argv)
 {
-    const char *model = NULL, *synth = NULL, *type = "bf16";
+    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL;
     int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0, dev_argmax = 0, repeat = 1;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
-                                {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64}};
+                                {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64},
+                                {"--kernel-trace", NULL, &ktrace, 0, 0}};
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
-                    "    [--repeat R=1]\n"
+                    "    [--repeat R=1] [--kernel-trace CSV]\n"
                     "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
                     "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
-                    "model is generated on the stage devices)"))
+                    "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
+                    "clock (CUPTI), a table per (kernel, grid) per step and one CSV line per kernel)"))
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
@@ -284,6 +315,16 @@ int bench_pp_scaling(int argc, char **argv)
         fprintf(stderr, "memra-bench pp-scaling: --repeat %d needs PP-1 (not with --no-pp1)\n", repeat);
         return 2;
     }
+#ifndef MEMRA_HAVE_CUDA
+    if (ktrace) {
+        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace needs a build with CUDA (MEMRA_CUDA=ON)\n");
+        return 2;
+    }
+#endif
+    if (no_pp1 && ktrace) {
+        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace traces PP-1's steps (not with --no-pp1)\n");
+        return 2;
+    }
     setenv("MEMRA_PP_OVERLAP", getenv("MEMRA_PP_OVERLAP") ? getenv("MEMRA_PP_OVERLAP") : "1", 1);
     dev_err err = {0};
     dev_platform *plat = dev_platform_open_env(&err);
@@ -292,9 +333,9 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     }
     run_result r1 = {0}, rn = {0};
-    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, dev_argmax, &r1);
+    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, dev_argmax, ktrace, &r1);
     if (rc == 0)
-        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, &rn);
+        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, NULL, &rn);
     if (rc == 0) {
         printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
                dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");

@@ -1,0 +1,236 @@
+/* memra-bench's kernel timeline (ktrace.h): CUPTI activity records of kind CONCURRENT_KERNEL (the GPU's start and
+ * end timestamps of each kernel, graph nodes included, concurrent and PDL-overlapped kernels kept as they ran),
+ * summarised per (kernel, grid). Why CUPTI: these machines have ncu (which serializes kernels, so PDL overlap
+ * disappears) but no nsys; CUPTI is the library nsys itself records with, and ships in the CUDA toolkit.
+ * Plain C in a .cu file (the tool's CUDA folder); not part of the library.
+ * Shared mutable state: the one recording (g_kt), its record array guarded by g_kt.mu (CUPTI delivers buffers
+ * on its own thread). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ktrace.h"
+
+#ifdef MEMRA_HAVE_CUPTI
+#include <cupti.h>
+
+typedef struct kt_rec {
+    uint64_t start, end; /* ns, the GPU's clock */
+    int name;            /* index into g_kt.names */
+    int grid, block, regs;
+    uint32_t stream, device;
+} kt_rec;
+
+static struct {
+    pthread_mutex_t mu;
+    int on;
+    kt_rec *r;
+    size_t n, cap;
+    char **names;
+    int n_names;
+    int oom; /* a record or a name could not be kept */
+} g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0};
+
+#define KT_BUF (8u << 20)
+
+/* The kernel's identifier out of its mangled name (_Z<len><id>...), else the name itself, interned. Under mu. */
+static int kt_name(const char *mangled) {
+    const char *s = mangled ? mangled : "?";
+    size_t len = strlen(s);
+    if (s[0] == '_' && s[1] == 'Z') {
+        char *e;
+        const long n = strtol(s + 2, &e, 10);
+        if (n > 0 && (size_t)n <= strlen(e))
+            s = e, len = (size_t)n;
+    }
+    for (int i = 0; i < g_kt.n_names; i++)
+        if (strlen(g_kt.names[i]) == len && !memcmp(g_kt.names[i], s, len))
+            return i;
+    char **nn = (char **)realloc(g_kt.names, sizeof *nn * (size_t)(g_kt.n_names + 1));
+    char *copy = (char *)malloc(len + 1);
+    if (!nn || !copy) {
+        if (nn)
+            g_kt.names = nn;
+        free(copy);
+        g_kt.oom = 1;
+        return -1;
+    }
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    g_kt.names = nn;
+    g_kt.names[g_kt.n_names] = copy;
+    return g_kt.n_names++;
+}
+
+static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
+    *buf = (uint8_t *)aligned_alloc(8, KT_BUF);
+    *size = *buf ? KT_BUF : 0;
+    *max_records = 0; /* as many as fit */
+}
+
+/* CUPTI's thread (or the flushing one): keep every kernel record of the buffer, then free it. */
+static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
+    (void)ctx, (void)stream, (void)size;
+    CUpti_Activity *a = NULL;
+    pthread_mutex_lock(&g_kt.mu);
+    while (buf && cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
+        if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+            continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        if (g_kt.n == g_kt.cap) {
+            const size_t cap = g_kt.cap ? 2 * g_kt.cap : 1u << 16;
+            kt_rec *r = (kt_rec *)realloc(g_kt.r, sizeof *r * cap);
+            if (!r) {
+                g_kt.oom = 1;
+                continue;
+            }
+            g_kt.r = r, g_kt.cap = cap;
+        }
+        const kt_rec rec = {k->start, k->end, kt_name(k->name), k->gridX * k->gridY * k->gridZ,
+                            k->blockX * k->blockY * k->blockZ, k->registersPerThread, k->streamId, k->deviceId};
+        g_kt.r[g_kt.n++] = rec;
+    }
+    pthread_mutex_unlock(&g_kt.mu);
+    free(buf);
+}
+
+static int kt_check(dev_err *err, CUptiResult r, const char *call) {
+    if (r == CUPTI_SUCCESS)
+        return 0;
+    const char *s = NULL;
+    cuptiGetResultString(r, &s);
+    return dev_err_set(err, MEMRA_E_DEVICE, "kernel trace: %s failed: %s", call, s ? s : "?");
+}
+
+extern "C" int bench_ktrace_start(dev_err *err) {
+    pthread_mutex_lock(&g_kt.mu);
+    const int was = g_kt.on;
+    g_kt.on = 1;
+    g_kt.n = 0;
+    g_kt.oom = 0;
+    pthread_mutex_unlock(&g_kt.mu);
+    if (was)
+        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: a recording is already on");
+    int rc = kt_check(err, cuptiActivityRegisterCallbacks(kt_buffer_requested, kt_buffer_completed),
+                      "cuptiActivityRegisterCallbacks");
+    if (rc == 0)
+        rc = kt_check(err, cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                      "cuptiActivityEnable(CONCURRENT_KERNEL)");
+    if (rc != 0) {
+        pthread_mutex_lock(&g_kt.mu);
+        g_kt.on = 0;
+        pthread_mutex_unlock(&g_kt.mu);
+    }
+    return rc;
+}
+
+static int kt_by_start(const void *a, const void *b) {
+    const kt_rec *x = (const kt_rec *)a, *y = (const kt_rec *)b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+static int kt_by_end(const void *a, const void *b) {
+    const kt_rec *x = (const kt_rec *)a, *y = (const kt_rec *)b;
+    return x->end < y->end ? -1 : x->end > y->end ? 1 : (x->start < y->start ? -1 : x->start > y->start);
+}
+
+typedef struct kt_group {
+    int name, grid, block, regs;
+    size_t count;
+    double run_ns, inc_ns, lead_ns;
+} kt_group;
+
+static int kt_by_inc(const void *a, const void *b) {
+    const kt_group *x = (const kt_group *)a, *y = (const kt_group *)b;
+    return x->inc_ns > y->inc_ns ? -1 : x->inc_ns < y->inc_ns;
+}
+
+/* The report over records sorted by end: span, busy (union of intervals), groups by increment. */
+static int kt_report(FILE *f, const char *csv_path, int units, dev_err *err) {
+    kt_rec *r = g_kt.r;
+    const size_t n = g_kt.n;
+    if (n == 0) {
+        fprintf(f, "kernel trace: no kernels recorded\n");
+        return 0;
+    }
+    qsort(r, n, sizeof *r, kt_by_start); /* the union of the kernels' intervals: time anything ran */
+    const uint64_t t0 = r[0].start;
+    double busy = 0.0;
+    for (size_t i = 0, j; i < n; i = j) {
+        uint64_t to = r[i].end;
+        for (j = i + 1; j < n && r[j].start <= to; j++)
+            to = r[j].end > to ? r[j].end : to;
+        busy += (double)(to - r[i].start);
+    }
+    qsort(r, n, sizeof *r, kt_by_end);
+    const double span = (double)(r[n - 1].end - t0);
+    kt_group *g = (kt_group *)calloc(n, sizeof *g);
+    if (!g)
+        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory for %zu groups", n);
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t prev_end = i ? r[i - 1].end : t0; /* the first one's increment: from the earliest start */
+        size_t k = 0;
+        while (k < ng && !(g[k].name == r[i].name && g[k].grid == r[i].grid && g[k].block == r[i].block))
+            k++;
+        if (k == ng)
+            g[ng++] = (kt_group){r[i].name, r[i].grid, r[i].block, r[i].regs, 0, 0.0, 0.0, 0.0};
+        g[k].count++;
+        g[k].run_ns += (double)(r[i].end - r[i].start);
+        g[k].inc_ns += (double)(r[i].end - prev_end);
+        g[k].lead_ns += (double)(int64_t)(r[i].start - prev_end);
+    }
+    qsort(g, ng, sizeof *g, kt_by_inc);
+    const double u = units > 0 ? units : 1;
+    fprintf(f, "kernel trace: %zu kernels, span %.1f us per unit (%d units), kernels running %.1f %% of it%s\n", n,
+            span / 1e3 / u, units, 100.0 * busy / span, g_kt.oom ? " (records lost: out of memory)" : "");
+    fprintf(f, "%-34s %8s %5s %4s %8s %10s %10s %8s %9s\n", "kernel", "grid", "block", "regs", "per unit",
+            "run us/u", "incr us/u", "% span", "lead us");
+    for (size_t k = 0; k < ng; k++)
+        fprintf(f, "%-34.34s %8d %5d %4d %8.1f %10.1f %10.1f %8.1f %9.2f\n",
+                g[k].name >= 0 ? g_kt.names[g[k].name] : "?", g[k].grid, g[k].block, g[k].regs,
+                (double)g[k].count / u, g[k].run_ns / 1e3 / u, g[k].inc_ns / 1e3 / u, 100.0 * g[k].inc_ns / span,
+                g[k].lead_ns / 1e3 / (double)g[k].count);
+    free(g);
+    if (!csv_path)
+        return 0;
+    FILE *c = fopen(csv_path, "w");
+    if (!c)
+        return dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", csv_path);
+    fprintf(c, "start_us,end_us,kernel,grid,block,regs,stream,device\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(c, "%.3f,%.3f,%s,%d,%d,%d,%u,%u\n", (double)(r[i].start - t0) / 1e3, (double)(r[i].end - t0) / 1e3,
+                r[i].name >= 0 ? g_kt.names[r[i].name] : "?", r[i].grid, r[i].block, r[i].regs, r[i].stream,
+                r[i].device);
+    return fclose(c) == 0 ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", csv_path);
+}
+
+extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
+    pthread_mutex_lock(&g_kt.mu);
+    const int was = g_kt.on;
+    pthread_mutex_unlock(&g_kt.mu);
+    if (!was)
+        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no recording is on");
+    /* the traced work has completed (the caller waited): a forced flush delivers every record */
+    int rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    const int rc2 = kt_check(err, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
+    pthread_mutex_lock(&g_kt.mu);
+    if (rc == 0 && rc2 == 0)
+        rc = kt_report(report, csv_path, units, err);
+    g_kt.on = 0;
+    g_kt.n = 0;
+    pthread_mutex_unlock(&g_kt.mu);
+    return rc ? rc : rc2;
+}
+
+#else /* built without CUPTI */
+
+extern "C" int bench_ktrace_start(dev_err *err) {
+    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUPTI "
+                                                 "(CMake found no CUDA::cupti)");
+}
+extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
+    (void)report, (void)csv_path, (void)units;
+    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: built without CUPTI");
+}
+
+#endif

@@ -1,0 +1,30 @@
+/* Where a decode step's device time goes, kernel by kernel, on the GPU's own clock (CUPTI activity records of
+ * every kernel, graph nodes included, overlap kept: no nsys needed). See ktrace.cu. */
+#ifndef MEMRA_BENCH_CUDA_KTRACE_H
+#define MEMRA_BENCH_CUDA_KTRACE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stdio.h>
+#include "device/err.h"
+
+/* Start recording every kernel that runs from now on (any device, any stream). One recording at a time per
+ * process: 0, MEMRA_E_STATE when one is already on, MEMRA_E_DEVICE when CUPTI refuses (err says which call),
+ * MEMRA_E_UNSUPPORTED in a build without CUPTI. */
+int bench_ktrace_start(dev_err *err);
+
+/* Stop, after the traced work has completed (the caller waited for it): print to `report` the kernels grouped
+ * by (name, grid), each with its count and, per unit (units: e.g. the decode steps traced, >= 1), its time
+ * running and its share of the span, the "increment" (how much later the last kernel ended because this one
+ * ran: the sum over all kernels is the span, so the column adds up to the step), and its mean lead (start minus
+ * the previous kernel's end: negative when PDL started it early). csv_path (or NULL): one line per kernel.
+ * 0 or MEMRA_E_DEVICE / MEMRA_E_IO / MEMRA_E_NOMEM with err; the recording is off afterwards either way. */
+int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
