@@ -13,6 +13,10 @@
 
 #ifdef MEMRA_HAVE_CUPTI
 #include <cupti.h>
+#endif
+/* The kernel records are read as CUpti_ActivityKernel10, the layout of CUDA 13's CUPTI (API version 130001 here);
+ * an older CUPTI gets the refusal below instead of a misread record. */
+#if defined(MEMRA_HAVE_CUPTI) && CUPTI_API_VERSION >= 130000
 
 typedef struct kt_rec {
     uint64_t start, end; /* ns, the GPU's clock */
@@ -222,11 +226,11 @@ extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, 
     return rc ? rc : rc2;
 }
 
-#else /* built without CUPTI */
+#else /* built without CUPTI, or with one older than CUDA 13's */
 
 extern "C" int bench_ktrace_start(dev_err *err) {
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUPTI "
-                                                 "(CMake found no CUDA::cupti)");
+                                                 "(CMake found no CUDA::cupti) or with one older than CUDA 13's");
 }
 extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
     (void)report, (void)csv_path, (void)units;
