@@ -529,11 +529,12 @@ static void check_attention_ref(const float *out, const float *q, const float *k
 
 static void test_attention_matches_reference_on_both_paths_with_gqa(void **state) {
     (void)state;
-    static const int hds[] = {64, 128};
-    for (int hi = 0; hi < 2; hi++) {
+    static const int hds[] = {64, 96, 128};
+    for (int hi = 0; hi < 3; hi++) {
         const int B = 3, nh = 8, nkv = 2, hd = hds[hi], n_seq = 2;
-        /* 4500: the combine takes the chunks' partials a tile at a time (4096 floats: 32 chunks at hd 128, 64 at
-         * hd 64), so rows of 33 and 71 chunks cross one and two tile boundaries; a chunk dropped or counted twice
+        /* 4500: the combine takes the chunks' partials a tile at a time (4096 floats: 32 chunks at hd 128, 42 at
+         * hd 96 with 64 floats of the tile unused, 64 at hd 64), so rows of 33 and 71 chunks cross one and two
+         * tile boundaries at hd 128, one and one at hd 96, none and one at hd 64; a chunk dropped or counted twice
          * moves a value by ~64 / pos, far above the reference's bound */
         static const int ctxs[] = {256, 1024, 4500};
         static const int32_t poss[3][3] = {{0, 100, 255}, {0, 300, 1023}, {0, 2048, 4499}};

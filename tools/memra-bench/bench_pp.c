@@ -243,8 +243,8 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                     act_pending_wait(*q, NULL, NULL, NULL);
                 act_pending_release(*q);
             }
-    dev_err kerr = {0}; /* after every step was waited: each traced kernel has its end time */
-    if (traced && ktrace_stop(ktrace, T, &kerr) != 0) {
+    dev_err kerr = {0}; /* after every step was waited and the runtime drained: each kernel has its end time */
+    if (traced && (act_pp_drain(rt, NULL), ktrace_stop(ktrace, S * T, &kerr)) != 0) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", kerr.msg);
         rc = rc ? rc : 2;
     }
@@ -295,7 +295,7 @@ int bench_pp_scaling(int argc, char **argv)
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
-                    "clock (CUPTI), a table per (kernel, grid) per step and one CSV line per kernel)"))
+                    "clock (CUPTI), a table per (kernel, grid) per token and one CSV line per kernel)"))
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
@@ -315,12 +315,16 @@ int bench_pp_scaling(int argc, char **argv)
         fprintf(stderr, "memra-bench pp-scaling: --repeat %d needs PP-1 (not with --no-pp1)\n", repeat);
         return 2;
     }
-#ifndef MEMRA_HAVE_CUDA
-    if (ktrace) {
-        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace needs a build with CUDA (MEMRA_CUDA=ON)\n");
+#ifdef MEMRA_HAVE_CUDA
+    const int can_trace = bench_ktrace_available();
+#else
+    const int can_trace = 0;
+#endif
+    if (ktrace && !can_trace) {
+        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace needs a build with CUDA 13 and its CUPTI "
+                        "(MEMRA_CUDA=ON, CMake's CUDA::cupti)\n");
         return 2;
     }
-#endif
     if (no_pp1 && ktrace) {
         fprintf(stderr, "memra-bench pp-scaling: --kernel-trace traces PP-1's steps (not with --no-pp1)\n");
         return 2;
@@ -330,6 +334,12 @@ int bench_pp_scaling(int argc, char **argv)
     dev_platform *plat = dev_platform_open_env(&err);
     if (!plat) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
+        return 2;
+    }
+    if (ktrace && dev_platform_kind(plat) != DEV_KIND_CUDA) {
+        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace traces CUDA kernels; this run's backend is the CPU "
+                        "(MEMRA_BACKEND=cuda on a GPU machine)\n");
+        dev_platform_close(plat);
         return 2;
     }
     run_result r1 = {0}, rn = {0};
@@ -376,6 +386,9 @@ int bench_pp_scaling(int argc, char **argv)
         printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)rn.graph_captures,
                (unsigned long long)rn.graph_replays);
         printf("weights %.2f GB per token step\n", rn.weight_bytes / 1e9);
+        if (ktrace) /* CUPTI timestamps every kernel of PP-1's timed steps */
+            printf("note: PP-1 ran under --kernel-trace; its tokens/s, device time and the ratio include the "
+                   "tracing's cost\n");
         printf("tokens fnv PP-%d %016llx", rn.N, (unsigned long long)rn.tokens_fnv);
         if (!no_pp1)
             printf(" PP-1 %016llx (%s)", (unsigned long long)r1.tokens_fnv,

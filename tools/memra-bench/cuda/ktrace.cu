@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ktrace.h"
+#include "kernels/cuda/krn_cuda_util.cuh"
 
 #ifdef MEMRA_HAVE_CUPTI
 #include <cupti.h>
@@ -20,7 +21,7 @@
 
 typedef struct kt_rec {
     uint64_t start, end; /* ns, the GPU's clock */
-    int name;            /* index into g_kt.names */
+    int name;            /* index into g_kt.names (the full mangled name: template instances stay apart) */
     int grid, block, regs;
     uint32_t stream, device;
 } kt_rec;
@@ -32,26 +33,21 @@ static struct {
     size_t n, cap;
     char **names;
     int n_names;
-    int oom; /* a record or a name could not be kept */
-} g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0};
+    int oom;          /* a record, a name or a buffer could not be kept */
+    size_t dropped;   /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
+    size_t untimed;   /* kernel records without timestamps (start 0 or end < start), left out */
+} g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0, 0, 0};
 
 #define KT_BUF (8u << 20)
 
-/* The kernel's identifier out of its mangled name (_Z<len><id>...), else the name itself, interned. Under mu. */
-static int kt_name(const char *mangled) {
-    const char *s = mangled ? mangled : "?";
-    size_t len = strlen(s);
-    if (s[0] == '_' && s[1] == 'Z') {
-        char *e;
-        const long n = strtol(s + 2, &e, 10);
-        if (n > 0 && (size_t)n <= strlen(e))
-            s = e, len = (size_t)n;
-    }
+/* The name interned (the full mangled one). Under mu. */
+static int kt_name(const char *name) {
+    const char *s = name ? name : "?";
     for (int i = 0; i < g_kt.n_names; i++)
-        if (strlen(g_kt.names[i]) == len && !memcmp(g_kt.names[i], s, len))
+        if (!strcmp(g_kt.names[i], s))
             return i;
     char **nn = (char **)realloc(g_kt.names, sizeof *nn * (size_t)(g_kt.n_names + 1));
-    char *copy = (char *)malloc(len + 1);
+    char *copy = strdup(s);
     if (!nn || !copy) {
         if (nn)
             g_kt.names = nn;
@@ -59,28 +55,54 @@ static int kt_name(const char *mangled) {
         g_kt.oom = 1;
         return -1;
     }
-    memcpy(copy, s, len);
-    copy[len] = '\0';
     g_kt.names = nn;
     g_kt.names[g_kt.n_names] = copy;
     return g_kt.n_names++;
+}
+
+/* The identifier out of a mangled name (_Z<len><id>...: its length via *len), else the name itself. */
+static const char *kt_short(int name, int *len) {
+    const char *s = name >= 0 ? g_kt.names[name] : "?";
+    *len = (int)strlen(s);
+    if (s[0] == '_' && s[1] == 'Z') {
+        char *e;
+        const long n = strtol(s + 2, &e, 10);
+        if (n > 0 && (size_t)n <= strlen(e)) {
+            *len = (int)n;
+            return e;
+        }
+    }
+    return s;
 }
 
 static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
     *buf = (uint8_t *)aligned_alloc(8, KT_BUF);
     *size = *buf ? KT_BUF : 0;
     *max_records = 0; /* as many as fit */
+    if (!*buf) { /* CUPTI drops the records it had no buffer for: say so in the report */
+        pthread_mutex_lock(&g_kt.mu);
+        g_kt.oom = 1;
+        pthread_mutex_unlock(&g_kt.mu);
+    }
 }
 
 /* CUPTI's thread (or the flushing one): keep every kernel record of the buffer, then free it. */
 static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
-    (void)ctx, (void)stream, (void)size;
+    (void)size;
     CUpti_Activity *a = NULL;
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) != CUPTI_SUCCESS)
+        dropped = 0;
     pthread_mutex_lock(&g_kt.mu);
+    g_kt.dropped += dropped;
     while (buf && cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
         if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL)
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        if (k->start == 0 || k->end < k->start) { /* no timestamps were collected for it */
+            g_kt.untimed++;
+            continue;
+        }
         if (g_kt.n == g_kt.cap) {
             const size_t cap = g_kt.cap ? 2 * g_kt.cap : 1u << 16;
             kt_rec *r = (kt_rec *)realloc(g_kt.r, sizeof *r * cap);
@@ -106,12 +128,17 @@ static int kt_check(dev_err *err, CUptiResult r, const char *call) {
     return dev_err_set(err, MEMRA_E_DEVICE, "kernel trace: %s failed: %s", call, s ? s : "?");
 }
 
+extern "C" int bench_ktrace_available(void) { return 1; }
+
 extern "C" int bench_ktrace_start(dev_err *err) {
     pthread_mutex_lock(&g_kt.mu);
     const int was = g_kt.on;
-    g_kt.on = 1;
-    g_kt.n = 0;
-    g_kt.oom = 0;
+    if (!was) {
+        g_kt.on = 1;
+        g_kt.n = 0;
+        g_kt.oom = 0;
+        g_kt.dropped = g_kt.untimed = 0;
+    }
     pthread_mutex_unlock(&g_kt.mu);
     if (was)
         return dev_err_set(err, MEMRA_E_STATE, "kernel trace: a recording is already on");
@@ -142,20 +169,22 @@ typedef struct kt_group {
     size_t count;
     double run_ns, inc_ns, lead_ns;
 } kt_group;
+#define KT_IDLE (-2) /* the group of the gaps when no kernel ran */
 
 static int kt_by_inc(const void *a, const void *b) {
     const kt_group *x = (const kt_group *)a, *y = (const kt_group *)b;
     return x->inc_ns > y->inc_ns ? -1 : x->inc_ns < y->inc_ns;
 }
 
-/* The report over records sorted by end: span, busy (union of intervals), groups by increment. */
+/* The report. Records sorted by end; kernel i "moves the frontier" by end_i - max(end_{i-1}, start_i) (its
+ * increment: the time it ran past every kernel that ended before it), and a gap start_i - end_{i-1} > 0 is time
+ * no kernel ran (the idle row). Increments plus idle add up to the span. Busy = the union of the intervals. */
 static int kt_report(FILE *f, const char *csv_path, int units, dev_err *err) {
     kt_rec *r = g_kt.r;
     const size_t n = g_kt.n;
-    if (n == 0) {
-        fprintf(f, "kernel trace: no kernels recorded\n");
-        return 0;
-    }
+    if (n == 0)
+        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no kernel was recorded (%zu dropped, %zu untimed)",
+                           g_kt.dropped, g_kt.untimed);
     qsort(r, n, sizeof *r, kt_by_start); /* the union of the kernels' intervals: time anything ran */
     const uint64_t t0 = r[0].start;
     double busy = 0.0;
@@ -167,33 +196,45 @@ static int kt_report(FILE *f, const char *csv_path, int units, dev_err *err) {
     }
     qsort(r, n, sizeof *r, kt_by_end);
     const double span = (double)(r[n - 1].end - t0);
-    kt_group *g = (kt_group *)calloc(n, sizeof *g);
+    kt_group *g = (kt_group *)calloc(n + 1, sizeof *g);
     if (!g)
-        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory for %zu groups", n);
-    size_t ng = 0;
+        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory for %zu groups", n + 1);
+    g[0] = (kt_group){KT_IDLE, 0, 0, 0, 0, 0.0, 0.0, 0.0};
+    size_t ng = 1;
     for (size_t i = 0; i < n; i++) {
-        const uint64_t prev_end = i ? r[i - 1].end : t0; /* the first one's increment: from the earliest start */
-        size_t k = 0;
+        const uint64_t prev_end = i ? r[i - 1].end : t0, from = r[i].start > prev_end ? r[i].start : prev_end;
+        if (r[i].start > prev_end) {
+            g[0].count++;
+            g[0].inc_ns += (double)(r[i].start - prev_end);
+        }
+        size_t k = 1;
         while (k < ng && !(g[k].name == r[i].name && g[k].grid == r[i].grid && g[k].block == r[i].block))
             k++;
         if (k == ng)
             g[ng++] = (kt_group){r[i].name, r[i].grid, r[i].block, r[i].regs, 0, 0.0, 0.0, 0.0};
         g[k].count++;
         g[k].run_ns += (double)(r[i].end - r[i].start);
-        g[k].inc_ns += (double)(r[i].end - prev_end);
+        g[k].inc_ns += (double)(r[i].end - from);
         g[k].lead_ns += (double)(int64_t)(r[i].start - prev_end);
     }
     qsort(g, ng, sizeof *g, kt_by_inc);
     const double u = units > 0 ? units : 1;
-    fprintf(f, "kernel trace: %zu kernels, span %.1f us per unit (%d units), kernels running %.1f %% of it%s\n", n,
-            span / 1e3 / u, units, 100.0 * busy / span, g_kt.oom ? " (records lost: out of memory)" : "");
-    fprintf(f, "%-34s %8s %5s %4s %8s %10s %10s %8s %9s\n", "kernel", "grid", "block", "regs", "per unit",
+    fprintf(f, "kernel trace: %zu kernels, span %.1f us per unit (%d units), kernels running %.1f %% of it", n,
+            span / 1e3 / u, units, 100.0 * busy / span);
+    if (g_kt.oom || g_kt.dropped || g_kt.untimed)
+        fprintf(f, "; INCOMPLETE: %zu records dropped by CUPTI, %zu without timestamps%s", g_kt.dropped,
+                g_kt.untimed, g_kt.oom ? ", some lost for want of memory" : "");
+    fprintf(f, "\n%-34s %8s %5s %4s %8s %10s %10s %8s %9s\n", "kernel", "grid", "block", "regs", "per unit",
             "run us/u", "incr us/u", "% span", "lead us");
-    for (size_t k = 0; k < ng; k++)
-        fprintf(f, "%-34.34s %8d %5d %4d %8.1f %10.1f %10.1f %8.1f %9.2f\n",
-                g[k].name >= 0 ? g_kt.names[g[k].name] : "?", g[k].grid, g[k].block, g[k].regs,
-                (double)g[k].count / u, g[k].run_ns / 1e3 / u, g[k].inc_ns / 1e3 / u, 100.0 * g[k].inc_ns / span,
-                g[k].lead_ns / 1e3 / (double)g[k].count);
+    for (size_t k = 0; k < ng; k++) {
+        int len = 0;
+        const char *nm = g[k].name == KT_IDLE ? "(no kernel running)" : kt_short(g[k].name, &len);
+        if (g[k].name == KT_IDLE)
+            len = (int)strlen(nm);
+        fprintf(f, "%-34.*s %8d %5d %4d %8.1f %10.1f %10.1f %8.1f %9.2f\n", len < 34 ? len : 34, nm, g[k].grid,
+                g[k].block, g[k].regs, (double)g[k].count / u, g[k].run_ns / 1e3 / u, g[k].inc_ns / 1e3 / u,
+                100.0 * g[k].inc_ns / span, g[k].count ? g[k].lead_ns / 1e3 / (double)g[k].count : 0.0);
+    }
     free(g);
     if (!csv_path)
         return 0;
@@ -208,14 +249,30 @@ static int kt_report(FILE *f, const char *csv_path, int units, dev_err *err) {
     return fclose(c) == 0 ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", csv_path);
 }
 
+/* Every device idle (the caller's current device restored). */
+static int kt_sync_all(dev_err *err) {
+    int n = 0, cur = 0, rc = krn_cuda_call_check(err, cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    if (rc == 0)
+        rc = krn_cuda_call_check(err, cudaGetDevice(&cur), "cudaGetDevice");
+    for (int d = 0; rc == 0 && d < n; d++)
+        if ((rc = krn_cuda_call_check(err, cudaSetDevice(d), "cudaSetDevice")) == 0)
+            rc = krn_cuda_call_check(err, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (n > 0)
+        cudaSetDevice(cur);
+    return rc;
+}
+
 extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
     pthread_mutex_lock(&g_kt.mu);
     const int was = g_kt.on;
     pthread_mutex_unlock(&g_kt.mu);
     if (!was)
         return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no recording is on");
-    /* the traced work has completed (the caller waited): a forced flush delivers every record */
-    int rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    /* the caller drained the work it traced; a device sync makes sure every kernel has its end time before the
+     * forced flush (which does not synchronize and also delivers records still incomplete) */
+    int rc = kt_sync_all(err);
+    if (rc == 0)
+        rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     const int rc2 = kt_check(err, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
     pthread_mutex_lock(&g_kt.mu);
     if (rc == 0 && rc2 == 0)
@@ -227,6 +284,8 @@ extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, 
 }
 
 #else /* built without CUPTI, or with one older than CUDA 13's */
+
+extern "C" int bench_ktrace_available(void) { return 0; }
 
 extern "C" int bench_ktrace_start(dev_err *err) {
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUPTI "
