@@ -91,7 +91,8 @@ static int submit_fed(act_pp *rt, int32_t *seq, int32_t pos, act_pending **p, de
 
 /* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
  * device; dev_argmax 2: and each sequence's next step submitted fed, before its current one is waited). */
-/* --kernel-trace CSV: CUPTI's record of every kernel of the timed steps (tools/memra-bench/cuda/ktrace.cu). */
+/* --kernel-trace FILE: CUPTI's record of every kernel of the timed steps (tools/memra-bench/cuda/ktrace.cu): a table,
+ * and FILE as a CSV or, named *.json, a Perfetto / Chrome trace (ktrace_report.h). */
 static int ktrace_start(dev_err *err)
 {
 #ifdef MEMRA_HAVE_CUDA
@@ -100,17 +101,17 @@ static int ktrace_start(dev_err *err)
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA (refused at parse)");
 #endif
 }
-static int ktrace_stop(const char *csv, int units, dev_err *err)
+static int ktrace_stop(const char *path, int units, dev_err *err)
 {
 #ifdef MEMRA_HAVE_CUDA
-    return bench_ktrace_stop(stdout, csv, units, err);
+    return bench_ktrace_stop(stdout, path, units, err);
 #else
-    (void)csv, (void)units;
+    (void)path, (void)units;
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA");
 #endif
 }
 
-/* One runtime of `stages` stages; ktrace (or NULL): trace its timed steps' kernels into that CSV. */
+/* One runtime of `stages` stages; ktrace (or NULL): trace its timed steps' kernels into that file. */
 static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
                    int prompt, int dev_argmax, const char *ktrace, run_result *out)
 {
@@ -289,13 +290,13 @@ int bench_pp_scaling(int argc, char **argv)
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
-                    "    [--repeat R=1] [--kernel-trace CSV]\n"
+                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json]\n"
                     "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
                     "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
-                    "clock (CUPTI), a table per (kernel, grid) per token and one CSV line per kernel)"))
+                    "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json)"))
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {

@@ -1,15 +1,15 @@
 /* memra-bench's kernel timeline (ktrace.h): CUPTI activity records of kind CONCURRENT_KERNEL (the GPU's start and
  * end timestamps of each kernel, graph nodes included, concurrent and PDL-overlapped kernels kept as they ran),
- * summarised per (kernel, grid). Why CUPTI: these machines have ncu (which serializes kernels, so PDL overlap
- * disappears) but no nsys; CUPTI is the library nsys itself records with, and ships in the CUDA toolkit.
- * Plain C in a .cu file (the tool's CUDA folder); not part of the library.
- * Shared mutable state: the one recording (g_kt), its record array guarded by g_kt.mu (CUPTI delivers buffers
- * on its own thread). */
+ * handed to ktrace_report.c for the table and the file. Why CUPTI: these machines have ncu (which serializes
+ * kernels, so PDL overlap disappears) but no nsys; CUPTI is the library nsys itself records with, and ships in
+ * the CUDA toolkit. Plain C in a .cu file (the tool's CUDA folder); not part of the library.
+ * Shared mutable state: the one recording (g_kt), guarded by g_kt.mu (CUPTI delivers buffers on its own thread). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ktrace.h"
+#include "../ktrace_report.h"
 #include "kernels/cuda/krn_cuda_util.cuh"
 
 #ifdef MEMRA_HAVE_CUPTI
@@ -19,33 +19,26 @@
  * an older CUPTI gets the refusal below instead of a misread record. */
 #if defined(MEMRA_HAVE_CUPTI) && CUPTI_API_VERSION >= 130000
 
-typedef struct kt_rec {
-    uint64_t start, end; /* ns, the GPU's clock */
-    int name;            /* index into g_kt.names (the full mangled name: template instances stay apart) */
-    int grid, block, regs;
-    uint32_t stream, device;
-} kt_rec;
-
 static struct {
     pthread_mutex_t mu;
     int on;
-    kt_rec *r;
+    bench_kt_rec *r;
     size_t n, cap;
-    char **names;
+    char **names; /* interned full names: the records point at them */
     int n_names;
-    int oom;          /* a record, a name or a buffer could not be kept */
-    size_t dropped;   /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
-    size_t untimed;   /* kernel records without timestamps (start 0 or end < start), left out */
+    int oom;        /* a record, a name or a buffer could not be kept */
+    size_t dropped; /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
+    size_t untimed; /* kernel records without timestamps (start 0 or end < start), left out */
 } g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0, 0, 0};
 
 #define KT_BUF (8u << 20)
 
-/* The name interned (the full mangled one). Under mu. */
-static int kt_name(const char *name) {
+/* The name interned (a pointer that lives until the process ends). Under mu. */
+static const char *kt_name(const char *name) {
     const char *s = name ? name : "?";
     for (int i = 0; i < g_kt.n_names; i++)
         if (!strcmp(g_kt.names[i], s))
-            return i;
+            return g_kt.names[i];
     char **nn = (char **)realloc(g_kt.names, sizeof *nn * (size_t)(g_kt.n_names + 1));
     char *copy = strdup(s);
     if (!nn || !copy) {
@@ -53,26 +46,11 @@ static int kt_name(const char *name) {
             g_kt.names = nn;
         free(copy);
         g_kt.oom = 1;
-        return -1;
+        return "?";
     }
     g_kt.names = nn;
-    g_kt.names[g_kt.n_names] = copy;
-    return g_kt.n_names++;
-}
-
-/* The identifier out of a mangled name (_Z<len><id>...: its length via *len), else the name itself. */
-static const char *kt_short(int name, int *len) {
-    const char *s = name >= 0 ? g_kt.names[name] : "?";
-    *len = (int)strlen(s);
-    if (s[0] == '_' && s[1] == 'Z') {
-        char *e;
-        const long n = strtol(s + 2, &e, 10);
-        if (n > 0 && (size_t)n <= strlen(e)) {
-            *len = (int)n;
-            return e;
-        }
-    }
-    return s;
+    g_kt.names[g_kt.n_names++] = copy;
+    return copy;
 }
 
 static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
@@ -86,7 +64,7 @@ static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *ma
     }
 }
 
-/* CUPTI's thread (or the flushing one): keep every kernel record of the buffer, then free it. */
+/* CUPTI's thread (or the flushing one): keep every timed kernel record of the buffer, then free it. */
 static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
     (void)size;
     CUpti_Activity *a = NULL;
@@ -105,15 +83,16 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
         }
         if (g_kt.n == g_kt.cap) {
             const size_t cap = g_kt.cap ? 2 * g_kt.cap : 1u << 16;
-            kt_rec *r = (kt_rec *)realloc(g_kt.r, sizeof *r * cap);
+            bench_kt_rec *r = (bench_kt_rec *)realloc(g_kt.r, sizeof *r * cap);
             if (!r) {
                 g_kt.oom = 1;
                 continue;
             }
             g_kt.r = r, g_kt.cap = cap;
         }
-        const kt_rec rec = {k->start, k->end, kt_name(k->name), k->gridX * k->gridY * k->gridZ,
-                            k->blockX * k->blockY * k->blockZ, k->registersPerThread, k->streamId, k->deviceId};
+        const bench_kt_rec rec = {k->start, k->end, kt_name(k->name), k->gridX * k->gridY * k->gridZ,
+                                  k->blockX * k->blockY * k->blockZ, k->registersPerThread, k->streamId,
+                                  k->deviceId};
         g_kt.r[g_kt.n++] = rec;
     }
     pthread_mutex_unlock(&g_kt.mu);
@@ -155,100 +134,6 @@ extern "C" int bench_ktrace_start(dev_err *err) {
     return rc;
 }
 
-static int kt_by_start(const void *a, const void *b) {
-    const kt_rec *x = (const kt_rec *)a, *y = (const kt_rec *)b;
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-static int kt_by_end(const void *a, const void *b) {
-    const kt_rec *x = (const kt_rec *)a, *y = (const kt_rec *)b;
-    return x->end < y->end ? -1 : x->end > y->end ? 1 : (x->start < y->start ? -1 : x->start > y->start);
-}
-
-typedef struct kt_group {
-    int name, grid, block, regs;
-    size_t count;
-    double run_ns, inc_ns, lead_ns;
-} kt_group;
-#define KT_IDLE (-2) /* the group of the gaps when no kernel ran */
-
-static int kt_by_inc(const void *a, const void *b) {
-    const kt_group *x = (const kt_group *)a, *y = (const kt_group *)b;
-    return x->inc_ns > y->inc_ns ? -1 : x->inc_ns < y->inc_ns;
-}
-
-/* The report. Records sorted by end; kernel i "moves the frontier" by end_i - max(end_{i-1}, start_i) (its
- * increment: the time it ran past every kernel that ended before it), and a gap start_i - end_{i-1} > 0 is time
- * no kernel ran (the idle row). Increments plus idle add up to the span. Busy = the union of the intervals. */
-static int kt_report(FILE *f, const char *csv_path, int units, dev_err *err) {
-    kt_rec *r = g_kt.r;
-    const size_t n = g_kt.n;
-    if (n == 0)
-        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no kernel was recorded (%zu dropped, %zu untimed)",
-                           g_kt.dropped, g_kt.untimed);
-    qsort(r, n, sizeof *r, kt_by_start); /* the union of the kernels' intervals: time anything ran */
-    const uint64_t t0 = r[0].start;
-    double busy = 0.0;
-    for (size_t i = 0, j; i < n; i = j) {
-        uint64_t to = r[i].end;
-        for (j = i + 1; j < n && r[j].start <= to; j++)
-            to = r[j].end > to ? r[j].end : to;
-        busy += (double)(to - r[i].start);
-    }
-    qsort(r, n, sizeof *r, kt_by_end);
-    const double span = (double)(r[n - 1].end - t0);
-    kt_group *g = (kt_group *)calloc(n + 1, sizeof *g);
-    if (!g)
-        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory for %zu groups", n + 1);
-    g[0] = (kt_group){KT_IDLE, 0, 0, 0, 0, 0.0, 0.0, 0.0};
-    size_t ng = 1;
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t prev_end = i ? r[i - 1].end : t0, from = r[i].start > prev_end ? r[i].start : prev_end;
-        if (r[i].start > prev_end) {
-            g[0].count++;
-            g[0].inc_ns += (double)(r[i].start - prev_end);
-        }
-        size_t k = 1;
-        while (k < ng && !(g[k].name == r[i].name && g[k].grid == r[i].grid && g[k].block == r[i].block))
-            k++;
-        if (k == ng)
-            g[ng++] = (kt_group){r[i].name, r[i].grid, r[i].block, r[i].regs, 0, 0.0, 0.0, 0.0};
-        g[k].count++;
-        g[k].run_ns += (double)(r[i].end - r[i].start);
-        g[k].inc_ns += (double)(r[i].end - from);
-        g[k].lead_ns += (double)(int64_t)(r[i].start - prev_end);
-    }
-    qsort(g, ng, sizeof *g, kt_by_inc);
-    const double u = units > 0 ? units : 1;
-    fprintf(f, "kernel trace: %zu kernels, span %.1f us per unit (%d units), kernels running %.1f %% of it", n,
-            span / 1e3 / u, units, 100.0 * busy / span);
-    if (g_kt.oom || g_kt.dropped || g_kt.untimed)
-        fprintf(f, "; INCOMPLETE: %zu records dropped by CUPTI, %zu without timestamps%s", g_kt.dropped,
-                g_kt.untimed, g_kt.oom ? ", some lost for want of memory" : "");
-    fprintf(f, "\n%-34s %8s %5s %4s %8s %10s %10s %8s %9s\n", "kernel", "grid", "block", "regs", "per unit",
-            "run us/u", "incr us/u", "% span", "lead us");
-    for (size_t k = 0; k < ng; k++) {
-        int len = 0;
-        const char *nm = g[k].name == KT_IDLE ? "(no kernel running)" : kt_short(g[k].name, &len);
-        if (g[k].name == KT_IDLE)
-            len = (int)strlen(nm);
-        fprintf(f, "%-34.*s %8d %5d %4d %8.1f %10.1f %10.1f %8.1f %9.2f\n", len < 34 ? len : 34, nm, g[k].grid,
-                g[k].block, g[k].regs, (double)g[k].count / u, g[k].run_ns / 1e3 / u, g[k].inc_ns / 1e3 / u,
-                100.0 * g[k].inc_ns / span, g[k].count ? g[k].lead_ns / 1e3 / (double)g[k].count : 0.0);
-    }
-    free(g);
-    if (!csv_path)
-        return 0;
-    FILE *c = fopen(csv_path, "w");
-    if (!c)
-        return dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", csv_path);
-    fprintf(c, "start_us,end_us,kernel,grid,block,regs,stream,device\n");
-    for (size_t i = 0; i < n; i++)
-        fprintf(c, "%.3f,%.3f,%s,%d,%d,%d,%u,%u\n", (double)(r[i].start - t0) / 1e3, (double)(r[i].end - t0) / 1e3,
-                r[i].name >= 0 ? g_kt.names[r[i].name] : "?", r[i].grid, r[i].block, r[i].regs, r[i].stream,
-                r[i].device);
-    return fclose(c) == 0 ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", csv_path);
-}
-
 /* Every device idle (the caller's current device restored). */
 static int kt_sync_all(dev_err *err) {
     int n = 0, cur = 0, rc = krn_cuda_call_check(err, cudaGetDeviceCount(&n), "cudaGetDeviceCount");
@@ -262,7 +147,29 @@ static int kt_sync_all(dev_err *err) {
     return rc;
 }
 
-extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
+/* The report of what was recorded (under mu). */
+static int kt_report(FILE *f, const char *path, int units, dev_err *err) {
+    if (g_kt.n == 0)
+        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no kernel was recorded (%zu dropped, %zu untimed)",
+                           g_kt.dropped, g_kt.untimed);
+    bench_kt_group *g = (bench_kt_group *)calloc(g_kt.n + 1, sizeof *g);
+    if (!g)
+        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory for %zu groups", g_kt.n + 1);
+    bench_kt_summary s;
+    int rc = bench_kt_analyse(g_kt.r, g_kt.n, g, &s, err);
+    if (rc == 0) {
+        bench_kt_print(f, g, &s, g_kt.n, units);
+        if (g_kt.oom || g_kt.dropped || g_kt.untimed)
+            fprintf(f, "kernel trace INCOMPLETE: %zu records dropped by CUPTI, %zu without timestamps%s\n",
+                    g_kt.dropped, g_kt.untimed, g_kt.oom ? ", some lost for want of memory" : "");
+        if (path)
+            rc = bench_kt_write(path, g_kt.r, g_kt.n, s.t0, err);
+    }
+    free(g);
+    return rc;
+}
+
+extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err) {
     pthread_mutex_lock(&g_kt.mu);
     const int was = g_kt.on;
     pthread_mutex_unlock(&g_kt.mu);
@@ -276,7 +183,7 @@ extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, 
     const int rc2 = kt_check(err, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
     pthread_mutex_lock(&g_kt.mu);
     if (rc == 0 && rc2 == 0)
-        rc = kt_report(report, csv_path, units, err);
+        rc = kt_report(report, path, units, err);
     g_kt.on = 0;
     g_kt.n = 0;
     pthread_mutex_unlock(&g_kt.mu);
@@ -291,8 +198,8 @@ extern "C" int bench_ktrace_start(dev_err *err) {
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUPTI "
                                                  "(CMake found no CUDA::cupti) or with one older than CUDA 13's");
 }
-extern "C" int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err) {
-    (void)report, (void)csv_path, (void)units;
+extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err) {
+    (void)report, (void)path, (void)units;
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: built without CUPTI");
 }
 

@@ -18,15 +18,12 @@ int bench_ktrace_available(void);
  * MEMRA_E_UNSUPPORTED in a build without CUPTI. */
 int bench_ktrace_start(dev_err *err);
 
-/* Stop, after the traced work was drained (every device is synchronized here too): print to `report` the
- * kernels grouped by (kernel, grid, block), each with its count and, per unit (units >= 1: e.g. the tokens
- * traced), its time running, its increment (the time it ran past every kernel that ended before it) and its
- * share of the span, and its mean lead (start minus the previous kernel's end: negative when PDL started it
- * early); a "(no kernel running)" row takes the gaps, so the increments add up to the span. A summary line
- * says when records were dropped or had no timestamps. csv_path (or NULL): one line per kernel. 0, or
- * MEMRA_E_STATE (nothing recorded), MEMRA_E_DEVICE / MEMRA_E_IO / MEMRA_E_NOMEM with err; the recording is
- * off afterwards either way. */
-int bench_ktrace_stop(FILE *report, const char *csv_path, int units, dev_err *err);
+/* Stop, after the traced work was drained (every device is synchronized here too): print to `report` the table
+ * of ktrace_report.h's bench_kt_print (units >= 1: e.g. the tokens traced) and a line when records were dropped or
+ * had no timestamps; path (or NULL): the kernels as a CSV, or as a Perfetto / Chrome trace when it ends in
+ * ".json" (bench_kt_write). 0, or MEMRA_E_STATE (nothing recorded), MEMRA_E_DEVICE / MEMRA_E_IO /
+ * MEMRA_E_NOMEM with err; the recording is off afterwards either way. */
+int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err);
 
 #ifdef __cplusplus
 }

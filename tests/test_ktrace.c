@@ -1,0 +1,177 @@
+/* memra-bench's kernel-timeline arithmetic (tools/memra-bench/ktrace_report.c) on made-up records: what each
+ * kernel adds to a step when kernels overlap (PDL, other streams) or leave gaps, grouping, and the CSV and
+ * Perfetto files. The CUPTI side (cuda/ktrace.cu) needs a GPU and is run by scripts/gpu-check ktrace. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ktrace_report.h"
+
+/* The group of (short name, grid), or NULL; name NULL: the idle row. */
+static const bench_kt_group *group_of(const bench_kt_group *g, const bench_kt_summary *s, const char *name, int grid)
+{
+    for (size_t k = 0; k < s->n_groups; k++)
+        if (name ? g[k].name && !strcmp(g[k].name, name) && g[k].grid == grid : !g[k].name)
+            return &g[k];
+    return NULL;
+}
+
+static double inc_sum(const bench_kt_group *g, const bench_kt_summary *s)
+{
+    double t = 0.0;
+    for (size_t k = 0; k < s->n_groups; k++)
+        t += g[k].inc_ns;
+    return t;
+}
+
+static void test_a_gap_goes_to_the_idle_row_and_the_increments_add_up_to_the_span(void **state)
+{
+    (void)state;
+    bench_kt_rec r[] = {{120, 130, "c", 1, 32, 8, 0, 0}, {100, 110, "a", 1, 32, 8, 0, 0}, {112, 120, "b", 1, 32, 8, 0, 0}};
+    bench_kt_group g[4];
+    bench_kt_summary s;
+    dev_err err = {0};
+    assert_int_equal(bench_kt_analyse(r, 3, g, &s, &err), 0);
+    assert_int_equal(s.t0, 100);
+    assert_true(s.span_ns == 30.0 && s.busy_ns == 28.0);
+    assert_int_equal(s.n_groups, 4);
+    assert_true(group_of(g, &s, NULL, 0)->inc_ns == 2.0 && group_of(g, &s, NULL, 0)->count == 1);
+    assert_true(group_of(g, &s, "a", 1)->inc_ns == 10.0);
+    assert_true(group_of(g, &s, "b", 1)->inc_ns == 8.0); /* 120 - 110, less the 2 ns nothing ran */
+    assert_true(group_of(g, &s, "b", 1)->lead_ns == 2.0);
+    assert_true(group_of(g, &s, "c", 1)->inc_ns == 10.0);
+    assert_true(inc_sum(g, &s) == s.span_ns);
+    assert_true(r[0].end <= r[1].end && r[1].end <= r[2].end); /* sorted by end */
+}
+
+/* A[0,20] with B[5,10] inside it and C[15,30] started early (PDL): no idle time, each adds 10, leads say who
+ * started before its predecessor ended. */
+static void test_overlap_is_counted_once_for_the_kernel_that_ends_first(void **state)
+{
+    (void)state;
+    bench_kt_rec r[] = {{0, 20, "a", 1, 1, 1, 0, 0}, {5, 10, "b", 1, 1, 1, 1, 0}, {15, 30, "c", 1, 1, 1, 0, 0}};
+    bench_kt_group g[4];
+    bench_kt_summary s;
+    dev_err err = {0};
+    assert_int_equal(bench_kt_analyse(r, 3, g, &s, &err), 0);
+    assert_true(s.span_ns == 30.0 && s.busy_ns == 30.0);
+    assert_true(group_of(g, &s, NULL, 0)->inc_ns == 0.0 && group_of(g, &s, NULL, 0)->count == 0);
+    assert_true(group_of(g, &s, "b", 1)->inc_ns == 10.0 && group_of(g, &s, "b", 1)->lead_ns == 5.0);
+    assert_true(group_of(g, &s, "a", 1)->inc_ns == 10.0 && group_of(g, &s, "a", 1)->lead_ns == -10.0);
+    assert_true(group_of(g, &s, "c", 1)->inc_ns == 10.0 && group_of(g, &s, "c", 1)->lead_ns == -5.0);
+    assert_true(inc_sum(g, &s) == s.span_ns);
+}
+
+/* Same kernel and grid: one row; another grid or another template instance: rows of their own, largest
+ * increment first; the short name is the identifier inside the mangled one. */
+static void test_groups_keep_grids_and_template_instances_apart(void **state)
+{
+    (void)state;
+    const char *k1 = "_Z3fooILi1EEvv", *k2 = "_Z3fooILi2EEvv";
+    bench_kt_rec r[] = {{0, 10, k1, 64, 128, 40, 0, 0}, {10, 20, k1, 64, 128, 40, 0, 0}, {20, 40, k1, 32, 128, 40, 0, 0},
+                        {40, 45, k2, 64, 128, 48, 0, 0}};
+    bench_kt_group g[5];
+    bench_kt_summary s;
+    dev_err err = {0};
+    assert_int_equal(bench_kt_analyse(r, 4, g, &s, &err), 0);
+    assert_int_equal(s.n_groups, 4); /* three kernels' rows and the idle row */
+    assert_true(group_of(g, &s, k1, 64)->count == 2 && group_of(g, &s, k1, 64)->run_ns == 20.0);
+    assert_true(group_of(g, &s, k1, 32)->count == 1 && group_of(g, &s, k2, 64)->regs == 48);
+    for (size_t k = 1; k < s.n_groups; k++)
+        assert_true(g[k - 1].inc_ns >= g[k].inc_ns);
+    int len;
+    const char *sh = bench_kt_short(k2, &len);
+    assert_int_equal(len, 3);
+    assert_memory_equal(sh, "foo", 3);
+    assert_string_equal(bench_kt_short("plain_kernel", &len), "plain_kernel");
+    assert_int_equal(len, 12);
+    assert_string_equal(bench_kt_short("_Z99short", &len), "_Z99short"); /* a length past the end: as is */
+}
+
+static void test_no_records_and_a_record_that_ends_before_it_starts_are_refused(void **state)
+{
+    (void)state;
+    bench_kt_group g[2];
+    bench_kt_summary s;
+    dev_err err = {0};
+    assert_int_equal(bench_kt_analyse(NULL, 0, g, &s, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "no kernel records"));
+    bench_kt_rec r[] = {{50, 40, "x", 1, 1, 1, 0, 0}};
+    dev_err e2 = {0};
+    assert_int_equal(bench_kt_analyse(r, 1, g, &s, &e2), MEMRA_E_INVAL);
+    assert_non_null(strstr(e2.msg, "ends (40) before it starts (50)"));
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 14];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The table names the idle row; the CSV has a line per kernel; the JSON is Chrome trace events with the
+ * short name, microseconds from t0 and the full symbol escaped; an unwritable path is an MEMRA_E_IO. */
+static void test_the_table_the_csv_and_the_perfetto_trace(void **state)
+{
+    (void)state;
+    bench_kt_rec r[] = {{1000, 3500, "_Z7rmsnormv", 1, 1024, 32, 7, 1}, {4000, 9000, "odd\"name", 528, 128, 80, 7, 1}};
+    bench_kt_group g[3];
+    bench_kt_summary s;
+    dev_err err = {0};
+    assert_int_equal(bench_kt_analyse(r, 2, g, &s, &err), 0);
+    char table[4096] = {0};
+    FILE *t = fmemopen(table, sizeof table - 1, "w");
+    assert_non_null(t);
+    bench_kt_print(t, g, &s, 2, 2);
+    fclose(t);
+    assert_non_null(strstr(table, "2 kernels, span 4.0 us per unit (2 units), kernels running 93.8 % of it"));
+    assert_non_null(strstr(table, "(no kernel running)"));
+    assert_non_null(strstr(table, "rmsnorm "));
+    char csv[] = "/tmp/memra-ktrace-XXXXXX";
+    const int fd = mkstemp(csv);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(bench_kt_write(csv, r, 2, s.t0, &err), 0);
+    const char *c = slurp(csv);
+    assert_non_null(strstr(c, "start_us,end_us,kernel,grid,block,regs,stream,device\n"));
+    assert_non_null(strstr(c, "0.000,2.500,_Z7rmsnormv,1,1024,32,7,1\n"));
+    assert_non_null(strstr(c, "3.000,8.000,odd\"name,528,128,80,7,1\n"));
+    remove(csv);
+    char json[64];
+    snprintf(json, sizeof json, "%s.json", csv);
+    assert_int_equal(bench_kt_write(json, r, 2, s.t0, &err), 0);
+    const char *j = slurp(json);
+    assert_non_null(strstr(j, "\"traceEvents\":["));
+    assert_non_null(strstr(j, "{\"name\":\"rmsnorm\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":0.000,\"dur\":2.500,"
+                              "\"pid\":1,\"tid\":7,\"args\":{\"grid\":1,\"block\":1024,\"regs\":32,"
+                              "\"symbol\":\"_Z7rmsnormv\"}}"));
+    assert_non_null(strstr(j, "\"name\":\"odd\\\"name\""));
+    assert_non_null(strstr(j, "\n]}\n"));
+    remove(json);
+    dev_err e2 = {0};
+    assert_int_equal(bench_kt_write("/nonexistent-dir/x.csv", r, 2, s.t0, &e2), MEMRA_E_IO);
+    assert_non_null(strstr(e2.msg, "/nonexistent-dir/x.csv"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_gap_goes_to_the_idle_row_and_the_increments_add_up_to_the_span),
+        cmocka_unit_test(test_overlap_is_counted_once_for_the_kernel_that_ends_first),
+        cmocka_unit_test(test_groups_keep_grids_and_template_instances_apart),
+        cmocka_unit_test(test_no_records_and_a_record_that_ends_before_it_starts_are_refused),
+        cmocka_unit_test(test_the_table_the_csv_and_the_perfetto_trace),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,62 @@
+/* The arithmetic of memra-bench's kernel timeline (pp-scaling --kernel-trace; the records come from CUPTI in
+ * cuda/ktrace.cu): records in, groups per kernel, a table, a CSV or a Chrome / Perfetto trace out. Plain C with no
+ * CUDA, so tests/test_ktrace.c checks it on made-up records in every CI leg. */
+#ifndef MEMRA_BENCH_KTRACE_REPORT_H
+#define MEMRA_BENCH_KTRACE_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "device/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bench_kt_rec {
+    uint64_t start, end; /* ns on one clock, end >= start */
+    const char *name;    /* the kernel's name (mangled is fine); not owned, outlives the report */
+    int grid, block, regs;
+    uint32_t stream, device;
+} bench_kt_rec;
+
+typedef struct bench_kt_group {
+    const char *name; /* NULL: the row of the time when no kernel ran */
+    int grid, block, regs;
+    size_t count;
+    double run_ns;  /* sum of end - start */
+    double inc_ns;  /* sum of the increments (bench_kt_analyse) */
+    double lead_ns; /* sum of start - the previous kernel's end (negative: started before it ended) */
+} bench_kt_group;
+
+typedef struct bench_kt_summary {
+    uint64_t t0;     /* the earliest start */
+    double span_ns;  /* the last end - t0 */
+    double busy_ns;  /* the union of the kernels' intervals */
+    size_t n_groups; /* rows of g, the idle row included */
+} bench_kt_summary;
+
+/* Sorts r by end and groups it by (name, grid, block) into g (room for n + 1 rows), sorted by inc_ns, largest
+ * first. The increment of kernel i (in end order) is end_i - end_{i-1} less the time in between when no kernel
+ * ran, which goes to the idle row: the increments and the idle row add up to the span, and time when several
+ * kernels overlap (PDL, other streams) is counted once, for the kernel that ends first. 0, or MEMRA_E_INVAL
+ * with err (n == 0, a record with end < start); r and g are unspecified after a failure. */
+int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summary *s, dev_err *err);
+
+/* The table: a summary line, then one row per group with its count, time running and increment per unit
+ * (units >= 1: e.g. the tokens traced), its share of the span and its mean lead. */
+void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s, size_t n_kernels, int units);
+
+/* r (as analysed) into path: a name ending in ".json" gets Chrome trace events (Perfetto and chrome://tracing
+ * open it: one complete event per kernel, pid = device, tid = stream, microseconds from t0), any other a CSV with
+ * one line per kernel. 0 or MEMRA_E_IO with err. */
+int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t0, dev_err *err);
+
+/* The identifier inside a mangled name (_Z<len><id>...: *len bytes from the pointer returned), else the name. */
+const char *bench_kt_short(const char *name, int *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
