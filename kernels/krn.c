@@ -77,7 +77,8 @@ int krn_act_out_ok(const void *y, int yt, const float *in, size_t count)
 {
     if (yt == KRN_F32)
         return 1;
-    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + count * 2, i0 = (uintptr_t)in, i1 = i0 + count * sizeof(float);
+    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + count * krn_act_bytes(yt), i0 = (uintptr_t)in,
+                    i1 = i0 + count * sizeof(float);
     return y1 <= i0 || i1 <= y0;
 }
 

@@ -33,98 +33,100 @@ static const float *kv_rows(const void *cache, int type, size_t off, int n_t, in
  * the arithmetic is the f32 cache's. Every sum runs over t (or dims) in order, as above, whatever the tiling.
  * Each row depends only on its own q and its cache prefix, so a row gives the same bits whatever the
  * batch or chunk it is computed in. */
-void krn_cpu_attention(const krn_cpu_attention_args *a)
+/* Row b into out_b (f32): sc holds group * (pos[b] + 1) scores, tbuf ATT_TILE widened rows (16-bit caches). */
+static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float *sc, float *tbuf)
 {
-    if (a->out_t != KRN_F32) { /* f32 into a copy, then rounded: the bits of the f32 op's result, rounded */
-        const size_t n = (size_t)a->B * a->n_head * a->head_dim;
-        float *of = malloc(n * sizeof(float));
-        if (!of) { /* no memory: NaN rows, visible, never silent */
-            const uint16_t nan = a->out_t == KRN_F16 ? krn_f32_to_f16(NAN) : krn_f32_to_bf16(NAN);
-            for (size_t i = 0; i < n; i++)
-                ((uint16_t *)a->out)[i] = nan;
-            return;
-        }
-        krn_cpu_attention_args f = *a;
-        f.out = of;
-        f.out_t = KRN_F32;
-        krn_cpu_attention(&f);
-        krn_quant_row(a->out_t, of, a->out, (int64_t)n);
-        free(of);
-        return;
-    }
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    float stack[ATT_STACK_POS];
-    /* 16-bit caches: ATT_TILE positions of one kv head widened at a time (memory O(tile), not O(context)) */
-    float *tbuf = a->c.type != KRN_F32 ? malloc((size_t)ATT_TILE * hd * sizeof(float)) : NULL;
-    for (int b = 0; b < a->B; b++) {
-        const int n_t = a->pos[b] + 1;
-        float *out_b = (float *)a->out + (size_t)b * a->n_head * hd;
-        const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
-        const size_t nsc = ok ? (size_t)group * n_t : 0; /* the group's scores, head after head */
-        float *sc = nsc <= ATT_STACK_POS ? stack : malloc(nsc * sizeof(float));
-        if (!ok || !sc || (a->c.type != KRN_F32 && !tbuf)) {
-            for (int i = 0; i < a->n_head * hd; i++)
-                out_b[i] = NAN; /* invalid row or no scratch: visible, never silent */
-            if (sc != stack)
-                free(sc);
-            continue;
+    const int n_t = a->pos[b] + 1;
+    const size_t c0 = (size_t)a->seq[b] * a->n_ctx * kv_dim; /* this sequence's first cache row */
+    for (int g = 0; g < a->n_head_kv; g++) {
+        const float *qg = a->q + ((size_t)b * a->n_head + (size_t)g * group) * hd;
+        float *og = out_b + (size_t)g * group * hd;
+        for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* scores: K widened once per tile for the group */
+            const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
+            size_t ks;
+            const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
+                                      hd, tbuf, &ks);
+            for (int j = 0; j < group; j++)
+                for (int t = 0; t < nt; t++) {
+                    const float *q = qg + (size_t)j * hd, *k = kg + (size_t)t * ks;
+                    float d = 0.0f;
+                    for (int i = 0; i < hd; i++)
+                        d += q[i] * k[i];
+                    sc[(size_t)j * n_t + t0 + t] = d * scale;
+                }
         }
-        const size_t c0 = (size_t)a->seq[b] * a->n_ctx * kv_dim; /* this sequence's first cache row */
-        for (int g = 0; g < a->n_head_kv; g++) {
-            const float *qg = a->q + ((size_t)b * a->n_head + (size_t)g * group) * hd;
-            float *og = out_b + (size_t)g * group * hd;
-            for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* scores: K widened once per tile for the group */
-                const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
-                size_t ks;
-                const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
-                                          hd, tbuf, &ks);
-                for (int j = 0; j < group; j++)
-                    for (int t = 0; t < nt; t++) {
-                        const float *q = qg + (size_t)j * hd, *k = kg + (size_t)t * ks;
-                        float d = 0.0f;
-                        for (int i = 0; i < hd; i++)
-                            d += q[i] * k[i];
-                        sc[(size_t)j * n_t + t0 + t] = d * scale;
-                    }
-            }
-            for (int j = 0; j < group; j++) { /* p_t = exp(s_t - max), unnormalized; o = 0 */
-                float *s = sc + (size_t)j * n_t, mx = -INFINITY;
-                for (int t = 0; t < n_t; t++)
-                    if (s[t] > mx)
-                        mx = s[t];
-                for (int t = 0; t < n_t; t++)
-                    s[t] = expf(s[t] - mx);
-                for (int i = 0; i < hd; i++)
-                    og[(size_t)j * hd + i] = 0.0f;
-            }
-            for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* values: V widened once per tile for the group */
-                const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
-                size_t vs;
-                const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
-                                          hd, tbuf, &vs);
-                for (int j = 0; j < group; j++) {
-                    const float *p = sc + (size_t)j * n_t + t0;
-                    float *o = og + (size_t)j * hd;
-                    for (int t = 0; t < nt; t++) {
-                        const float *v = vg + (size_t)t * vs;
-                        for (int i = 0; i < hd; i++)
-                            o[i] += p[t] * v[i];
-                    }
+        for (int j = 0; j < group; j++) { /* p_t = exp(s_t - max), unnormalized; o = 0 */
+            float *s = sc + (size_t)j * n_t, mx = -INFINITY;
+            for (int t = 0; t < n_t; t++)
+                if (s[t] > mx)
+                    mx = s[t];
+            for (int t = 0; t < n_t; t++)
+                s[t] = expf(s[t] - mx);
+            for (int i = 0; i < hd; i++)
+                og[(size_t)j * hd + i] = 0.0f;
+        }
+        for (int t0 = 0; t0 < n_t; t0 += ATT_TILE) { /* values: V widened once per tile for the group */
+            const int nt = n_t - t0 < ATT_TILE ? n_t - t0 : ATT_TILE;
+            size_t vs;
+            const float *vg = kv_rows(a->c.v, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
+                                      hd, tbuf, &vs);
+            for (int j = 0; j < group; j++) {
+                const float *p = sc + (size_t)j * n_t + t0;
+                float *o = og + (size_t)j * hd;
+                for (int t = 0; t < nt; t++) {
+                    const float *v = vg + (size_t)t * vs;
+                    for (int i = 0; i < hd; i++)
+                        o[i] += p[t] * v[i];
                 }
             }
-            for (int j = 0; j < group; j++) { /* one division by the sum (t in order) */
-                const float *s = sc + (size_t)j * n_t;
-                float sum = 0.0f;
-                for (int t = 0; t < n_t; t++)
-                    sum += s[t];
-                const float inv = 1.0f / sum;
-                for (int i = 0; i < hd; i++)
-                    og[(size_t)j * hd + i] *= inv;
-            }
         }
-        if (sc != stack)
-            free(sc);
+        for (int j = 0; j < group; j++) { /* one division by the sum (t in order) */
+            const float *s = sc + (size_t)j * n_t;
+            float sum = 0.0f;
+            for (int t = 0; t < n_t; t++)
+                sum += s[t];
+            const float inv = 1.0f / sum;
+            for (int i = 0; i < hd; i++)
+                og[(size_t)j * hd + i] *= inv;
+        }
     }
+}
+
+void krn_cpu_attention(const krn_cpu_attention_args *a)
+{
+    const int group = a->n_head / a->n_head_kv, hd = a->head_dim;
+    const size_t row_n = (size_t)a->n_head * hd; /* out elements of one row */
+    int n_max = 0; /* the longest valid row: the scores' scratch is sized once per call */
+    for (int b = 0; b < a->B; b++)
+        if (a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0 && a->pos[b] + 1 > n_max)
+            n_max = a->pos[b] + 1;
+    float stack[ATT_STACK_POS];
+    const size_t nsc = (size_t)group * n_max; /* a row's scores, head after head of a kv head's group */
+    float *sc = nsc <= ATT_STACK_POS ? stack : malloc(nsc * sizeof(float));
+    /* 16-bit caches: ATT_TILE positions of one kv head widened at a time (memory O(tile), not O(context)) */
+    float *tbuf = a->c.type != KRN_F32 ? malloc((size_t)ATT_TILE * hd * sizeof(float)) : NULL;
+    /* a 16-bit out: each row computed in f32, then rounded (the f32 op's bits, rounded to nearest even) */
+    float *rowf = a->out_t != KRN_F32 ? malloc(row_n * sizeof(float)) : NULL;
+    const int scratch = sc && (a->c.type == KRN_F32 || tbuf) && (a->out_t == KRN_F32 || rowf);
+    for (int b = 0; b < a->B; b++) {
+        const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
+        float *out_b = a->out_t == KRN_F32 ? (float *)a->out + (size_t)b * row_n : rowf;
+        uint16_t *out16 = (uint16_t *)a->out + (size_t)b * row_n; /* a 16-bit out's row */
+        if (ok && scratch)
+            att_row(a, b, out_b, sc, tbuf);
+        else if (out_b) /* invalid row or no scratch: NaN, visible, never silent */
+            for (size_t i = 0; i < row_n; i++)
+                out_b[i] = NAN;
+        else /* no f32 row for a 16-bit out: the NaN rounded element by element */
+            for (size_t i = 0; i < row_n; i++)
+                krn_quant_row(a->out_t, &(const float){NAN}, out16 + i, 1);
+        if (rowf)
+            krn_quant_row(a->out_t, rowf, out16, (int64_t)row_n);
+    }
+    if (sc != stack)
+        free(sc);
     free(tbuf);
+    free(rowf);
 }

@@ -56,9 +56,9 @@ void krn_cpu_rope(const krn_cpu_rope_args *a);
 /* Rows whose seq/pos fall outside the cache are skipped (krn.c cannot see device-side values; the model
  * guarantees them). */
 void krn_cpu_kv_store(const krn_cpu_kv_store_args *a);
-/* Scratch for the scores: pos+1 floats per (row, head), taken from the stack up to 4096 positions, else
- * malloc'd (a failed malloc writes NaN rows so the error is visible, never silent). A 16-bit out is computed
- * into a malloc'd f32 copy and rounded (NaN rows if that malloc fails). */
+/* Scratch, sized once per call: the scores of a kv head's group over the longest row (group x (pos+1) floats,
+ * on the stack up to 4096, else malloc'd), ATT_TILE widened rows for a 16-bit cache, one f32 row for a 16-bit
+ * out (computed in f32, then rounded). A failed malloc writes NaN rows: visible, never silent. */
 void krn_cpu_attention(const krn_cpu_attention_args *a);
 void krn_cpu_swiglu(const krn_cpu_swiglu_args *a);
 void krn_cpu_add(const krn_cpu_add_args *a);
