@@ -24,16 +24,20 @@ act_pp_params act_pp_default_params(void)
     return p;
 }
 
+size_t pp_fill_meta(const act_pp *rt, const pp_rec *rec, void *host)
+{
+    const size_t xb = (size_t)rec->B * (size_t)rt->n_embd * sizeof(float), tb = (size_t)rec->B * sizeof(int32_t);
+    memcpy((char *)host + xb, rec->pos, tb);
+    memcpy((char *)host + xb + tb, rec->seq, tb);
+    return xb;
+}
+
 int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err)
 {
-    float *x = host;
-    int r = mdl_embed_rows(rt->model, rec->tokens, rec->B, x, err);
-    if (r != 0)
-        return r;
-    int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd);
-    memcpy(pos, rec->pos, (size_t)rec->B * sizeof(int32_t));
-    memcpy(pos + rec->B, rec->seq, (size_t)rec->B * sizeof(int32_t));
-    return 0;
+    int r = mdl_embed_rows(rt->model, rec->tokens, rec->B, host, err);
+    if (r == 0)
+        pp_fill_meta(rt, rec, host);
+    return r;
 }
 
 /* ---- create / destroy ---- */
@@ -147,17 +151,10 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
     if (!(rt->feed_src = calloc((size_t)rt->n_seq, sizeof *rt->feed_src)) ||
         !(rt->feed_ev = calloc((size_t)rt->n_seq, sizeof *rt->feed_ev)))
         return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
+    /* dev_malloc zero-fills: a sequence's slot holds token 0 until its first ARGMAX step (defined bytes) */
     if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)) ||
         !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)))
         return err->code;
-    /* a sequence's slot holds token 0 until its first ARGMAX step: defined bytes for a fed step's garbage */
-    int32_t *zeros = calloc((size_t)rt->n_seq, sizeof *zeros);
-    if (!zeros)
-        return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
-    r = dev_copy_h2d_sync(d0, rt->feed_tok, zeros, (size_t)rt->n_seq * sizeof(int32_t), err);
-    free(zeros);
-    if (r)
-        return r;
     for (int i = 0; i < rt->n_seq; i++) /* one per sequence: a fed step waits its own sequence's producer only */
         if (!(rt->feed_ev[i] = dev_event_create(last, err)))
             return err->code;
@@ -166,7 +163,7 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
 }
 
 /* act_pp_params.feed against the placement: ON is refused where a fed step cannot run (the one-stream seam
- * runs every step on the host's clock); AUTO is on only where it can run ahead. 1 = make the feed buffers,
+ * runs every step on the host's clock); AUTO is on only with CUDA, where it can run ahead. 1 = make the feed buffers,
  * 0 = none, -1 = refused (err set). */
 static int feed_wanted(act_pp *rt, int feed, dev_err *err)
 {
@@ -176,8 +173,8 @@ static int feed_wanted(act_pp *rt, int feed, dev_err *err)
                     "(MEMRA_PP_STREAMS=0 runs each step on the primary stream); use AUTO or OFF");
         return -1;
     }
-    if (feed == ACT_FEED_AUTO)
-        return !one_stream && !act_pp_pipelining_refused(rt);
+    if (feed == ACT_FEED_AUTO) /* CUDA only: the CPU backend's stage workers are the CPU the host's turn runs on */
+        return dev_platform_kind(rt->plat) == DEV_KIND_CUDA && !one_stream && !act_pp_pipelining_refused(rt);
     return feed == ACT_FEED_ON;
 }
 

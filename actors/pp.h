@@ -89,9 +89,11 @@ typedef struct act_pp_params {
                            * on stage 0's device (its bytes), and every ARGMAX step leaves each row's token there
                            * for its sequence (a 4-byte copy and an event record per row on the last stage's
                            * stream); refused (MEMRA_E_INVAL) on the one-stream seam, which runs steps on the
-                           * host's clock. ACT_FEED_AUTO: on unless that seam is set or the pipelining of a
-                           * second step is refused (stage streams sharing one CUDA device), where a fed step
-                           * could not run ahead. ACT_FEED_OFF (0, default): no copy, no fed steps. */
+                           * host's clock. ACT_FEED_AUTO: on with the CUDA backend unless that seam is set or
+                           * the pipelining of a second step is refused (stage streams sharing one CUDA device),
+                           * where a fed step could not run ahead; off on the CPU backend, whose stage workers
+                           * are the CPU the host's turn runs on. ACT_FEED_OFF (0, default): no copy, no fed
+                           * steps. */
 } act_pp_params;
 
 enum { ACT_FEED_OFF = 0, ACT_FEED_ON = 1, ACT_FEED_AUTO = 2 };

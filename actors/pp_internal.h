@@ -223,6 +223,8 @@ mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err);
 
 /* Fill a host frame [x | pos | seq] for rec's rows (embedding rows gathered on the host). */
 int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);
+/* Only the frame's [pos | seq] part (a fed step embeds x on the device); returns x's bytes, where pos starts. */
+size_t pp_fill_meta(const act_pp *rt, const pp_rec *rec, void *host);
 
 /* pp_stage.c */
 int pp_stage_handle(act_actor *a, act_msg *m, void *ctx);

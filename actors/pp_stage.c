@@ -169,10 +169,8 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     int i, r;
     if ((r = staging_take(st, &i, err)) != 0)
         return r;
-    const size_t xb = (size_t)rec->B * (size_t)rt->n_embd * sizeof(float), tb = (size_t)rec->B * sizeof(int32_t);
     char *host = st->staging[i], *frame = st->frame;
-    memcpy(host + xb, rec->pos, tb);
-    memcpy(host + xb + tb, rec->seq, tb);
+    const size_t xb = pp_fill_meta(rt, rec, host), tb = (size_t)rec->B * sizeof(int32_t);
     for (int b = 0; b < rec->B; b++) {
         /* ordered by feed_ev[seq]: the last stage's stream wrote feed_tok[seq] before recording it */
         if ((r = dev_stream_wait_event_async(st->stream, rt->feed_ev[rec->seq[b]])) != 0)

@@ -193,8 +193,10 @@ static int submit_sync(act_pp *rt, pp_rec *rec, int ranges, act_pending **out, d
 }
 
 /* A fed step: the runtime keeps tokens on the device, the step is one the stage actors run, and every row's
- * sequence has an ARGMAX step before it whose token is (or will be) there. */
-static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, dev_err *err)
+ * sequence has, as its latest split step, an ARGMAX step whose token is (or will be) there. Sets *after to the
+ * latest of those producers (1 + id): the fed step waits for that FEED only, so other sequences' steps run on
+ * and lanes interleaved by memra_generate keep every stage busy. */
+static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, uint64_t *after, dev_err *err)
 {
     if (!rt->feed_on)
         return dev_err_set(err, MEMRA_E_INVAL, "step: a fed step needs a runtime created with act_pp_params.feed = 1");
@@ -203,33 +205,28 @@ static int feed_check(const act_pp *rt, const act_pp_step *st, int sync, dev_err
     if (sync)
         return dev_err_set(err, MEMRA_E_INVAL, "step: a fed step runs through the stage actors only, not the unsplit "
                            "body of an A/B seam (MEMRA_BATCH_PP=0, MEMRA_PP_STREAMS=0)");
-    for (int b = 0; b < st->B; b++)
-        if (!rt->feed_src[st->seq[b]])
+    *after = 0;
+    for (int b = 0; b < st->B; b++) {
+        const uint64_t src = rt->feed_src[st->seq[b]];
+        if (!src)
             return dev_err_set(err, MEMRA_E_INVAL, "step: row %d of a fed step: sequence %d has no ARGMAX step through "
-                               "the stage actors before it (nothing to feed)", b, st->seq[b]);
+                               "the stage actors as its latest step (nothing to feed)", b, st->seq[b]);
+        *after = src > *after ? src : *after;
+    }
     return 0;
 }
 
-/* Bookkeeping of the submitting thread: a split ARGMAX step leaves its rows' tokens for their sequences
- * (feed_src: what a later fed step of that sequence waits for); one run synchronously on the primary does not
- * touch feed_tok, so it clears its sequences. Noted before the post (rec is not ours after it); a refused post
+/* Bookkeeping of the submitting thread, for every step: a split ARGMAX step leaves its rows' tokens for their
+ * sequences (feed_src: what a later fed step of that sequence waits for); any other step (other logits, or run
+ * synchronously on the primary, which does not touch feed_tok) clears its sequences, so a fed step never embeds a
+ * token older than its sequence's latest step. Noted before the post (rec is not ours after it); a refused post
  * clears them too (a FEED that never comes would hold the next fed step of those sequences forever). */
 static void feed_note(act_pp *rt, const pp_rec *rec, int keep)
 {
-    if (!rt->feed_on || !rec->argmax)
+    if (!rt->feed_on)
         return;
     for (int b = 0; b < rec->B; b++)
-        rt->feed_src[rec->seq[b]] = keep ? rec->id + 1 : 0;
-}
-
-/* A fed step waits for the FEED of the latest producer among its rows' sequences only: other sequences' steps
- * run on, so lanes interleaved by memra_generate keep every stage busy. */
-static uint64_t feed_after_of(const act_pp *rt, const pp_rec *rec)
-{
-    uint64_t after = 0;
-    for (int b = 0; rec->feed && b < rec->B; b++)
-        after = rt->feed_src[rec->seq[b]] > after ? rt->feed_src[rec->seq[b]] : after;
-    return after;
+        rt->feed_src[rec->seq[b]] = keep && rec->argmax ? rec->id + 1 : 0;
 }
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
@@ -280,23 +277,23 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
                                rt->N);
     }
     const int sync = unsplit || (rt->N > 1 && !rt->cfg.streams);
-    if (st->feed && (r = feed_check(rt, st, sync, err)) != 0)
+    uint64_t feed_after = 0; /* fed: stage 0 waits until that step's FEED (1 + id) */
+    if (st->feed && (r = feed_check(rt, st, sync, &feed_after, err)) != 0)
         return r;
     pp_rec *rec = rec_new(rt, st, &seams, err);
     if (!rec)
         return err->code;
-    rec->feed_after = feed_after_of(rt, rec); /* fed: stage 0 waits until that step's FEED (1 + id) */
+    rec->feed_after = feed_after;
     if (sync) {
         feed_note(rt, rec, 0); /* before: submit_sync frees rec */
         return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);
     }
-    feed_note(rt, rec, 1);
     rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
     if (!(rec->pending = pp_pending_get(rt, rec, err))) {
-        feed_note(rt, rec, 0);
         pp_rec_free(rec);
         return err->code;
     }
+    feed_note(rt, rec, 1);
     pp_inflight_add(rt, 1);
     atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;

@@ -138,12 +138,9 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
         ap.seams.overlap = p.overlap;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
-    /* AUTO: with CUDA, where the host's turn between greedy steps leaves the GPU idle, wherever a fed step can
-     * run ahead (act_pp's AUTO); off on the CPU backend, whose stage workers are the CPU the host's turn runs
-     * on (and the table copy is host memory) */
-    ap.feed = p.device_feed == MEMRA_FEED_ON ? ACT_FEED_ON
-              : p.device_feed == MEMRA_FEED_AUTO && dev_platform_kind(rt->plat) == DEV_KIND_CUDA ? ACT_FEED_AUTO
-                                                                                                 : ACT_FEED_OFF;
+    /* AUTO: act_pp's AUTO (with CUDA, wherever a fed step can run ahead) */
+    ap.feed = p.device_feed == MEMRA_FEED_ON ? ACT_FEED_ON : p.device_feed == MEMRA_FEED_AUTO ? ACT_FEED_AUTO
+                                                                                                : ACT_FEED_OFF;
     if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
         goto fail;
     rt->feed = act_pp_feeds(rt->pp);
