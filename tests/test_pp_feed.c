@@ -87,7 +87,7 @@ static int32_t token_of(act_pending *p)
 static void decode(int fed, int32_t out[S][T])
 {
     dev_err e = {0};
-    act_pp *rt = create(fed, &e);
+    act_pp *rt = create(fed ? ACT_FEED_ON : ACT_FEED_OFF, &e);
     if (!rt)
         fail_msg("create: %s", e.msg);
     act_pending *cur[S], *next[S] = {NULL};
@@ -149,7 +149,7 @@ static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
     clear_doors();
     setenv("MEMRA_PP_STAGES", "2", 1);
     dev_err e = {0};
-    act_pp *rt = create(1, &e);
+    act_pp *rt = create(ACT_FEED_ON, &e);
     assert_non_null(rt);
     const int32_t t0 = token_of(submit(rt, 7, 0, 0));
     act_pp_inject_stage_failure(rt, 1);
@@ -172,13 +172,42 @@ static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
     assert_int_equal(t2, ref[0][2]);
 }
 
+/* The device holds the token of a sequence's latest ARGMAX step only: after a step with other logits (the host
+ * samples its token) a fed step of that sequence is refused; after the next ARGMAX step it is fed again. */
+static void test_a_fed_step_after_a_step_with_other_logits_is_refused(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    dev_err e = {0};
+    act_pp *rt = create(ACT_FEED_ON, &e);
+    assert_non_null(rt);
+    const int32_t t0 = token_of(submit(rt, 7, 0, 0));
+    int32_t s = 0, pos = 1, tok = t0;
+    act_pp_step all = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &s, .pos = &pos,
+                       .logits = ACT_LOGITS_ALL};
+    act_pending *p = NULL;
+    assert_int_equal(act_pp_submit(rt, &all, &p, &e), 0);
+    assert_int_equal(act_pending_wait(p, NULL, NULL, &e), 0);
+    act_pending_release(p);
+    act_pp_step fed = {.kind = ACT_STEP_EAGER, .B = 1, .seq = &s, .pos = &(int32_t){2}, .logits = ACT_LOGITS_ARGMAX,
+                       .feed = 1};
+    dev_err e1 = {0};
+    assert_int_equal(act_pp_submit(rt, &fed, &p, &e1), MEMRA_E_INVAL);
+    assert_non_null(strstr(e1.msg, "sequence 0 has no ARGMAX step"));
+    (void)token_of(submit(rt, t0, 0, 1)); /* greedy again: the next step may be fed */
+    (void)token_of(submit(rt, -1, 0, 2));
+    act_pp_destroy(rt);
+    clear_doors();
+}
+
 static void test_misused_fed_steps_are_refused_with_a_message(void **state)
 {
     (void)state;
     clear_doors();
     setenv("MEMRA_PP_STAGES", "2", 1);
     dev_err e = {0};
-    act_pp *plain = create(0, &e), *rt = create(1, &e);
+    act_pp *plain = create(ACT_FEED_OFF, &e), *rt = create(ACT_FEED_ON, &e);
     assert_true(plain && rt);
     int32_t s = 0, pos = 0, tok = 3;
     act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .seq = &s, .pos = &pos, .logits = ACT_LOGITS_ARGMAX,
@@ -233,6 +262,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fed_steps_give_the_host_fed_tokens_at_every_placement),
         cmocka_unit_test(test_a_failed_producer_does_not_stall_the_fed_step),
+        cmocka_unit_test(test_a_fed_step_after_a_step_with_other_logits_is_refused),
         cmocka_unit_test(test_misused_fed_steps_are_refused_with_a_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
