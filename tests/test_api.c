@@ -32,11 +32,6 @@ static memra_runtime *rt_small(int n_seq, int max_rows)
 }
 
 /* The last error names `what` and carries the code's name. */
-static void assert_error_mentions(const char *msg, int code, const char *what)
-{
-    if (!strstr(msg, what) || !strstr(msg, memra_status_str(code)))
-        fail_msg("error message '%s' should name '%s' and %s", msg, what, memra_status_str(code));
-}
 
 static void test_version_macros_match_the_linked_library(void **state)
 {
@@ -59,10 +54,10 @@ static void test_model_load_of_null_path_is_inval_and_of_a_missing_file_is_io(vo
 {
     assert_null(memra_model_load(NULL, NULL));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "path");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "path");
     assert_null(memra_model_load("/nonexistent/memra-model.gguf", NULL));
     assert_int_equal(memra_last_status(), MEMRA_E_IO);
-    assert_error_mentions(memra_last_error(), MEMRA_E_IO, "/nonexistent/memra-model.gguf");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_IO, "/nonexistent/memra-model.gguf");
 }
 
 static void progress_record(float frac, void *user)
@@ -118,7 +113,7 @@ static void test_tokenize_says_how_many_are_needed_when_cap_is_too_small(void **
     assert_true(n > 2);
     assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 2, &need), MEMRA_E_FULL);
     assert_int_equal(need, n);
-    assert_error_mentions(memra_model_last_error(api_tiny_model), MEMRA_E_FULL, "cap 2");
+    api_tiny_assert_error(memra_model_last_error(api_tiny_model), MEMRA_E_FULL, "cap 2");
     assert_int_equal(memra_tokenize(api_tiny_model, text, -1, 0, 0, t, 128, &n), MEMRA_E_INVAL);
     assert_int_equal(memra_tokenize(api_tiny_model, text, 3, 0, 0, NULL, 5, &n), MEMRA_E_INVAL);
     char buf[256];
@@ -136,7 +131,7 @@ static void test_token_to_piece_rejects_ids_outside_the_vocab(void **state)
     char buf[32];
     int n = 0;
     assert_int_equal(memra_token_to_piece(api_tiny_model, 300, buf, 32, 0, &n), MEMRA_E_INVAL);
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "token 300");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "token 300");
     assert_int_equal(memra_token_to_piece(api_tiny_model, -1, buf, 32, 0, &n), MEMRA_E_INVAL);
     assert_int_equal(memra_token_to_piece(api_tiny_model, 100, buf, 32, 0, &n), MEMRA_OK);
     assert_true(n >= 1);
@@ -181,8 +176,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
     for (int i = 0; i < 8; i++) {
         assert_null(memra_runtime_create(api_tiny_model, &cases[i].p));
         assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
-        assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, cases[i].field);
-        assert_error_mentions(memra_model_last_error(api_tiny_model), MEMRA_E_INVAL, cases[i].field);
+        api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, cases[i].field);
+        api_tiny_assert_error(memra_model_last_error(api_tiny_model), MEMRA_E_INVAL, cases[i].field);
     }
     memra_runtime_params p = memra_runtime_default_params(); /* more stages than the model's 4 layers */
     p.backend = MEMRA_BACKEND_CPU, p.apply_env = 0, p.stages = 5;
@@ -196,7 +191,7 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16;
     setenv("MEMRA_PP_STAGES", "two", 1);
     assert_null(memra_runtime_create(api_tiny_model, &p));
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "MEMRA_PP_STAGES=two");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "MEMRA_PP_STAGES=two");
     setenv("MEMRA_PP_STAGES", "2", 1);
     memra_runtime *rt = memra_runtime_create(api_tiny_model, &p); /* params say 1 stage, the door says 2 */
     assert_non_null(rt);
@@ -216,7 +211,7 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     setenv("MEMRA_BACKEND", "tpu", 1);
     p.apply_env = 1;
     assert_null(memra_runtime_create(api_tiny_model, &p));
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "MEMRA_BACKEND=tpu");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "MEMRA_BACKEND=tpu");
     setenv("MEMRA_BACKEND", "cpu", 1);
 }
 
@@ -315,7 +310,7 @@ static void test_opening_more_sequences_than_slots_is_full(void **state)
     assert_non_null(b);
     assert_null(memra_seq_open(rt));
     assert_int_equal(memra_last_status(), MEMRA_E_FULL);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_FULL, "n_seq");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_FULL, "n_seq");
     assert_int_equal(memra_seq_close(a), MEMRA_OK);
     memra_seq *c = memra_seq_open(rt); /* the slot came back */
     assert_non_null(c);
@@ -355,7 +350,7 @@ static void test_a_closed_sequence_is_state_and_a_null_one_is_inval(void **state
     assert_int_equal(memra_seq_prime(s, t, 3, 0, NULL), MEMRA_E_STATE);
     assert_int_equal(memra_seq_pos(s), MEMRA_E_STATE);
     assert_int_equal(memra_seq_rewind(s, 0), MEMRA_E_STATE);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_STATE, "closed");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_STATE, "closed");
     assert_int_equal(memra_seq_close(NULL), MEMRA_E_INVAL);
     assert_int_equal(memra_seq_decode(NULL, 1, &p), MEMRA_E_INVAL);
     assert_int_equal(memra_seq_prime(NULL, t, 3, 0, NULL), MEMRA_E_INVAL);
@@ -374,7 +369,7 @@ static void test_wrong_sizes_and_tokens_are_refused_and_leave_the_sequence_uncha
     assert_int_equal(memra_seq_prime(s, t, 0, 0, NULL), MEMRA_E_INVAL);
     assert_int_equal(memra_seq_prime(s, NULL, 3, 0, NULL), MEMRA_E_INVAL);
     assert_int_equal(memra_seq_prime(s, t, 3, 5, NULL), MEMRA_E_INVAL); /* chunk > max_rows 4 */
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "chunk");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "chunk");
     assert_int_equal(memra_seq_prime(s, t, 33, 0, NULL), MEMRA_E_FULL); /* n_ctx 32 */
     memra_token bad[2] = {5, 300};
     assert_int_equal(memra_seq_prime(s, bad, 2, 0, NULL), MEMRA_E_INVAL);
@@ -402,9 +397,9 @@ static void test_decode_batch_refuses_repeated_foreign_closed_and_oversized_list
     memra_pending *p = NULL;
     memra_seq *rep[2] = {a, a}, *foreign[2] = {a, x}, *three[3] = {a, b, c}, *withnull[2] = {a, NULL};
     assert_int_equal(memra_decode_batch(rt, rep, t, 2, &p), MEMRA_E_INVAL);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "repeats");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "repeats");
     assert_int_equal(memra_decode_batch(rt, foreign, t, 2, &p), MEMRA_E_INVAL);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "another runtime");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "another runtime");
     assert_int_equal(memra_decode_batch(rt, three, t, 3, &p), MEMRA_E_INVAL); /* max_rows 2 */
     assert_int_equal(memra_decode_batch(rt, withnull, t, 2, &p), MEMRA_E_INVAL);
     assert_int_equal(memra_decode_batch(NULL, three, t, 2, &p), MEMRA_E_INVAL);
@@ -426,7 +421,7 @@ static void test_null_pendings_and_samplers_are_inval(void **state)
     memra_sampler_params sp = memra_sampler_default_params();
     sp.repeat_penalty = 0.0f;
     assert_null(memra_sampler_create(&sp, 300));
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "repeat_penalty");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "repeat_penalty");
     sp = memra_sampler_default_params();
     assert_null(memra_sampler_create(&sp, 0));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
@@ -442,11 +437,11 @@ static void test_generate_refuses_a_bad_request_before_running_anything(void **s
     r[0].sampling = r[1].sampling = memra_sampler_greedy_params();
     assert_int_equal(memra_generate(rt, r, 2, 0, NULL, NULL), MEMRA_E_INVAL);
     assert_int_equal(r[1].status, MEMRA_E_INVAL);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "request 1");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "request 1");
     r[1].n_prompt = 2;
     r[1].sampling.min_keep = 0;
     assert_int_equal(memra_generate(rt, r, 2, 0, NULL, NULL), MEMRA_E_INVAL);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "min_keep");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "min_keep");
     memra_counters c;
     assert_int_equal(memra_runtime_counters(rt, &c), MEMRA_OK);
     assert_int_equal(c.steps_done, 0);
@@ -462,10 +457,10 @@ static void test_errors_are_kept_per_handle_and_per_thread(void **state)
     memra_seq *s = memra_seq_open(a);
     memra_pending *p;
     assert_int_equal(memra_seq_decode(s, 12345, &p), MEMRA_E_INVAL);
-    assert_error_mentions(memra_runtime_last_error(a), MEMRA_E_INVAL, "12345");
+    api_tiny_assert_error(memra_runtime_last_error(a), MEMRA_E_INVAL, "12345");
     assert_string_equal(memra_runtime_last_error(b), "");
     assert_null(memra_seq_open(a));
-    assert_error_mentions(memra_runtime_last_error(a), MEMRA_E_FULL, "slots");
+    api_tiny_assert_error(memra_runtime_last_error(a), MEMRA_E_FULL, "slots");
     assert_int_equal(memra_last_status(), MEMRA_E_FULL);
     assert_string_equal(memra_runtime_last_error(NULL), "(null runtime)");
     memra_runtime_free(a);

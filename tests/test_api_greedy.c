@@ -21,7 +21,7 @@
 #include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
-#define NV 300 /* the tiny model's vocabulary */
+#define NV API_TINY_NV
 #define GEN 12 /* tokens generated per loop */
 
 static int g_stop; /* the abort callback's answer */
@@ -52,11 +52,6 @@ static memra_runtime *make_rt(int stages, int n_seq)
     return make_rt_of(api_tiny_model, stages, n_seq, 64);
 }
 
-static void prompt_of(memra_token *t, int n, int salt)
-{
-    for (int i = 0; i < n; i++)
-        t[i] = (memra_token)((i * 37 + salt * 11 + 5) % NV);
-}
 
 static uint64_t greedy_steps(memra_runtime *rt)
 {
@@ -67,11 +62,6 @@ static uint64_t greedy_steps(memra_runtime *rt)
 }
 
 /* The last error names `what` and carries the code's name. */
-static void assert_error_mentions(const char *msg, int code, const char *what)
-{
-    if (!strstr(msg, what) || !strstr(msg, memra_status_str(code)))
-        fail_msg("error message '%s' should name '%s' and %s", msg, what, memra_status_str(code));
-}
 
 /* The first token of a primed prompt, from its logits (as memra_generate takes it). */
 static memra_token prime_argmax(memra_seq *s, const memra_token *t, int n)
@@ -93,7 +83,7 @@ static void greedy_lockstep(memra_runtime *rt, int n_seq, int device, memra_toke
     memra_pending *p[2];
     memra_token t[2][9];
     for (int k = 0; k < n_seq; k++) {
-        prompt_of(t[k], 9, 50 + k);
+        api_tiny_prompt(t[k], 9, 50 + k);
         assert_non_null(s[k] = memra_seq_open(rt));
         out[k][0] = prime_argmax(s[k], t[k], 9);
     }
@@ -154,7 +144,7 @@ static void test_each_reader_refuses_the_other_kind_of_pending_by_name_and_leave
     memra_runtime *rt = make_rt(2, 1);
     memra_seq *s = memra_seq_open(rt);
     memra_token t[7];
-    prompt_of(t, 7, 3);
+    api_tiny_prompt(t, 7, 3);
     memra_pending *lp[2], *gp;
     assert_int_equal(memra_seq_prime(s, t, 6, 2, &lp[0]), MEMRA_OK); /* 3 chunks: a pending with deps */
     assert_int_equal(memra_seq_decode(s, t[6], &lp[1]), MEMRA_OK);
@@ -163,9 +153,9 @@ static void test_each_reader_refuses_the_other_kind_of_pending_by_name_and_leave
         assert_int_equal(memra_pending_wait_token(lp[k], &tok), MEMRA_E_INVAL);
         assert_int_equal(tok, -1);
         const char *msg = memra_runtime_last_error(rt);
-        assert_error_mentions(msg, MEMRA_E_INVAL, "read it with memra_pending_wait");
+        api_tiny_assert_error(msg, MEMRA_E_INVAL, "read it with memra_pending_wait");
         assert_null(strstr(msg, "read it with memra_pending_wait_token"));
-        assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "logits");
+        api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "logits");
         const float *l;
         int rows = 0;
         assert_int_equal(memra_pending_wait(lp[k], &l, &rows), MEMRA_OK); /* still usable */
@@ -185,7 +175,7 @@ static void test_each_reader_refuses_the_other_kind_of_pending_by_name_and_leave
     assert_int_equal(memra_pending_wait(gp, &l, &rows), MEMRA_E_INVAL);
     assert_null(l);
     assert_int_equal(rows, 0);
-    assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "memra_pending_wait_token");
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "memra_pending_wait_token");
     assert_int_equal(memra_pending_wait(gp, NULL, NULL), MEMRA_E_INVAL);
     memra_token a = -5, b = -5;
     assert_int_equal(memra_pending_wait_token(gp, &a), MEMRA_OK); /* still usable */
@@ -195,13 +185,13 @@ static void test_each_reader_refuses_the_other_kind_of_pending_by_name_and_leave
     assert_int_equal(memra_pending_poll(gp), 1);
     assert_int_equal(memra_pending_wait(gp, &l, &rows), MEMRA_E_INVAL); /* and still refused after */
     assert_int_equal(memra_pending_wait_token(gp, NULL), MEMRA_E_INVAL);
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "token is NULL");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "token is NULL");
     memra_pending_free(gp);
 
     memra_token tok = 3;
     assert_int_equal(memra_pending_wait_token(NULL, &tok), MEMRA_E_INVAL);
     assert_int_equal(tok, -1);
-    assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "pending is NULL");
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "pending is NULL");
     memra_runtime_free(rt);
 }
 
@@ -221,7 +211,7 @@ static void both_refuse(memra_seq *s, memra_token tok, int use_out, int want, co
         if (use_out)
             assert_null(p);
         if (want != MEMRA_E_ABORTED) /* the abort callback's message names no call */
-            assert_error_mentions(memra_last_error(), want, name[k]);
+            api_tiny_assert_error(memra_last_error(), want, name[k]);
         if (s && want != MEMRA_E_STATE)
             assert_int_equal(memra_seq_pos(s), pos);
     }
@@ -233,7 +223,7 @@ static void test_decode_greedy_refuses_what_decode_refuses_and_leaves_the_positi
     memra_runtime *rt = make_rt_of(api_tiny_model, 1, 2, 16);
     memra_seq *s = memra_seq_open(rt), *c = memra_seq_open(rt);
     memra_token t[16];
-    prompt_of(t, 16, 9);
+    api_tiny_prompt(t, 16, 9);
     both_refuse(NULL, 1, 1, MEMRA_E_INVAL, "NULL sequence");
     both_refuse(s, 1, 0, MEMRA_E_INVAL, "NULL out");
     both_refuse(s, NV, 1, MEMRA_E_INVAL, "token = n_vocab");
@@ -307,7 +297,7 @@ static void test_generate_decodes_greedy_requests_on_the_device_and_samples_the_
     memra_token prompts[N][7], out[N][GEN], ref[N][GEN];
     memra_request r[N];
     for (int i = 0; i < N; i++) {
-        prompt_of(prompts[i], 7, 60 + i);
+        api_tiny_prompt(prompts[i], 7, 60 + i);
         r[i] = (memra_request){.prompt = prompts[i], .n_prompt = 7, .n_predict = GEN - (i % 2),
                                .sampling = memra_sampler_greedy_params(), .out = out[i], .out_cap = GEN};
     }
@@ -374,7 +364,7 @@ static void test_a_row_with_no_logit_above_minus_inf_is_refused_on_the_device_as
     assert_non_null(m);
     memra_runtime *rt = make_rt_of(m, 2, 2, 64);
     for (int salt = 0; salt < 50 && t1 < 0; salt++) {
-        prompt_of(pr, 5, 70 + salt);
+        api_tiny_prompt(pr, 5, 70 + salt);
         memra_seq *s = memra_seq_open(rt);
         t1 = prime_argmax(s, pr, 5);
         memra_seq_close(s);
@@ -408,8 +398,8 @@ static void test_a_row_with_no_logit_above_minus_inf_is_refused_on_the_device_as
         memra_token tok = 0;
         assert_int_equal(memra_pending_wait_token(p, &tok), MEMRA_E_INVAL);
         assert_int_equal(tok, -1);
-        assert_error_mentions(memra_runtime_last_error(rt), MEMRA_E_INVAL, "above -inf");
-        assert_error_mentions(memra_last_error(), MEMRA_E_INVAL, "memra_sampler_sample");
+        api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "above -inf");
+        api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "memra_sampler_sample");
     }
     memra_pending_free(p);
     memra_seq_close(s);

@@ -17,7 +17,7 @@
 #include "support/api_tiny.h"
 #include "support/gguf_tiny.h"
 
-#define NV 300 /* the tiny model's vocabulary */
+#define NV API_TINY_NV
 
 static memra_runtime *make_rt(int stages, int n_seq, int max_rows, memra_abort_fn abort_cb, void *abort_user)
 {
@@ -33,11 +33,6 @@ static memra_runtime *make_rt(int stages, int n_seq, int max_rows, memra_abort_f
     return rt;
 }
 
-static void prompt_of(memra_token *t, int n, int salt)
-{
-    for (int i = 0; i < n; i++)
-        t[i] = (memra_token)((i * 37 + salt * 11 + 5) % NV);
-}
 
 /* Prime n tokens in chunks of chunk; copy the last token's logits into out. */
 static void prime_logits(memra_runtime *rt, const memra_token *t, int n, int chunk, float *out)
@@ -61,7 +56,7 @@ static void test_chunked_prime_gives_the_logits_of_a_one_chunk_prime(void **stat
 {
     memra_runtime *rt = make_rt(1, 2, 16, NULL, NULL);
     memra_token t[13];
-    prompt_of(t, 13, 1);
+    api_tiny_prompt(t, 13, 1);
     float whole[NV], chunked[NV];
     prime_logits(rt, t, 13, 0, whole);
     prime_logits(rt, t, 13, 3, chunked); /* 5 chunks, submitted back to back */
@@ -76,7 +71,7 @@ static void test_decode_after_prime_matches_priming_one_more_token(void **state)
 {
     memra_runtime *rt = make_rt(1, 2, 16, NULL, NULL);
     memra_token t[9];
-    prompt_of(t, 9, 2);
+    api_tiny_prompt(t, 9, 2);
     float ref[NV];
     prime_logits(rt, t, 9, 0, ref);
     memra_seq *s = memra_seq_open(rt);
@@ -95,8 +90,8 @@ static void test_a_slot_closed_with_steps_in_flight_serves_its_next_user_cleanly
 {
     memra_runtime *rt = make_rt(2, 1, 4, NULL, NULL);
     memra_token a[30], b[7];
-    prompt_of(a, 30, 40);
-    prompt_of(b, 7, 41);
+    api_tiny_prompt(a, 30, 40);
+    api_tiny_prompt(b, 7, 41);
     float ref[NV];
     prime_logits(rt, b, 7, 2, ref);
     memra_seq *s = memra_seq_open(rt);
@@ -117,7 +112,7 @@ static void test_a_batch_row_equals_the_same_sequence_decoded_alone(void **state
     memra_seq *s[3];
     memra_token t[3][6];
     for (int i = 0; i < 3; i++) {
-        prompt_of(t[i], 6, 10 + i);
+        api_tiny_prompt(t[i], 6, 10 + i);
         s[i] = memra_seq_open(rt);
         assert_int_equal(memra_seq_prime(s[i], t[i], 5, 0, NULL), MEMRA_OK);
     }
@@ -141,7 +136,7 @@ static void test_a_batch_row_equals_the_same_sequence_decoded_alone(void **state
 static void test_a_three_stage_pipeline_gives_the_one_stage_logits_and_counts_its_walks(void **state)
 {
     memra_token t[11];
-    prompt_of(t, 11, 3);
+    api_tiny_prompt(t, 11, 3);
     float one[NV], three[NV];
     memra_runtime *rt1 = make_rt(1, 1, 4, NULL, NULL);
     prime_logits(rt1, t, 11, 4, one);
@@ -210,7 +205,7 @@ static void test_generate_keeps_more_requests_than_slots_going_and_matches_a_man
     memra_token prompts[5][6], out[5][8], ref[5][8];
     memra_request r[5];
     for (int i = 0; i < 5; i++) {
-        prompt_of(prompts[i], 6, 20 + i);
+        api_tiny_prompt(prompts[i], 6, 20 + i);
         r[i] = (memra_request){.prompt = prompts[i], .n_prompt = 6, .n_predict = 8 - (i % 2),
                                .sampling = memra_sampler_greedy_params(), .out = out[i], .out_cap = 8};
     }
@@ -256,7 +251,7 @@ static void test_the_abort_callback_stops_a_prime_between_chunks(void **state)
     memra_runtime *rt = make_rt(2, 1, 4, abort_after, &calls);
     memra_seq *s = memra_seq_open(rt);
     memra_token t[20];
-    prompt_of(t, 20, 4);
+    api_tiny_prompt(t, 20, 4);
     memra_pending *p = (memra_pending *)&p;
     assert_int_equal(memra_seq_prime(s, t, 20, 4, &p), MEMRA_E_ABORTED);
     assert_null(p);
@@ -296,7 +291,7 @@ static void *client_main(void *arg)
 {
     client *c = arg;
     memra_token t[7];
-    prompt_of(t, 7, 30 + c->id);
+    api_tiny_prompt(t, 7, 30 + c->id);
     memra_seq *s = memra_seq_open(c->rt);
     memra_pending *p = NULL;
     int r = s ? memra_seq_prime(s, t, 7, 3, &p) : memra_last_status();

@@ -23,13 +23,8 @@ static int setup(void **state)
 
 static memra_runtime *make_rt(int stages)
 {
-    memra_runtime_params p = memra_runtime_default_params();
-    p.backend = MEMRA_BACKEND_CPU;
-    p.cpu_devices = 4;
-    p.apply_env = 0;
-    p.stages = stages;
+    memra_runtime_params p = api_tiny_params(stages);
     p.n_seq = 2;
-    p.n_ctx = 64;
     p.max_rows = 16;
     memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);

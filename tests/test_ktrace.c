@@ -10,16 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ktrace_report.h"
+#include "support/gguf_tiny.h"
 
-/* The group of (short name, grid), or NULL; name NULL: the idle row. */
+/* The group of (name, grid) (name NULL: the idle row); fails the test when there is none. */
 static const bench_kt_group *group_of(const bench_kt_group *g, const bench_kt_summary *s, const char *name, int grid)
 {
     for (size_t k = 0; k < s->n_groups; k++)
         if (name ? g[k].name && !strcmp(g[k].name, name) && g[k].grid == grid : !g[k].name)
             return &g[k];
+    fail_msg("no group %s grid %d", name ? name : "(idle)", grid);
     return NULL;
 }
 
@@ -136,17 +137,15 @@ static void test_the_table_the_csv_and_the_perfetto_trace(void **state)
     assert_non_null(strstr(table, "2 kernels, span 4.0 us per unit (2 units), kernels running 93.8 % of it"));
     assert_non_null(strstr(table, "(no kernel running)"));
     assert_non_null(strstr(table, "rmsnorm "));
-    char csv[] = "/tmp/memra-ktrace-XXXXXX";
-    const int fd = mkstemp(csv);
-    assert_true(fd >= 0);
-    close(fd);
+    char csv[256];
+    assert_int_equal(gguf_tiny_temp_path(csv, sizeof csv, "ktrace", &err), 0);
     assert_int_equal(bench_kt_write(csv, r, 2, s.t0, &err), 0);
     const char *c = slurp(csv);
     assert_non_null(strstr(c, "start_us,end_us,kernel,grid,block,regs,stream,device\n"));
     assert_non_null(strstr(c, "0.000,2.500,_Z7rmsnormv,1,1024,32,7,1\n"));
     assert_non_null(strstr(c, "3.000,8.000,odd\"name,528,128,80,7,1\n"));
     remove(csv);
-    char json[64];
+    char json[sizeof csv + 8];
     snprintf(json, sizeof json, "%s.json", csv);
     assert_int_equal(bench_kt_write(json, r, 2, s.t0, &err), 0);
     const char *j = slurp(json);

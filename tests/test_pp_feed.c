@@ -15,6 +15,7 @@
 #include "actors/pp.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
+#include "support/gguf_tiny.h"
 
 enum { S = 2, T = 10 }; /* sequences, tokens each */
 static char model_path[256];
@@ -38,9 +39,7 @@ static int setup(void **state)
     mdl_gguf_synth p;
     mdl_gguf_synth_defaults(&p);
     p.n_layer = 6;
-    snprintf(model_path, sizeof model_path, "%s/memra-test-feed-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
-    return mdl_gguf_synth_write(model_path, &p, &e) ? -1 : 0;
+    return gguf_tiny_write_temp(model_path, sizeof model_path, &p, &e) ? -1 : 0;
 }
 
 static int teardown(void **state)

@@ -1,7 +1,14 @@
 /* See api_tiny.h. */
 #include "support/api_tiny.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "support/gguf_tiny.h"
@@ -45,4 +52,16 @@ memra_runtime_params api_tiny_params(int stages)
     }
     p.n_ctx = 64;
     return p;
+}
+
+void api_tiny_prompt(memra_token *t, int n, int salt)
+{
+    for (int i = 0; i < n; i++)
+        t[i] = (memra_token)((i * 37 + salt * 11 + 5) % API_TINY_NV);
+}
+
+void api_tiny_assert_error(const char *msg, int code, const char *what)
+{
+    if (!strstr(msg, what) || !strstr(msg, memra_status_str(code)))
+        fail_msg("error message '%s' should name '%s' and %s", msg, what, memra_status_str(code));
 }

@@ -19,4 +19,12 @@ int api_tiny_teardown(void **state);
  * `stages` stages on devices 0..stages-1 (stages <= 1: the door shut), n_ctx 64. */
 memra_runtime_params api_tiny_params(int stages);
 
+#define API_TINY_NV 300 /* the tiny model's vocabulary */
+
+/* n prompt tokens of the tiny vocabulary, a different run for each salt: t[i] = (37 i + 11 salt + 5) % NV. */
+void api_tiny_prompt(memra_token *t, int n, int salt);
+
+/* Fails the running test unless msg names `what` and code's memra_status_str. */
+void api_tiny_assert_error(const char *msg, int code, const char *what);
+
 #endif
