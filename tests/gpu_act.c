@@ -130,6 +130,8 @@ static void test_swiglu_with_a_16_bit_y_holds_the_f32_output_rounded(void **stat
     assert_non_null(strstr(e2.msg, "must not overlap"));
     assert_int_equal(krn_cuda_swiglu_async(g_s1, dg, KRN_F32, dg, du, B, n, &err), 0);
     CK(cudaStreamSynchronize(g_s1));
+    download(g, dg, sizeof(float) * t); /* in place: the out-of-place f32 result's bits */
+    assert_memory_equal(g, y, sizeof(float) * t);
     cudaFree(dg), cudaFree(du), cudaFree(dy), cudaFree(dy16);
     free(g), free(u), free(y), free(y16);
 }
@@ -320,7 +322,7 @@ static void test_parts_and_acc_over_16_bit_x_have_the_bits_of_the_widened_f32_x(
             free(h);
         }
         size_t mb;
-        uint8_t *hm = cuda_fix_rand_blocks(&CUDA_REF_TYPES[0], n_out[1], n_in, &mb);
+        uint8_t *hm = cuda_fix_rand_blocks(cuda_ref_type_of(KRN_F32), n_out[1], n_in, &mb);
         Wm = (krn_weight){KRN_F32, n_out[1], n_in, dupload(hm, mb), KRN_LAYOUT_BLOCKS};
         free(hm);
         for (int xi = 0; xi < 2; xi++)
@@ -548,13 +550,15 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
     cuda_ref_rand_floats(hw, n);
     float *dx = dupload(hx, sizeof(float) * ne), *dw = dupload(hw, sizeof(float) * n);
     void *o1 = dalloc(2 * ne), *o2 = dalloc(2 * ne);
-    /* rmsnorm_t and swiglu_t */
+    /* rmsnorm_t and swiglu_t (each pair's outputs poisoned apart first: an element one side skips shows) */
+    dfill(o1, 0xFE, 2 * ne), dfill(o2, 0xFF, 2 * ne);
     assert_int_equal(krn_rmsnorm_t_async(s, o1, t, dx, dw, B, n, 1e-5f), 0);
     assert_int_equal(dev_stream_sync(s, &err), 0);
     assert_int_equal(krn_cuda_rmsnorm_async(g_s1, o2, t, dx, dw, B, n, 1e-5f, &err), 0);
     CK(cudaStreamSynchronize(g_s1));
     download(got, o1, 2 * ne), download(want, o2, 2 * ne);
     assert_memory_equal(got, want, 2 * ne);
+    dfill(o1, 0xFE, 2 * ne), dfill(o2, 0xFF, 2 * ne);
     assert_int_equal(krn_swiglu_t_async(s, o1, t, dx, dx, B, n), 0);
     assert_int_equal(dev_stream_sync(s, &err), 0);
     assert_int_equal(krn_cuda_swiglu_async(g_s1, o2, t, dx, dx, B, n, &err), 0);
@@ -572,6 +576,7 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
         const krn_kv_cache kv = {dk, dk, KRN_F32};
         const int32_t zero = 0, last = n_ctx - 1;
         int32_t *dseq = dupload(&zero, 4), *dpos = dupload(&last, 4);
+        dfill(o1, 0xFE, 2 * nq), dfill(o2, 0xFF, 2 * nq);
         assert_int_equal(krn_attention_t_async(s, o1, t, dx, &kv, dseq, dpos, 1, nh, nh, hd, n_ctx, NULL, 0), 0);
         assert_int_equal(dev_stream_sync(s, &err), 0);
         assert_int_equal(krn_cuda_attention_ws_async(g_s1, o2, t, dx, &kv, dseq, dpos, 1, nh, nh, hd, n_ctx, NULL, 0,
@@ -585,7 +590,7 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
     /* parts [PLANES q4_1 with x8, BLOCKS q4_1, f16] and acc over bf16 x: the PLANES part reads the x8 of the bf16
      * rows, the others the bf16 rows */
     {
-        const cuda_ref_type *q41 = &CUDA_REF_TYPES[5], *f16 = &CUDA_REF_TYPES[1];
+        const cuda_ref_type *q41 = cuda_ref_type_of(KRN_Q4_1), *f16 = cuda_ref_type_of(KRN_F16);
         size_t bq, bf;
         uint8_t *hq = cuda_fix_rand_blocks(q41, n_out, n, &bq), *hf = cuda_fix_rand_blocks(f16, n_out, n, &bf);
         void *wq = dupload(hq, bq), *wf = dupload(hf, bf);
@@ -596,7 +601,7 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
         void *xq = dalloc((size_t)B * krn_x8_row_bytes(n)), *xq2 = dalloc((size_t)B * krn_x8_row_bytes(n));
         float *y[3], *r[3];
         for (int i = 0; i < 3; i++)
-            y[i] = dalloc(yb), r[i] = dalloc(yb);
+            y[i] = dalloc(yb), r[i] = dalloc(yb), dfill(y[i], 0xFE, yb), dfill(r[i], 0xFF, yb);
         assert_int_equal(krn_quantize_x8_t_async(s, xq, x.x16, t, B, n), 0);
         const krn_mm_x xx = {x.x16, t, xq};
         const krn_mm_part parts[3] = {{y[0], &P}, {y[1], &Bk}, {y[2], &F}};

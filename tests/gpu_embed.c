@@ -103,7 +103,7 @@ static void test_device_rows_have_the_host_dequant_bits_for_every_type(void **st
 static void test_the_op_table_on_a_cuda_dev_stream_gives_the_host_bits(void **state) {
     (void)state;
     enum { NOUT = 19, NIN = 2048, B = 4 };
-    const cuda_ref_type *t = &CUDA_REF_TYPES[7]; /* q6_k */
+    const cuda_ref_type *t = cuda_ref_type_of(KRN_Q6_K);
     assert_int_equal(t->type, KRN_Q6_K);
     const int32_t tok[B] = {18, NOUT, 0, 7};
     size_t rb;

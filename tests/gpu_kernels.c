@@ -148,7 +148,7 @@ static void test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops(void **stat
             free(hw);
         }
         /* the mixed-type list: part 1 as f32 (its own launch next to the others' one) */
-        const cuda_ref_type *f32 = &CUDA_REF_TYPES[0];
+        const cuda_ref_type *f32 = cuda_ref_type_of(KRN_F32);
         uint8_t *hm = malloc(sizeof(float) * (size_t)n_in * n_out[1]);
         for (int r = 0; r < n_out[1]; r++)
             cuda_ref_rand_row(f32, hm + (size_t)r * n_in * sizeof(float), n_in);
@@ -743,7 +743,7 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
  * gives the bits of the raw call. */
 static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state) {
     (void)state;
-    const cuda_ref_type *t = &CUDA_REF_TYPES[4]; /* q4_0 */
+    const cuda_ref_type *t = cuda_ref_type_of(KRN_Q4_0);
     const int n_out = 37, n_in = 32 * 67, B = 3;
     const size_t wbytes = (size_t)n_out * (n_in / 32) * 18, xb = sizeof(float) * (size_t)B * n_in;
     const size_t yb = sizeof(float) * (size_t)B * n_out;

@@ -224,31 +224,42 @@ static void check_model_repack(const cuda_ref_type *t) {
 
 static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(void **state) {
     (void)state;
-    check_model_repack(ptype(2)); /* q4_1 */
+    check_model_repack(cuda_ref_type_of(KRN_Q4_1));
     /* q6_k (lm_head and half of ffn_down in Q4_K_M files) is repacked only for the int8-x GEMV: with f32 x its
      * planes are slower than its blocks (docs/bench/gpu.md run 57) */
     setenv("MEMRA_CUDA_X8", "1", 1);
-    check_model_repack(ptype(4));
+    check_model_repack(cuda_ref_type_of(KRN_Q6_K));
     unsetenv("MEMRA_CUDA_X8");
 }
 
-/* ... and without MEMRA_CUDA_X8 the model's q6_k tensors stay in GGUF blocks. */
+/* ... and without MEMRA_CUDA_X8 the model's q6_k tensors stay in GGUF blocks, while a q4_1 beside them in the
+ * same call is repacked (so the call did run). */
 static void test_q6_k_stays_in_blocks_without_int8_x(void **state) {
     (void)state;
+    const char *x8 = getenv("MEMRA_CUDA_X8");
+    char saved[16] = "";
+    if (x8)
+        snprintf(saved, sizeof saved, "%s", x8);
     unsetenv("MEMRA_CUDA_X8");
-    size_t bytes;
-    uint8_t *h = cuda_fix_rand_blocks(ptype(4), 8, 256, &bytes);
-    void *db = dupload(h, bytes);
+    size_t bytes, b41;
+    uint8_t *h = cuda_fix_rand_blocks(cuda_ref_type_of(KRN_Q6_K), 8, 256, &bytes),
+            *h41 = cuda_fix_rand_blocks(cuda_ref_type_of(KRN_Q4_1), 8, 256, &b41);
+    void *db = dupload(h, bytes), *d41 = dupload(h41, b41);
     krn_weight W = {.type = KRN_Q6_K, .n_out = 8, .n_in = 256, .data = db};
-    krn_weight *const ws[] = {&W};
+    krn_weight Q = {.type = KRN_Q4_1, .n_out = 8, .n_in = 256, .data = d41};
+    krn_weight *const ws[] = {&W, &Q};
     dev_err err = {0};
     dev_platform *p = dev_platform_open(DEV_KIND_CUDA, 0, &err);
     assert_non_null(p);
-    assert_int_equal(mdl_repack_weights(dev_platform_device(p, 0), ws, 1, &err), 0);
+    assert_int_equal(mdl_repack_weights(dev_platform_device(p, 0), ws, 2, &err), 0);
     assert_int_equal(W.layout, KRN_LAYOUT_BLOCKS);
+    assert_int_equal(Q.layout, KRN_LAYOUT_PLANES);
+    if (x8)
+        setenv("MEMRA_CUDA_X8", saved, 1);
     dev_platform_close(p);
     CK(cudaFree(db));
-    free(h);
+    CK(cudaFree(d41)); /* repacked in place: still ours */
+    free(h), free(h41);
 }
 
 int main(void) {

@@ -174,15 +174,14 @@ static void test_x8_gemv_matches_reference_for_every_planar_type_and_batch(void 
     }
 }
 
-/* q6_K planes with int8 x (CUDA_REF_TYPES[7]): check_x8's reference, f32-x, stream, batch-invariance and acc
+/* q6_K planes with int8 x: check_x8's reference, f32-x, stream, batch-invariance and acc
  * checks (B = 1..8, 11, 13; rows of one super-block and of 56). Its products have no offset term (the int8
  * sub-block scales weigh exact integer sums of (q - 32) q_x), so the reference bound holds with room. Then a
  * NaN in one block of x row 1 makes every y of row 1 NaN (d = s = NaN for that block) and leaves rows 0 and 2
  * finite. */
 static void test_x8_gemv_of_q6_k_planes_matches_reference_and_propagates_nan_blocks(void **state) {
     (void)state;
-    const cuda_ref_type *t = &CUDA_REF_TYPES[7];
-    assert_int_equal(t->type, KRN_Q6_K);
+    const cuda_ref_type *t = cuda_ref_type_of(KRN_Q6_K);
     for (int B = 1; B <= 8; B++)
         check_x8(t, 3001, 4096, B);
     check_x8(t, 3001, 4096, 11);
@@ -229,7 +228,7 @@ static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
     dev_device *d = dev_platform_device(p, 0);
     dev_stream *s = dev_stream_create(d, "x8", &err);
     assert_non_null(s);
-    const cuda_ref_type *q41 = ptype(2), *f16 = &CUDA_REF_TYPES[1];
+    const cuda_ref_type *q41 = cuda_ref_type_of(KRN_Q4_1), *f16 = cuda_ref_type_of(KRN_F16);
     size_t bq, bf;
     uint8_t *hq = cuda_fix_rand_blocks(q41, n_out, n_in, &bq), *hf = cuda_fix_rand_blocks(f16, n_out, n_in, &bf);
     const size_t xb = sizeof(float) * (size_t)B * n_in, yb = sizeof(float) * (size_t)B * n_out;

@@ -16,6 +16,9 @@ typedef struct cuda_ref_type {
 #define CUDA_REF_N_TYPES 8
 extern const cuda_ref_type CUDA_REF_TYPES[CUDA_REF_N_TYPES]; /* f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k */
 
+/* The entry of krn_type `type` (KRN_*), or NULL when the table has none. */
+const cuda_ref_type *cuda_ref_type_of(int type);
+
 uint64_t cuda_ref_rand_u64(void);              /* xorshift64, fixed seed: runs are reproducible */
 float cuda_ref_rand_unit(void);                /* uniform in [-1, 1) */
 void cuda_ref_rand_floats(float *p, size_t n); /* p[i] = cuda_ref_rand_unit() */
