@@ -28,12 +28,17 @@ typedef struct bench_flag {
 /* Parse argv[1..) against flags; returns 0, or 2 after printing what was wrong and the usage line. */
 int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n, const char *usage);
 
+/* v as an integer in [lo, hi] into *out: 0, or 2 after printing "memra-bench cmd: name v: expected ...". */
+int bench_int(const char *cmd, const char *name, const char *v, int lo, int hi, int *out);
+
 /* Seconds on CLOCK_MONOTONIC (the wall clock every subcommand times with). */
 double bench_now_s(void);
 /* Sort v[0..n) ascending (for medians and percentiles). */
 void bench_sort(double *v, int n);
 /* The next value of a xorshift64 generator whose state (non-zero) is *s: the random fills of the benchmarks. */
 uint64_t bench_xorshift(uint64_t *s);
+/* The next bench_xorshift as a value in [-1, 1] in steps of 1/1000 (the benchmarks' inputs). */
+float bench_rand_unit(uint64_t *s);
 
 /* A CUDA runtime call in a function with a `fail:` cleanup label: on failure print "who: what: error" and goto
  * fail. (For the files that include cuda_runtime_api.h.) */

@@ -29,16 +29,22 @@ int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags,
             *f->sval = v;
             continue;
         }
-        char *end;
-        errno = 0;
-        long x = v ? strtol(v, &end, 10) : 0;
-        if (!v || !*v || *end || errno || x < f->lo || x > f->hi) {
-            fprintf(stderr, "memra-bench %s: %s %s: expected an integer %d..%d\n", cmd, f->name, v ? v : "(missing)",
-                    f->lo, f->hi);
+        if (bench_int(cmd, f->name, v, f->lo, f->hi, f->ival))
             return 2;
-        }
-        *f->ival = (int)x;
     }
+    return 0;
+}
+
+int bench_int(const char *cmd, const char *name, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "memra-bench %s: %s %s: expected an integer %d..%d\n", cmd, name, v ? v : "(missing)", lo, hi);
+        return 2;
+    }
+    *out = (int)x;
     return 0;
 }
 
@@ -55,6 +61,11 @@ uint64_t bench_xorshift(uint64_t *s)
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return *s;
+}
+
+float bench_rand_unit(uint64_t *s)
+{
+    return (float)((int)(bench_xorshift(s) % 2001) - 1000) / 1000.0f;
 }
 
 static int cmp_d(const void *a, const void *b)

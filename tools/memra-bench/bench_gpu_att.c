@@ -42,7 +42,7 @@ static const struct {
 
 static uint64_t ga_rng = 0x13198A2E03707344ull;
 /* A small random value in [-0.5, 0.5]. */
-static float ga_val(void) { return (float)((int)(bench_xorshift(&ga_rng) % 2001) - 1000) / 2000.0f; }
+static float ga_val(void) { return 0.5f * bench_rand_unit(&ga_rng); }
 
 #define GA_CK(call, what) BENCH_CUDA_CK("gpu-kernels --attention", call, what)
 
@@ -141,7 +141,9 @@ int bench_gpu_att(int dev, int iters, double hbm, int pdl) {
     for (int i = 0; i < GA_MAX_B * GA_HEAD * GA_HD; i++)
         hq[i] = 2.0f * ga_val();
     const size_t qbytes = sizeof(float) * GA_MAX_B * GA_HEAD * GA_HD;
-    const int32_t hseq[GA_MAX_B] = {0, 1, 2, 3}; /* row b reads sequence b */
+    int32_t hseq[GA_MAX_B]; /* row b reads sequence b */
+    for (int b = 0; b < GA_MAX_B; b++)
+        hseq[b] = b;
     g.ws_bytes = krn_attention_ws_bytes(GA_MAX_B, GA_HEAD, GA_HD, maxctx);
     GA_CK(cudaMalloc((void **)&g.q, qbytes), "cudaMalloc(q)");
     GA_CK(cudaMalloc((void **)&g.out, qbytes), "cudaMalloc(out)");

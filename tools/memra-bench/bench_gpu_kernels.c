@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 #include "device/dev.h"
+#include "kernels/fill.h"
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
 #include "cuda/chain.h"
@@ -74,7 +75,7 @@ static int gk_xt = KRN_F32; /* --x-type: set once while parsing the options, rea
 static const char *gk_xt_note(void) { return gk_xt == KRN_BF16 ? ", x bf16" : gk_xt == KRN_F16 ? ", x f16" : ""; }
 
 /* Bytes of one x element of gk_xt. */
-static size_t gk_xbytes(void) { return gk_xt == KRN_F32 ? 4 : 2; }
+static size_t gk_xbytes(void) { return krn_act_bytes(gk_xt); }
 
 /* x (n values of hx) as gk_xt in device memory: *dx (cudaMalloc'd; the caller frees it). 0 or -1 (printed). */
 static int gk_upload_x(void **dx, const float *hx, size_t n) {
@@ -152,9 +153,20 @@ fail:
     return rc;
 }
 
+/* n_out x n_in weights of `type` at hw: kernels/fill.h's valid blocks (finite scales for every type), values of
+ * order 1 from the bench's seed (GEMV time does not depend on them). 0 or -1 (message printed). */
+static int gk_fill_weights(int type, int n_out, int n_in, uint8_t *hw) {
+    krn_fill_plan p;
+    if (krn_fill_plan_make(&p, type, n_out, n_in, bench_xorshift(&gk_rng), 1.0f, 0.0f) != 0) {
+        fprintf(stderr, "gpu-kernels: no fill for %s %dx%d\n", krn_type_name(type), n_out, n_in);
+        return -1;
+    }
+    krn_fill_host_range(&p, hw, 0, krn_fill_units(&p));
+    return 0;
+}
+
 /* One (type, shape): average seconds per launch into *sec. planes: the copies are a planar type repacked on
- * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor, whose fp16 scales
- * are made finite first; planes = 2: the GEMV takes x quantized to int8 (once, before timing), and
+ * the device into KRN_LAYOUT_PLANES (krn_cuda_repack_async) from one uploaded block tensor; planes = 2: the GEMV takes x quantized to int8 (once, before timing), and
  * *sec_q = the quantize alone. Returns 0 or -1 (message printed). */
 static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B, int iters, int planes, double *sec,
                   double *sec_q, double *bytes) {
@@ -177,17 +189,10 @@ static int gk_run(cudaStream_t st, const gk_type *t, int n_out, int n_in, int B,
         fprintf(stderr, "gpu-kernels: out of host memory\n");
         goto fail;
     }
-    for (size_t i = 0; i < wbytes; i++)
-        hw[i] = (uint8_t)bench_xorshift(&gk_rng);
-    if (planes) /* finite scales: clear the top exponent bit of d (and m for q4_1) */
-        for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
-            for (int s = 1; s < (t->type == KRN_Q4_1 ? 4 : 2); s += 2)
-                hw[i + s] &= 0x3B;
-    if (planes && t->type == KRN_Q6_K) /* its d ends the block */
-        for (size_t i = 0; i < wbytes; i += (size_t)t->bb)
-            hw[i + 209] &= 0x3B;
+    if (gk_fill_weights(t->type, n_out, n_in, hw))
+        goto fail;
     for (size_t i = 0; i < (size_t)B * n_in; i++)
-        hx[i] = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
+        hx[i] = bench_rand_unit(&gk_rng);
     const krn_weight src = {t->type, n_out, n_in, NULL, KRN_LAYOUT_BLOCKS};
     if (planes) {
         GK_CK(cudaMalloc(&blocks, wbytes), "cudaMalloc(blocks)");
@@ -263,7 +268,7 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
                        100.0 * gbs / hbm);
                 if (planes == 2 && k + 1 == sizeof types / sizeof types[0])
                     printf("%-13s %-7s %8s %10.2f   (B=%d rows of %d %s)\n", shape, "x8 quant", "", sec_q * 1e6, B,
-                           n_in, gk_xt == KRN_F32 ? "floats" : gk_xt == KRN_BF16 ? "bf16" : "f16");
+                           n_in, gk_xt == KRN_F32 ? "floats" : krn_type_name(gk_xt));
             }
         }
     return rc;
@@ -277,24 +282,17 @@ static int gk_planes(cudaStream_t st, int B, int iters, double hbm) {
 static const int GG_B[] = {1, 8, 16, 32, 64, 128, 256, 512};
 #define GG_NB ((int)(sizeof GG_B / sizeof GG_B[0]))
 
-/* Weights of one (type, shape): copies of random finite values in [-1, 1) (time does not depend on them). */
-static int gg_upload(int type, int esz, size_t n, void **w, int copies) {
-    const size_t wbytes = n * (size_t)esz;
+/* Weights of one (type, shape): copies of gk_fill_weights' values (time does not depend on them). */
+static int gg_upload(int type, int esz, int n_out, int n_in, void **w, int copies) {
+    const size_t wbytes = (size_t)n_out * n_in * (size_t)esz;
     uint8_t *hw = malloc(wbytes);
     int rc = -1;
     if (!hw) {
         fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        const float f = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
-        if (type == KRN_F32) {
-            memcpy(hw + 4 * i, &f, 4);
-        } else {
-            const uint16_t u = type == KRN_BF16 ? krn_f32_to_bf16(f) : krn_f32_to_f16(f);
-            memcpy(hw + 2 * i, &u, 2);
-        }
-    }
+    if (gk_fill_weights(type, n_out, n_in, hw))
+        goto fail;
     for (int c = 0; c < copies; c++) {
         GK_CK(cudaMalloc(&w[c], wbytes), "cudaMalloc(weights)");
         GK_CK(cudaMemcpy(w[c], hw, wbytes, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
@@ -322,10 +320,10 @@ static int gg_shape(dev_stream *s, int type, int esz, const char *name, int n_ou
         fprintf(stderr, "gpu-kernels --gemm: out of host memory\n");
         goto fail;
     }
-    if (gg_upload(type, esz, (size_t)n_out * n_in, w, copies))
+    if (gg_upload(type, esz, n_out, n_in, w, copies))
         goto fail;
     for (size_t i = 0; i < (size_t)maxb * n_in; i++)
-        hx[i] = (float)((int)(bench_xorshift(&gk_rng) % 2001) - 1000) / 1000.0f;
+        hx[i] = bench_rand_unit(&gk_rng);
     if (gk_upload_x(&dx, hx, (size_t)maxb * n_in))
         goto fail;
     GK_CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)maxb * n_out), "cudaMalloc(y)");
@@ -439,9 +437,11 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_
 
 int bench_gpu_kernels(int argc, char **argv) {
     int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1, att = 0;
+    int set_b = 0, set_xt = 0, set_hbm = 0; /* options only some tables take */
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gk_usage(stdout);
             return 0;
@@ -451,23 +451,33 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--attention")) {
             att = 1;
             continue; /* takes no value */
-        } else if (!strcmp(a, "--chain") && v) {
-            chain = atoi(v);
-        } else if (!strcmp(a, "--chain-mode") && v) {
-            chain_mode = atoi(v);
-        } else if (!strcmp(a, "--batch") && v) {
-            B = atoi(v);
-        } else if (!strcmp(a, "--iters") && v) {
-            iters = atoi(v);
-        } else if (!strcmp(a, "--hbm") && v) {
-            hbm = atof(v);
-        } else if (!strcmp(a, "--device") && v) {
-            dev = atoi(v);
         } else if (!strcmp(a, "--pdl")) {
             pdl = 1;
             continue; /* takes no value */
+        } else if (!strcmp(a, "--chain")) {
+            bad = bench_int("gpu-kernels", a, v, 1, 64, &chain);
+        } else if (!strcmp(a, "--chain-mode")) {
+            bad = bench_int("gpu-kernels", a, v, 0, 5, &chain_mode);
+        } else if (!strcmp(a, "--batch")) {
+            bad = bench_int("gpu-kernels", a, v, 1, 64, &B), set_b = 1;
+        } else if (!strcmp(a, "--iters")) {
+            bad = bench_int("gpu-kernels", a, v, 1, 1 << 20, &iters);
+        } else if (!strcmp(a, "--device")) {
+            bad = bench_int("gpu-kernels", a, v, 0, 1023, &dev);
+        } else if (!strcmp(a, "--hbm") && v) {
+            char *end;
+            hbm = strtod(v, &end);
+            set_hbm = 1;
+            if (!*v || *end || !(hbm > 0.0)) {
+                fprintf(stderr, "gpu-kernels: --hbm %s: expected GB/s > 0\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--x-type") && v) {
-            gk_xt = !strcmp(v, "f32") ? KRN_F32 : !strcmp(v, "f16") ? KRN_F16 : !strcmp(v, "bf16") ? KRN_BF16 : -1;
+            static const int xts[] = {KRN_F32, KRN_F16, KRN_BF16};
+            gk_xt = -1;
+            for (int k = 0; k < 3; k++)
+                gk_xt = strcmp(v, krn_type_name(xts[k])) ? gk_xt : xts[k];
+            set_xt = 1;
             if (gk_xt < 0) {
                 fprintf(stderr, "gpu-kernels: --x-type %s (allowed: f32, f16, bf16)\n", v);
                 return 2;
@@ -477,11 +487,12 @@ int bench_gpu_kernels(int argc, char **argv) {
             gk_usage(stderr);
             return 2;
         }
+        if (bad)
+            return 2;
         i++;
     }
-    if (B < 1 || B > 64 || iters < 1 || !(hbm > 0.0) || dev < 0) {
-        fprintf(stderr, "gpu-kernels: --batch %d (1..64), --iters %d (>= 1), --hbm %g (> 0), --device %d (>= 0)\n",
-                B, iters, hbm, dev);
+    if (chain_mode != -1 && !chain) {
+        fprintf(stderr, "gpu-kernels: --chain-mode %d needs --chain LAYERS\n", chain_mode);
         return 2;
     }
     if (att + gemm + (chain != 0) > 1) {
@@ -489,18 +500,23 @@ int bench_gpu_kernels(int argc, char **argv) {
         gk_usage(stderr);
         return 2;
     }
+    /* what each table takes: the GEMV rows everything; --attention no --batch / --x-type (it sweeps B, its x is
+     * q); --chain (bf16, B = 1, PDL launches in mode 0) and --gemm (it sweeps B) none of them, nor --hbm for --gemm */
+    const char *unused = att && (set_b || set_xt) ? "--batch and --x-type"
+                         : chain && (set_b || set_xt || pdl) ? "--batch, --x-type and --pdl"
+                         : gemm && (set_b || set_xt || pdl || set_hbm) ? "--batch, --x-type, --pdl and --hbm"
+                                                                         : NULL;
+    if (unused) {
+        fprintf(stderr, "gpu-kernels: %s do not apply to the %s table\n", unused,
+                att ? "--attention" : chain ? "--chain" : "--gemm");
+        return 2;
+    }
     if (att)
         return bench_gpu_att(dev, iters, hbm, pdl);
     if (gemm)
         return gk_gemm_table(dev, iters);
-    if (chain || chain_mode != -1) {
-        if (chain < 1 || chain > 64 || chain_mode < -1 || chain_mode > 5) {
-            fprintf(stderr, "gpu-kernels: --chain %d (1..64), --chain-mode %d (0..5, and only with --chain)\n", chain,
-                    chain_mode);
-            return 2;
-        }
+    if (chain)
         return gk_chain_table(dev, chain, iters, hbm, chain_mode);
-    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {

@@ -10,9 +10,7 @@
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 #include "model/sampler.h"
-#ifdef MEMRA_HAVE_CUDA
 #include "cuda/ktrace.h"
-#endif
 
 /* The host turn of one sequence's token, in order (act_pending_times between the caller's submit and
  * the caller's next submit). */
@@ -89,29 +87,10 @@ static int submit_fed(act_pp *rt, int32_t *seq, int32_t pos, act_pending **p, de
     return act_pp_submit(rt, &st, p, err);
 }
 
-/* Decode T tokens for each of S sequences with all S in flight; greedy (on the host, or dev_argmax: on the
- * device; dev_argmax 2: and each sequence's next step submitted fed, before its current one is waited). */
-/* --kernel-trace FILE: CUPTI's record of every kernel of the timed steps (tools/memra-bench/cuda/ktrace.cu): a table,
- * and FILE as a CSV or, named *.json, a Perfetto / Chrome trace (ktrace_report.h). */
-static int ktrace_start(dev_err *err)
-{
-#ifdef MEMRA_HAVE_CUDA
-    return bench_ktrace_start(err);
-#else
-    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA (refused at parse)");
-#endif
-}
-static int ktrace_stop(const char *path, int units, dev_err *err)
-{
-#ifdef MEMRA_HAVE_CUDA
-    return bench_ktrace_stop(stdout, path, units, err);
-#else
-    (void)path, (void)units;
-    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "--kernel-trace needs a build with CUDA");
-#endif
-}
-
-/* One runtime of `stages` stages; ktrace (or NULL): trace its timed steps' kernels into that file. */
+/* Decode T tokens for each of S sequences with all S in flight, on one runtime of `stages` stages; greedy (on the
+ * host, or dev_argmax: on the device; dev_argmax 2: and each sequence's next step submitted fed, before its
+ * current one is waited). ktrace (or NULL): --kernel-trace FILE, every kernel of the timed steps recorded with
+ * CUPTI (cuda/ktrace.h): a table, and FILE as a CSV or, named *.json, a Perfetto trace. */
 static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
                    int prompt, int dev_argmax, const char *ktrace, run_result *out)
 {
@@ -135,7 +114,6 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     int32_t *ptok = calloc((size_t)prompt, sizeof *ptok), *pseq = calloc((size_t)prompt, sizeof *pseq),
             *ppos = calloc((size_t)prompt, sizeof *ppos);
     act_pending **pd = calloc((size_t)S, sizeof *pd), *ahead[64] = {NULL}; /* feed: each sequence's next step */
-    int sub[64] = {0}; /* feed: timed steps submitted per sequence */
     uint64_t fnv[64]; /* S <= 64 (--seqs) */
     for (int s = 0; s < S; s++)
         fnv[s] = 14695981039346656037ull;
@@ -169,7 +147,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     const int start = prompt + 1; /* the first timed position */
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
-    const int traced = rc == 0 && ktrace && (rc = ktrace_start(&err)) == 0;
+    const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
     double t0 = bench_now_s();
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
@@ -177,9 +155,8 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
      * the second fed on the device from the first, so the host's turn is off the device's critical path) */
     for (int s = 0; s < S && rc == 0; s++) {
         rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err);
-        sub[s] = 1;
-        if (rc == 0 && feed && T > 1 && (rc = submit_fed(rt, &seq_ids[s], pos[s] + 1, &ahead[s], &err)) == 0)
-            sub[s] = 2;
+        if (rc == 0 && feed && T > 1)
+            rc = submit_fed(rt, &seq_ids[s], pos[s] + 1, &ahead[s], &err);
     }
     act_pending_times pt = {0};
     for (int k = 0; rc == 0 && done < total; k = (k + 1) % S) {
@@ -197,8 +174,9 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         if (feed) {
             pd[k] = ahead[k];
             ahead[k] = NULL;
-            if (pd[k] && sub[k] < T && (rc = submit_fed(rt, &seq_ids[k], pos[k] + 1, &ahead[k], &err)) == 0)
-                sub[k]++;
+            /* timed steps of k submitted so far: pos[k] - start done and pd[k] in flight */
+            if (pd[k] && pos[k] + 1 - start < T)
+                rc = submit_fed(rt, &seq_ids[k], pos[k] + 1, &ahead[k], &err);
         } else if (pos[k] - start < T) {
             const uint64_t t_next = bench_now_ns();
             if (S == 1 && pt.stage0_ns && pt.enqueued_ns && pt.done_ns) {
@@ -245,7 +223,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
                 act_pending_release(*q);
             }
     dev_err kerr = {0}; /* after every step was waited and the runtime drained: each kernel has its end time */
-    if (traced && (act_pp_drain(rt, NULL), ktrace_stop(ktrace, S * T, &kerr)) != 0) {
+    if (traced && (act_pp_drain(rt, NULL), bench_ktrace_stop(stdout, ktrace, S * T, &kerr)) != 0) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", kerr.msg);
         rc = rc ? rc : 2;
     }
@@ -316,14 +294,13 @@ int bench_pp_scaling(int argc, char **argv)
         fprintf(stderr, "memra-bench pp-scaling: --repeat %d needs PP-1 (not with --no-pp1)\n", repeat);
         return 2;
     }
-#ifdef MEMRA_HAVE_CUDA
-    const int can_trace = bench_ktrace_available();
-#else
-    const int can_trace = 0;
-#endif
-    if (ktrace && !can_trace) {
+    if (ktrace && !bench_ktrace_available()) {
         fprintf(stderr, "memra-bench pp-scaling: --kernel-trace needs a build with CUDA 13 and its CUPTI "
                         "(MEMRA_CUDA=ON, CMake's CUDA::cupti)\n");
+        return 2;
+    }
+    if (ktrace && repeat > 1) { /* the repeats' ratios would carry the traced run's cost */
+        fprintf(stderr, "memra-bench pp-scaling: --kernel-trace traces one PP-1 run (not with --repeat)\n");
         return 2;
     }
     if (no_pp1 && ktrace) {

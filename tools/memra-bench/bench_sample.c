@@ -30,8 +30,7 @@ int bench_sample(int argc, char **argv)
         return fprintf(stderr, "memra-bench sample: no memory for %d logits\n", n), 2;
     uint64_t r = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < n; i++) {
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        x[i] = (float)(r >> 40) / (float)(1 << 24) * 20.0f - 10.0f;
+        x[i] = (float)(bench_xorshift(&r) >> 40) / (float)(1 << 24) * 20.0f - 10.0f;
     }
     mdl_sampler_params pg = mdl_sampler_default_params(), pd = mdl_sampler_default_params();
     pg.temperature = 0.0f;

@@ -1,5 +1,7 @@
-/* Kernel timeline arithmetic and output (ktrace_report.h). Shared mutable state: none. */
+/* Kernel timeline arithmetic and output (ktrace_report.h), and the kernel trace's refusal in a build without
+ * CUPTI (cuda/ktrace.h). Shared mutable state: none. */
 #include "ktrace_report.h"
+#include "cuda/ktrace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -169,5 +171,22 @@ int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t
             fprintf(f, "%.3f,%.3f,%s,%d,%d,%d,%u,%u\n", (double)(r[i].start - t0) / 1e3, (double)(r[i].end - t0) / 1e3,
                     r[i].name ? r[i].name : "?", r[i].grid, r[i].block, r[i].regs, r[i].stream, r[i].device);
     }
-    return fclose(f) == 0 ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", path);
+    const int werr = ferror(f); /* a failed fprintf above, or the flush in fclose */
+    return fclose(f) == 0 && !werr ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", path);
 }
+
+#ifndef MEMRA_HAVE_CUPTI /* cuda/ktrace.cu records with CUPTI where CMake linked it (CUDA 13 and later) */
+int bench_ktrace_available(void) { return 0; }
+
+int bench_ktrace_start(dev_err *err)
+{
+    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUDA 13's CUPTI "
+                                                 "(MEMRA_CUDA=ON, CMake's CUDA::cupti)");
+}
+
+int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err)
+{
+    (void)report, (void)path, (void)units;
+    return bench_ktrace_start(err);
+}
+#endif

@@ -12,12 +12,13 @@
 #include "../ktrace_report.h"
 #include "kernels/cuda/krn_cuda_util.cuh"
 
-#ifdef MEMRA_HAVE_CUPTI
+#ifdef MEMRA_HAVE_CUPTI /* else ktrace_report.c refuses the option */
 #include <cupti.h>
+/* The kernel records are read as CUpti_ActivityKernel10, the layout of CUDA 13's CUPTI (CMake links CUPTI only from
+ * CUDA 13 on). */
+#if CUPTI_API_VERSION < 130000
+#error "ktrace.cu reads CUpti_ActivityKernel10 records: CUDA 13's CUPTI or later"
 #endif
-/* The kernel records are read as CUpti_ActivityKernel10, the layout of CUDA 13's CUPTI (API version 130001 here);
- * an older CUPTI gets the refusal below instead of a misread record. */
-#if defined(MEMRA_HAVE_CUPTI) && CUPTI_API_VERSION >= 130000
 
 static struct {
     pthread_mutex_t mu;
@@ -74,7 +75,7 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
     pthread_mutex_lock(&g_kt.mu);
     g_kt.dropped += dropped;
     while (buf && cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
-        if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+        if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) /* the only kind enabled */
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
         if (k->start == 0 || k->end < k->start) { /* no timestamps were collected for it */
@@ -180,27 +181,17 @@ extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_
     int rc = kt_sync_all(err);
     if (rc == 0)
         rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    const int rc2 = kt_check(err, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
+    dev_err derr = {0}; /* the first failure's message stays in err */
+    const int rc2 = kt_check(&derr, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
     pthread_mutex_lock(&g_kt.mu);
     if (rc == 0 && rc2 == 0)
         rc = kt_report(report, path, units, err);
     g_kt.on = 0;
     g_kt.n = 0;
     pthread_mutex_unlock(&g_kt.mu);
+    if (rc == 0 && rc2 != 0)
+        dev_err_set(err, rc2, "%s", derr.msg);
     return rc ? rc : rc2;
-}
-
-#else /* built without CUPTI, or with one older than CUDA 13's */
-
-extern "C" int bench_ktrace_available(void) { return 0; }
-
-extern "C" int bench_ktrace_start(dev_err *err) {
-    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUPTI "
-                                                 "(CMake found no CUDA::cupti) or with one older than CUDA 13's");
-}
-extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err) {
-    (void)report, (void)path, (void)units;
-    return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: built without CUPTI");
 }
 
 #endif
