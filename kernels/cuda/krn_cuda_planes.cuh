@@ -11,16 +11,17 @@
 /* Blocks per SM the compiler must fit and the grid uses: 4 at B <= 2 (128 registers), 3 above. */
 #define MP_MINB(NB) ((NB) <= 2 ? 4 : 3)
 
-/* Per type: elements per 16-byte vector, bytes of a scale entry, elements per scale entry; the register
- * type of an entry. */
+/* Per type: VE elements per vector, QB quant bytes per vector (a row is nvec * QB bytes; the scales plane
+ * starts after the n_out rows), SB bytes per scale entry, one entry per SE elements; S the register type of an
+ * entry. */
 template <int T> struct mp_layout;
-template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, SB = 2, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, SB = 2, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, SB = 4, SE = 32 }; typedef uint32_t S; };
-template <> struct mp_layout<KRN_Q4_K> { enum { VE = 32, SB = 16, SE = 256 }; typedef uint4 S; };
-/* q6_K: a vector is the 16 bytes of low nibbles of 32 elements; their 8 bytes of high bits and the scales
- * ride along in its own item (mp_item<KRN_Q6_K>, mp_issue_q6k), so VE, SB, SE only count vectors and entries. */
-template <> struct mp_layout<KRN_Q6_K> { enum { VE = 32, SB = 18, SE = 256 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q8_0> { enum { VE = 16, QB = 16, SB = 2, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_0> { enum { VE = 32, QB = 16, SB = 2, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_1> { enum { VE = 32, QB = 16, SB = 4, SE = 32 }; typedef uint32_t S; };
+template <> struct mp_layout<KRN_Q4_K> { enum { VE = 32, QB = 16, SB = 16, SE = 256 }; typedef uint4 S; };
+/* q6_K: a vector is the 16 bytes of low nibbles of 32 elements plus their 8 bytes of high bits (QB = 24), read
+ * in two places, with the scales, into its own item (mp_item<KRN_Q6_K>, mp_issue_q6k). */
+template <> struct mp_layout<KRN_Q6_K> { enum { VE = 32, QB = 24, SB = 18, SE = 256 }; typedef uint32_t S; };
 
 /* The weights of one item: R rows x U vectors, and each vector's scale entry (d, d | m << 16, or the q4_K
  * super-block header). */
@@ -38,13 +39,6 @@ template <int R, int U> struct mp_item<KRN_Q6_K, R, U> {
     uint32_t s[R][U];
 };
 
-/* 8 bytes of weights, read once (krn_ld_stream16's path). */
-static __device__ __forceinline__ uint2 mp_ld_stream8(const void *p) {
-    uint2 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
-    return r;
-}
-
 /* mp_issue for q6_K (kernels/krn.h): a row is nvec / 8 super-blocks of 192 quant bytes (8 vectors of low
  * nibbles, then 8 x 8 bytes of high bits), the scales plane after the n_out rows holds 18 bytes (scales[16],
  * d) per super-block. Vector v of a row: super-block v / 8, sub-block j = v % 8: 16 bytes at 16j, 8 at
@@ -53,10 +47,11 @@ static __device__ __forceinline__ uint2 mp_ld_stream8(const void *p) {
 template <int R, int U>
 static __device__ __forceinline__ void mp_issue_q6k(mp_item<KRN_Q6_K, R, U> &it, const uint8_t *W, int n_out,
                                                     int nvec, int g, int c, int t) {
+    enum { QB = mp_layout<KRN_Q6_K>::QB, SB = mp_layout<KRN_Q6_K>::SB };
     const int v0 = c * MP_THREADS * U + t;
     const bool full = (c + 1) * MP_THREADS * U <= nvec;
-    const size_t qrow = (size_t)nvec * 24, srow = (size_t)nvec / 8 * 18; /* quant, scale bytes of a row */
-    const uint8_t *S = W + (size_t)n_out * qrow;
+    const size_t qrow = (size_t)nvec * QB, srow = (size_t)nvec / 8 * SB; /* quant, scale bytes of a row */
+    const uint8_t *S = W + (size_t)n_out * qrow; /* the scales plane (as mp_kernel's S) */
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)min(g * R + r, n_out - 1);
@@ -64,10 +59,11 @@ static __device__ __forceinline__ void mp_issue_q6k(mp_item<KRN_Q6_K, R, U> &it,
         for (int u = 0; u < U; u++) {
             const int v = v0 + MP_THREADS * u;
             if (full || v < nvec) {
-                const uint8_t *qb = W + row * qrow + (size_t)(v / 8) * 192, *e = S + row * srow + (size_t)(v / 8) * 18;
+                const uint8_t *qb = W + row * qrow + (size_t)(v / 8) * (8 * QB);
+                const uint8_t *e = S + row * srow + (size_t)(v / 8) * SB;
                 const int j = v % 8;
                 it.q[r][u] = krn_ld_stream16(qb + 16 * j);
-                it.h[r][u] = mp_ld_stream8(qb + 128 + 8 * j);
+                it.h[r][u] = krn_ld_stream8(qb + 128 + 8 * j);
                 it.s[r][u] = (uint32_t)__ldg((const unsigned short *)(e + 2 * j)) |
                              (uint32_t)__ldg((const unsigned short *)(e + 16)) << 16; /* shared by 8 lanes */
             } else {
@@ -85,7 +81,7 @@ template <int T, int R, int U>
 static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint8_t *W, const uint8_t *S, int n_out,
                                                 int nvec, int g, int c, int t) {
     enum { VE = mp_layout<T>::VE, SB = mp_layout<T>::SB, SE = mp_layout<T>::SE };
-    if constexpr (T == KRN_Q6_K) { /* 24 quant bytes per vector, in two places: its own addressing */
+    if constexpr (T == KRN_Q6_K) { /* its quant bytes in two places: its own addressing */
         mp_issue_q6k<R, U>(it, W, n_out, nvec, g, c, t);
         return;
     }
@@ -94,7 +90,7 @@ static __device__ __forceinline__ void mp_issue(mp_item<T, R, U> &it, const uint
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)min(g * R + r, n_out - 1);
-        const uint8_t *qr = W + row * (size_t)nvec * 16;
+        const uint8_t *qr = W + row * (size_t)nvec * mp_layout<T>::QB;
         const size_t sr = row * (size_t)nvec * VE / SE; /* scale entries before this row */
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -185,8 +181,7 @@ __global__ void __launch_bounds__(MP_THREADS, MB)
     const int t = threadIdx.x;
     const int nvec = n_in / VE, ngroups = (n_out + R - 1) / R;
     const int nch = (nvec + MP_THREADS * U - 1) / (MP_THREADS * U);
-    const uint8_t *S = W + (size_t)n_out * nvec * 16; /* the scales plane (not q6_K's: mp_issue_q6k finds its
-                                                       * own after 24 quant bytes a vector; S is unused there) */
+    const uint8_t *S = W + (size_t)n_out * nvec * mp_layout<T>::QB; /* the scales plane */
     mp_item<T, R, U> cur;
     if ((int)blockIdx.x < ngroups)
         mp_issue<T, R, U>(cur, W, S, n_out, nvec, blockIdx.x, 0, t);

@@ -76,6 +76,14 @@ __global__ void repack_kernel(uint8_t *__restrict__ dst, const uint8_t *__restri
     }
 }
 
+/* repack_kernel<T> over its n_out * nb * HALVES units, 256 threads a block, at most 65536 blocks (the grid walks). */
+template <int T>
+static void rp_launch(uint8_t *d, const uint8_t *s0, int n_out, int nb, cudaStream_t st) {
+    const size_t units = (size_t)n_out * nb * rp_layout<T>::HALVES;
+    const unsigned blocks = (unsigned)(units / 256 + 1 < 65536 ? units / 256 + 1 : 65536);
+    repack_kernel<T><<<blocks, 256, 0, st>>>(d, s0, n_out, nb);
+}
+
 extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const krn_weight *src, dev_err *err) {
     if (!dst || !src || !dst->data || !src->data)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: NULL weight or data");
@@ -98,17 +106,14 @@ extern "C" int krn_cuda_repack_async(void *cuda_stream, krn_weight *dst, const k
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_repack: dst %p must be 16-byte aligned, src %p 2-byte",
                            dst->data, src->data);
     const int nb = src->n_in / krn_type_block_elems(src->type);
-    const size_t units = (size_t)src->n_out * nb *
-                         (src->type == KRN_Q8_0 ? 2 : src->type == KRN_Q4_K ? 8 : src->type == KRN_Q6_K ? 12 : 1);
-    const unsigned blocks = (unsigned)(units / 256 + 1 < 65536 ? units / 256 + 1 : 65536);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     uint8_t *d = (uint8_t *)dst->data;
     switch (src->type) {
-    case KRN_Q8_0: repack_kernel<KRN_Q8_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
-    case KRN_Q4_0: repack_kernel<KRN_Q4_0><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
-    case KRN_Q4_K: repack_kernel<KRN_Q4_K><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
-    case KRN_Q6_K: repack_kernel<KRN_Q6_K><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
-    default: repack_kernel<KRN_Q4_1><<<blocks, 256, 0, st>>>(d, s0, src->n_out, nb); break;
+    case KRN_Q8_0: rp_launch<KRN_Q8_0>(d, s0, src->n_out, nb, st); break;
+    case KRN_Q4_0: rp_launch<KRN_Q4_0>(d, s0, src->n_out, nb, st); break;
+    case KRN_Q4_K: rp_launch<KRN_Q4_K>(d, s0, src->n_out, nb, st); break;
+    case KRN_Q6_K: rp_launch<KRN_Q6_K>(d, s0, src->n_out, nb, st); break;
+    default: rp_launch<KRN_Q4_1>(d, s0, src->n_out, nb, st); break;
     }
     int rc = krn_cuda_launch_check(err, "krn_cuda_repack");
     if (rc)

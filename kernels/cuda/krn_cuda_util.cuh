@@ -63,6 +63,13 @@ static __device__ __forceinline__ uint4 krn_ld_stream16(const void *p) {
     return r;
 }
 
+/* 8 bytes read once (krn_ld_stream16's path). */
+static __device__ __forceinline__ uint2 krn_ld_stream8(const void *p) {
+    uint2 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
 static __device__ __forceinline__ float4 krn_ld_f4(const float *p) { return __ldg((const float4 *)p); }
 
 /* ---- activation rows of type XT (kernels/krn.h "activation types": KRN_F32, KRN_F16, KRN_BF16) ----
