@@ -69,6 +69,17 @@ static act_pending *submit(act_pp *rt, int32_t tok, int32_t s, int32_t pos)
     return p;
 }
 
+/* A feeding runtime of 2 stages (the doors cleared, then MEMRA_PP_STAGES=2). */
+static act_pp *two_stage_feeding(dev_err *e)
+{
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    act_pp *rt = create(ACT_FEED_ON, e);
+    if (!rt)
+        fail_msg("create: %s", e->msg);
+    return rt;
+}
+
 static int32_t token_of(act_pending *p)
 {
     const int32_t *t;
@@ -145,11 +156,8 @@ static void test_fed_steps_give_the_host_fed_tokens_at_every_placement(void **st
 static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
 {
     (void)state;
-    clear_doors();
-    setenv("MEMRA_PP_STAGES", "2", 1);
     dev_err e = {0};
-    act_pp *rt = create(ACT_FEED_ON, &e);
-    assert_non_null(rt);
+    act_pp *rt = two_stage_feeding(&e);
     const int32_t t0 = token_of(submit(rt, 7, 0, 0));
     act_pp_inject_stage_failure(rt, 1);
     act_pending *bad = submit(rt, t0, 0, 1), *fed = submit(rt, -1, 0, 2);
@@ -176,11 +184,8 @@ static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
 static void test_a_fed_step_after_a_step_with_other_logits_is_refused(void **state)
 {
     (void)state;
-    clear_doors();
-    setenv("MEMRA_PP_STAGES", "2", 1);
     dev_err e = {0};
-    act_pp *rt = create(ACT_FEED_ON, &e);
-    assert_non_null(rt);
+    act_pp *rt = two_stage_feeding(&e);
     const int32_t t0 = token_of(submit(rt, 7, 0, 0));
     int32_t s = 0, pos = 1, tok = t0;
     act_pp_step all = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &s, .pos = &pos,
