@@ -1,6 +1,7 @@
 /* memra-bench's kernel-timeline arithmetic (tools/memra-bench/ktrace_report.c) on made-up records: what each
  * kernel adds to a step when kernels overlap (PDL, other streams) or leave gaps, grouping, and the CSV and
- * Perfetto files. The CUPTI side (cuda/ktrace.cu) needs a GPU and is run by scripts/gpu-check ktrace. */
+ * Perfetto files, and the refusals of a build without CUPTI. The CUPTI side (cuda/ktrace.cu) needs a GPU and is
+ * run by scripts/gpu-check ktrace. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/ktrace.h"
 #include "ktrace_report.h"
 #include "support/gguf_tiny.h"
 
@@ -161,6 +163,19 @@ static void test_the_table_the_csv_and_the_perfetto_trace(void **state)
     assert_non_null(strstr(e2.msg, "/nonexistent-dir/x.csv"));
 }
 
+/* This test is built without CUPTI (MEMRA_HAVE_CUPTI unset): every verb refuses, naming what is missing. */
+static void test_without_cupti_every_verb_refuses_with_the_reason(void **state)
+{
+    (void)state;
+    assert_int_equal(bench_ktrace_available(), 0);
+    dev_err e1 = {0}, e2 = {0}, e3 = {0};
+    assert_int_equal(bench_ktrace_start(&e1), MEMRA_E_UNSUPPORTED);
+    assert_int_equal(bench_ktrace_discard(&e2), MEMRA_E_UNSUPPORTED);
+    assert_int_equal(bench_ktrace_stop(stdout, NULL, 1, &e3), MEMRA_E_UNSUPPORTED);
+    for (const dev_err *e = &e1; e; e = e == &e1 ? &e2 : e == &e2 ? &e3 : NULL)
+        assert_non_null(strstr(e->msg, "CUPTI"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -169,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_groups_keep_grids_and_template_instances_apart),
         cmocka_unit_test(test_no_records_and_a_record_that_ends_before_it_starts_are_refused),
         cmocka_unit_test(test_the_table_the_csv_and_the_perfetto_trace),
+        cmocka_unit_test(test_without_cupti_every_verb_refuses_with_the_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
