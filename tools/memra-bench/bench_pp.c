@@ -136,9 +136,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
         seq_ids[s] = s;
     /* warm-up, untimed: one decode step per sequence, so the timed loop sees steady state (with
      * MEMRA_PP_GRAPH the first B = 1 step captures and instantiates each stage's graph: milliseconds that
-     * are not a step's cost; pools grow to their working size). Traced too, then dropped: the first launch of
-     * each graph after CUPTI is enabled stalls (6.4 ms seen on the 8B step), a cost of tracing, not of a step */
-    const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
+     * are not a step's cost; pools grow to their working size) */
     for (int s = 0; s < S && rc == 0; s++) {
         if ((rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err)) == 0)
             rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
@@ -149,8 +147,7 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     const int start = prompt + 1; /* the first timed position */
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
-    if (traced && rc == 0)
-        rc = bench_ktrace_discard(&err); /* the warm-up's kernels */
+    const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
     double t0 = bench_now_s();
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;

@@ -74,10 +74,20 @@ int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summ
     qsort(r, n, sizeof *r, by_start); /* the union of the intervals, as m disjoint ones */
     size_t m = 0;
     double busy = 0.0;
+    s->gap_ns = s->gap_at_ns = 0.0;
+    s->gap_after = s->gap_before = NULL;
+    const char *last = NULL; /* the name of the record that ends the previous interval */
     for (size_t i = 0, j; i < n; i = j) {
+        if (m > 0 && (double)(r[i].start - to[m - 1]) > s->gap_ns) {
+            s->gap_ns = (double)(r[i].start - to[m - 1]);
+            s->gap_at_ns = (double)(to[m - 1] - r[0].start);
+            s->gap_after = last, s->gap_before = r[i].name ? r[i].name : "?";
+        }
         uint64_t hi = r[i].end;
+        last = r[i].name ? r[i].name : "?";
         for (j = i + 1; j < n && r[j].start <= hi; j++)
-            hi = r[j].end > hi ? r[j].end : hi;
+            if (r[j].end > hi)
+                hi = r[j].end, last = r[j].name ? r[j].name : "?";
         from[m] = r[i].start, to[m] = hi;
         busy += (double)(hi - r[i].start);
         m++;
@@ -127,6 +137,12 @@ void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s,
         fprintf(f, "%-34.*s %8d %5d %4d %8.1f %10.1f %10.1f %8.1f %9.2f\n", len < 34 ? len : 34, nm, g[k].grid,
                 g[k].block, g[k].regs, (double)g[k].count / u, g[k].run_ns / 1e3 / u, g[k].inc_ns / 1e3 / u,
                 100.0 * g[k].inc_ns / span, g[k].count && g[k].name ? g[k].lead_ns / 1e3 / (double)g[k].count : 0.0);
+    }
+    if (s->gap_ns > 0.0) {
+        int la, lb;
+        const char *a = bench_kt_short(s->gap_after, &la), *b = bench_kt_short(s->gap_before, &lb);
+        fprintf(f, "longest idle gap: %.1f us at +%.1f us, after %.*s, before %.*s\n", s->gap_ns / 1e3,
+                s->gap_at_ns / 1e3, la, a, lb, b);
     }
 }
 
@@ -183,8 +199,6 @@ int bench_ktrace_start(dev_err *err)
     return dev_err_set(err, MEMRA_E_UNSUPPORTED, "kernel trace: this memra-bench was built without CUDA 13's CUPTI "
                                                  "(MEMRA_CUDA=ON, CMake's CUDA::cupti)");
 }
-
-int bench_ktrace_discard(dev_err *err) { return bench_ktrace_start(err); }
 
 int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err)
 {

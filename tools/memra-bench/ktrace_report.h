@@ -34,6 +34,11 @@ typedef struct bench_kt_summary {
     double span_ns;  /* the last end - t0 */
     double busy_ns;  /* the union of the kernels' intervals */
     size_t n_groups; /* rows of g, the idle row included */
+    /* the longest stretch when no kernel ran (0 when none): where it starts (ns after t0), the kernel that ended
+     * it began after and the one that ended it (names as in the records): a one-time stall (the first steps
+     * after CUPTI is enabled wait milliseconds) is told apart from gaps every step has */
+    double gap_ns, gap_at_ns;
+    const char *gap_after, *gap_before;
 } bench_kt_summary;
 
 /* Sorts r by end and groups it by (name, grid, block) into g (room for n + 1 rows), sorted by inc_ns, largest
@@ -44,7 +49,7 @@ typedef struct bench_kt_summary {
 int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summary *s, dev_err *err);
 
 /* The table: a summary line, then one row per group with its count, time running and increment per unit
- * (units >= 1: e.g. the tokens traced), its share of the span and its mean lead. */
+ * (units >= 1: e.g. the tokens traced), its share of the span and its mean lead; then the longest idle gap. */
 void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s, size_t n_kernels, int units);
 
 /* r (as analysed) into path: a name ending in ".json" gets Chrome trace events (Perfetto and chrome://tracing

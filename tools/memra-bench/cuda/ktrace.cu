@@ -148,23 +148,6 @@ static int kt_sync_all(dev_err *err) {
     return rc;
 }
 
-extern "C" int bench_ktrace_discard(dev_err *err) {
-    pthread_mutex_lock(&g_kt.mu);
-    const int was = g_kt.on;
-    pthread_mutex_unlock(&g_kt.mu);
-    if (!was)
-        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no recording is on");
-    int rc = kt_sync_all(err); /* every kernel so far has ended; the forced flush hands over all of them */
-    if (rc == 0)
-        rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    pthread_mutex_lock(&g_kt.mu);
-    g_kt.n = 0;
-    g_kt.oom = 0;
-    g_kt.dropped = g_kt.untimed = 0;
-    pthread_mutex_unlock(&g_kt.mu);
-    return rc;
-}
-
 /* The report of what was recorded (under mu). */
 static int kt_report(FILE *f, const char *path, int units, dev_err *err) {
     if (g_kt.n == 0)

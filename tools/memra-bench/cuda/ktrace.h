@@ -18,11 +18,6 @@ int bench_ktrace_available(void);
  * MEMRA_E_UNSUPPORTED in a build without CUPTI. */
 int bench_ktrace_start(dev_err *err);
 
-/* Drop what was recorded so far and go on recording (every device is synchronized first, so no kernel that
- * ran before this call is kept): e.g. after a warm-up traced only to pay CUPTI's first-launch costs. 0, or
- * MEMRA_E_STATE (no recording is on), MEMRA_E_DEVICE with err; the recording stays on either way. */
-int bench_ktrace_discard(dev_err *err);
-
 /* Stop, after the traced work was drained (every device is synchronized here too): print to `report` the table
  * of ktrace_report.h's bench_kt_print (units >= 1: e.g. the tokens traced) and a line when records were dropped or
  * had no timestamps; path (or NULL): the kernels as a CSV, or as a Perfetto / Chrome trace when it ends in
