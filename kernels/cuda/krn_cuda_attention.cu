@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int ck, int pf, int ngrp) {
+                     float scale, int ck, int pf, int ngrp, int early) {
     const int G = n_head / n_head_kv, kvh = blockIdx.x / ngrp, grp = blockIdx.x % ngrp;
     const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
     const int c = blockIdx.y, b = blockIdx.z;
     if (pf)
         att_prefetch(kc, vc, seq, pos, n_head_kv, hd, n_ctx, ck, c, kvh, b);
-    krn_pdl_enter();
+    krn_pdl_enter_early(early);
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ float4 part[ATT_WARPS][ATT_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
@@ -263,9 +263,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int OT>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
-                       int n_head, int hd, int n_ctx, int n_split, int ck) {
+                       int n_head, int hd, int n_ctx, int n_split, int ck, int early) {
     static_assert(KRN_CUDA_ATT_MAX_HEAD_DIM <= ATT_THREADS, "one dim per thread");
-    krn_pdl_enter();
+    krn_pdl_enter_early(early);
     __shared__ float red[32], tile[ATT_TILE], es[ATT_THREADS];
     const int h = blockIdx.x, b = blockIdx.y;
     const int p = att_pos(pos, b, n_ctx);
@@ -343,16 +343,17 @@ template <int OT, int DPL>
 static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
                                int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
+    const int early = krn_cuda_pdl_early(KRN_EARLY_ATT_CHUNK);
     if (c->type == KRN_F16)
         krn_launch(att_chunk_kernel<__half, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
+            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early);
     else if (c->type == KRN_BF16)
         krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q,
             (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-            n_split, scale, ck, att_pf(), ngrp);
+            n_split, scale, ck, att_pf(), ngrp, early);
     else
         krn_launch(att_chunk_kernel<float, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
-            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp);
+            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early);
 }
 
 /* att_chunk_kernel for the cache's element type, out of type OT */
@@ -389,15 +390,16 @@ static void att_chunk_launch(const krn_kv_cache *c, int B, cudaStream_t st, void
 /* att_combine_kernel for out's type */
 static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out, const float *ws, const int32_t *pos,
                                int n_head, int hd, int n_ctx, int n_split, int ck) {
+    const int early = krn_cuda_pdl_early(KRN_EARLY_ATT_COMBINE);
     if (out_t == KRN_F16)
         krn_launch(att_combine_kernel<KRN_F16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
-                   ck);
+                   ck, early);
     else if (out_t == KRN_BF16)
         krn_launch(att_combine_kernel<KRN_BF16>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
-                   ck);
+                   ck, early);
     else
         krn_launch(att_combine_kernel<KRN_F32>, grid, ATT_THREADS, 0, st, out, ws, pos, n_head, hd, n_ctx, n_split,
-                   ck);
+                   ck, early);
 }
 
 extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q,

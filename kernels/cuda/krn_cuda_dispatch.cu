@@ -22,6 +22,19 @@ extern "C" int krn_cuda_set_pdl(int on) {
 
 int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
 
+int krn_cuda_pdl_early(int bit) {
+    static int cache = KRN_TUNE_UNREAD, mask = -1;
+    static const int allowed[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    int m = __atomic_load_n(&mask, __ATOMIC_RELAXED);
+    if (m < 0) { /* unset or empty: the measured default; a racing first call stores the same value */
+        const char *e = getenv("MEMRA_CUDA_PDL_EARLY");
+        m = e && *e ? krn_cuda_tune("MEMRA_CUDA_PDL_EARLY", allowed, 32, &cache) : KRN_EARLY_DEFAULT;
+        __atomic_store_n(&mask, m, __ATOMIC_RELAXED);
+    }
+    return (m & bit) != 0;
+}
+
 int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache) {
     int f = __atomic_load_n(cache, __ATOMIC_RELAXED);
     if (f != KRN_TUNE_UNREAD)

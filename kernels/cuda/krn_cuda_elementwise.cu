@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(krn_act_e<YT> *__r
 template <int YT>
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> *__restrict__ y,
                                                                    const float *__restrict__ x,
-                                                                   const float *__restrict__ w, int n, float eps) {
+                                                                   const float *__restrict__ w, int n, float eps,
+                                                                   int early) {
     __shared__ float red[32];
     const int n4 = n / 4;
     const float4 *w4 = (const float4 *)w;
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> 
         const int i = threadIdx.x + j * ROW_THREADS;
         wv[j] = i < n4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    krn_pdl_enter_after_loads();
+    __threadfence_block(); /* krn_pdl_enter_after_loads, with the order of krn_pdl_enter_early */
+    krn_pdl_enter_early(early);
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n);
     krn_act_e<YT> *yr = y + (size_t)blockIdx.x * n;
 #pragma unroll
@@ -103,7 +105,8 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> 
 template <int YT>
 static void rmsnorm_launch(int vec, int B, cudaStream_t st, void *y, const float *x, const float *w, int n, float eps) {
     if (vec)
-        krn_launch(rmsnorm_vec_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps);
+        krn_launch(rmsnorm_vec_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps,
+                   krn_cuda_pdl_early(KRN_EARLY_NORM));
     else
         krn_launch(rmsnorm_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps);
 }
@@ -181,8 +184,8 @@ __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ p
  * the cache); k's unrotated dims (n_rot <= d < head_dim) copied to the cache; v copied to the cache. A row
  * whose pos is outside [0, n_ctx) is rotated but not stored (kv_store's rule). Each k element is written to
  * the cache by the thread that produced its final value: no ordering between threads is needed. */
-__global__ void rope_store_kernel(krn_rope_store a) {
-    krn_pdl_enter();
+__global__ void rope_store_kernel(krn_rope_store a, int early) {
+    krn_pdl_enter_early(early);
     const int half = a.n_rot / 2, kv_dim = a.n_head_kv * a.head_dim, tail = a.head_dim - a.n_rot;
     const size_t nq = (size_t)a.B * a.n_head * half, nk = (size_t)a.B * a.n_head_kv * half;
     const size_t nt = (size_t)a.B * a.n_head_kv * tail, nv = (size_t)a.B * kv_dim;
@@ -255,7 +258,8 @@ extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store
                                      (size_t)a->n_head_kv * (a->head_dim - a->n_rot) + kv_dim);
     if (n > (size_t)INT32_MAX * EW_THREADS)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: %zu threads, too many", n);
-    krn_launch(rope_store_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)cuda_stream, *a);
+    krn_launch(rope_store_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)cuda_stream, *a,
+               krn_cuda_pdl_early(KRN_EARLY_ROPE));
     return krn_cuda_launch_check(err, "krn_cuda_rope_store");
 }
 
@@ -313,8 +317,8 @@ extern "C" int krn_cuda_kv_store_async(void *cuda_stream, const krn_kv_cache *c,
 /* y of activation type YT: the f32 value, rounded on store. */
 template <int YT>
 __global__ void swiglu_kernel(krn_act_e<YT> *__restrict__ y, const float *__restrict__ g,
-                              const float *__restrict__ u, size_t n) {
-    krn_pdl_enter();
+                              const float *__restrict__ u, size_t n, int early) {
+    krn_pdl_enter_early(early);
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float a = g[i];
@@ -351,12 +355,13 @@ extern "C" int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const f
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_swiglu: a %s y must not overlap gate or up (only an f32 y "
                            "may be computed in place)", yt == KRN_F16 ? "f16" : "bf16");
     cudaStream_t st = (cudaStream_t)cuda_stream;
+    const int early = krn_cuda_pdl_early(KRN_EARLY_SWIGLU);
     if (yt == KRN_F16)
-        krn_launch(swiglu_kernel<KRN_F16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t);
+        krn_launch(swiglu_kernel<KRN_F16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t, early);
     else if (yt == KRN_BF16)
-        krn_launch(swiglu_kernel<KRN_BF16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t);
+        krn_launch(swiglu_kernel<KRN_BF16>, ew_blocks(t), EW_THREADS, 0, st, (uint16_t *)y, gate, up, t, early);
     else
-        krn_launch(swiglu_kernel<KRN_F32>, ew_blocks(t), EW_THREADS, 0, st, (float *)y, gate, up, t);
+        krn_launch(swiglu_kernel<KRN_F32>, ew_blocks(t), EW_THREADS, 0, st, (float *)y, gate, up, t, early);
     return krn_cuda_launch_check(err, "krn_cuda_swiglu");
 }
 

@@ -212,6 +212,24 @@ static __device__ __forceinline__ void krn_pdl_enter(void) {
 #endif
 }
 
+/* krn_pdl_enter with the trigger first when `early` (uniform over the grid): the next kernel's blocks may be
+ * scheduled while this one still waits on its predecessor, one kernel more of lookahead. This kernel's wait is
+ * unchanged and the next one's wait returns only once this grid has completed and flushed, so the bits are the
+ * same; what it costs is the SM slots the next kernel's waiting blocks hold. krn_cuda_pdl_early picks the
+ * kernels (MEMRA_CUDA_PDL_EARLY). */
+static __device__ __forceinline__ void krn_pdl_enter_early(int early) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (early) {
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else {
+        krn_pdl_enter();
+    }
+#else
+    (void)early;
+#endif
+}
+
 /* krn_pdl_enter for a kernel that has issued loads of immutable data (weights) first, to overlap them with
  * its predecessor's tail: the CTA fence keeps ptxas from hoisting the wait above those loads (it does so in
  * a single basic block, SASS checked with cuobjdump on sm_90). Costs one MEMBAR.CTA per thread. */
@@ -233,6 +251,20 @@ int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache);
  * failure the caller's device is still current and nothing is to be given back. */
 int krn_cuda_enter(dev_stream *s, cudaStream_t *st, int *prev, dev_err *err);
 void krn_cuda_leave(int prev);
+
+/* The small kernels that may trigger their successor before their own PDL wait (krn_pdl_enter_early): bits of
+ * MEMRA_CUDA_PDL_EARLY (a benchmark knob, 0..31; unset: KRN_EARLY_DEFAULT, an invalid value: 0 with a line on
+ * stderr). krn_cuda_pdl_early(bit) is 1 when bit is set. Measured on the 8B bf16 step (docs/cuda-kernels.md,
+ * "MEMRA_PDL"): only the combine's gains; the others lose, swiglu's most. */
+enum {
+    KRN_EARLY_ATT_COMBINE = 1, /* lets the o GEMV's blocks in during attention */
+    KRN_EARLY_ROPE = 2,        /* rope_store: attention's blocks during the q/k/v GEMV */
+    KRN_EARLY_NORM = 4,        /* rmsnorm: the q/k/v or gate/up GEMV's blocks during the o or down GEMV */
+    KRN_EARLY_SWIGLU = 8,      /* the down GEMV's blocks during gate/up */
+    KRN_EARLY_ATT_CHUNK = 16,  /* the combine's blocks during rope_store */
+    KRN_EARLY_DEFAULT = KRN_EARLY_ATT_COMBINE
+};
+int krn_cuda_pdl_early(int bit);
 
 /* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
 int krn_cuda_pdl_enabled(void);
