@@ -253,8 +253,8 @@ int krn_cuda_enter(dev_stream *s, cudaStream_t *st, int *prev, dev_err *err);
 void krn_cuda_leave(int prev);
 
 /* The small kernels that may trigger their successor before their own PDL wait (krn_pdl_enter_early): bits of
- * MEMRA_CUDA_PDL_EARLY (a benchmark knob, 0..31; unset: KRN_EARLY_DEFAULT, an invalid value: 0 with a line on
- * stderr). krn_cuda_pdl_early(bit) is 1 when bit is set. Measured on the 8B bf16 step (docs/cuda-kernels.md,
+ * MEMRA_CUDA_PDL_EARLY (a benchmark knob, 0..31; unset or invalid: KRN_EARLY_DEFAULT, an invalid value with a
+ * line on stderr). krn_cuda_pdl_early(bit) is 1 when bit is set. Measured on the 8B bf16 step (docs/cuda-kernels.md,
  * "MEMRA_PDL"): only the combine's gains; the others lose, swiglu's most. */
 enum {
     KRN_EARLY_ATT_COMBINE = 1, /* lets the o GEMV's blocks in during attention */
