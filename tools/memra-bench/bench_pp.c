@@ -134,17 +134,20 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     int32_t seq_ids[64];
     for (int s = 0; s < S; s++)
         seq_ids[s] = s;
-    /* warm-up, untimed: one decode step per sequence, so the timed loop sees steady state (with
-     * MEMRA_PP_GRAPH the first B = 1 step captures and instantiates each stage's graph: milliseconds that
-     * are not a step's cost; pools grow to their working size) */
+    /* warm-up, untimed: one decode step per sequence, and with feed one fed step after it, so the timed loop sees
+     * steady state (with MEMRA_PP_GRAPH the first B = 1 step of each kind captures and instantiates each stage's
+     * graph: milliseconds that are not a step's cost; pools grow to their working size) */
     for (int s = 0; s < S && rc == 0; s++) {
-        if ((rc = submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err)) == 0)
-            rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
-        act_pending_release(pd[s]);
-        pd[s] = NULL;
-        pos[s]++;
+        for (int fed = 0; fed <= feed && rc == 0; fed++) {
+            if ((rc = fed ? submit_fed(rt, &seq_ids[s], pos[s], &pd[s], &err)
+                          : submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err)) == 0)
+                rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
+            act_pending_release(pd[s]);
+            pd[s] = NULL;
+            pos[s]++;
+        }
     }
-    const int start = prompt + 1; /* the first timed position */
+    const int start = prompt + 1 + feed; /* the first timed position */
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
     const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
