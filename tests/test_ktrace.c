@@ -78,7 +78,17 @@ static void test_the_longest_gap_names_the_kernels_around_it(void **state)
     assert_non_null(f);
     bench_kt_print(f, g, &s, 6, 1);
     fclose(f);
-    assert_non_null(strstr(buf, "longest idle gap: 0.1 us at +0.1 us, after z, before after\n"));
+    assert_non_null(strstr(buf, "longest idle gap: 0.1 us at +0.1 us, after z, before after; span without it 0.1 us "
+                                "per unit\n")); /* (180 - 70) ns */
+    /* microseconds that read back: a 2 ms stall in a 4 ms span of 2 units leaves 1000 us per unit */
+    bench_kt_rec big[] = {{0, 1000000, "a", 1, 1, 1, 0, 0}, {3000000, 4000000, "b", 1, 1, 1, 0, 0}};
+    analysed(big, 2, g, &s);
+    f = fmemopen(buf, sizeof buf - 1, "w");
+    assert_non_null(f);
+    bench_kt_print(f, g, &s, 2, 2);
+    fclose(f);
+    assert_non_null(strstr(buf, "longest idle gap: 2000.0 us at +1000.0 us, after a, before b; span without it "
+                                "1000.0 us per unit\n"));
 }
 
 /* A[0,20] with B[5,10] inside it and C[15,30] started early (PDL): no idle time, each adds 10, leads say who

@@ -141,8 +141,8 @@ void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s,
     if (s->gap_ns > 0.0) {
         int la, lb;
         const char *a = bench_kt_short(s->gap_after, &la), *b = bench_kt_short(s->gap_before, &lb);
-        fprintf(f, "longest idle gap: %.1f us at +%.1f us, after %.*s, before %.*s\n", s->gap_ns / 1e3,
-                s->gap_at_ns / 1e3, la, a, lb, b);
+        fprintf(f, "longest idle gap: %.1f us at +%.1f us, after %.*s, before %.*s; span without it %.1f us per unit\n",
+                s->gap_ns / 1e3, s->gap_at_ns / 1e3, la, a, lb, b, (s->span_ns - s->gap_ns) / 1e3 / u);
     }
 }
 

@@ -49,7 +49,8 @@ typedef struct bench_kt_summary {
 int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summary *s, dev_err *err);
 
 /* The table: a summary line, then one row per group with its count, time running and increment per unit
- * (units >= 1: e.g. the tokens traced), its share of the span and its mean lead; then the longest idle gap. */
+ * (units >= 1: e.g. the tokens traced), its share of the span and its mean lead; then the longest idle gap and the
+ * span per unit without it (the steady state when that gap is a one-time stall). */
 void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s, size_t n_kernels, int units);
 
 /* r (as analysed) into path: a name ending in ".json" gets Chrome trace events (Perfetto and chrome://tracing
