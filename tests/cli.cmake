@@ -82,3 +82,12 @@ memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/sp
           $<TARGET_FILE:memra-run> ${TINY} 3)
 memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH} 2)
+# memra-bench pp-scaling with device-fed steps (warm-up token + fed step, then each next step fed on the device):
+# PP-2 decodes the tokens PP-1 does; --kernel-trace is refused on the CPU backend (or in a build without CUPTI)
+memra_cli(cli_bench_pp_scaling_fed_same_tokens unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
+          --seqs 2 --tokens 6 --device-argmax 2)
+set_tests_properties(cli_bench_pp_scaling_fed_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
+memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
+          --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
+set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES
+  PASS_REGULAR_EXPRESSION "--kernel-trace traces CUDA kernels. this run's backend is the CPU;--kernel-trace needs a build with CUDA 13")
