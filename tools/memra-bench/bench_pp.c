@@ -247,6 +247,10 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
         if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, NULL, &a)) == 0 &&
             (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, NULL, &b)) == 0)
             ratio[n] = b.tok_s / a.tok_s;
+        if (rc == 0 && a.tokens_fnv != b.tokens_fnv) {
+            fprintf(stderr, "memra-bench pp-scaling: pair %d: PP-%d decoded other tokens than PP-1\n", n + 1, N);
+            rc = 1;
+        }
     }
     if (rc)
         return rc;
@@ -277,7 +281,8 @@ int bench_pp_scaling(int argc, char **argv)
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
-                    "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json)"))
+                    "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json; "
+                    "exits 1 when PP-N decodes other tokens than PP-1)"))
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
@@ -375,7 +380,11 @@ int bench_pp_scaling(int argc, char **argv)
             printf(" PP-1 %016llx (%s)", (unsigned long long)r1.tokens_fnv,
                    r1.tokens_fnv == rn.tokens_fnv ? "same tokens" : "TOKENS DIFFER");
         printf("\n");
-        if (!no_pp1 && repeat > 1) /* more pairs, alternating, so drift and noise hit both sides alike */
+        if (!no_pp1 && r1.tokens_fnv != rn.tokens_fnv) { /* splitting must not change a token: a failed run */
+            fprintf(stderr, "memra-bench pp-scaling: PP-%d decoded other tokens than PP-1\n", rn.N);
+            rc = 1;
+        }
+        if (rc == 0 && !no_pp1 && repeat > 1) /* more pairs, alternating, so drift and noise hit both sides alike */
             rc = repeat_pairs(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, repeat, rn.tok_s / r1.tok_s);
         if (!no_pp1)
             printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
