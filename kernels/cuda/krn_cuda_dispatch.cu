@@ -23,30 +23,22 @@ extern "C" int krn_cuda_set_pdl(int on) {
 int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
 
 int krn_cuda_pdl_early(int bit) {
-    static int cache = KRN_TUNE_UNREAD, mask = -1;
+    static int cache = KRN_TUNE_UNREAD;
     static const int allowed[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-    int m = __atomic_load_n(&mask, __ATOMIC_RELAXED);
-    if (m < 0) { /* unset, empty or invalid: the measured default; a racing first call stores the same value */
-        const char *e = getenv("MEMRA_CUDA_PDL_EARLY");
-        char *end = NULL;
-        const long v = e && *e ? strtol(e, &end, 10) : -1;
-        m = KRN_EARLY_DEFAULT;
-        if (e && *e && *end == '\0' && v >= 0 && v <= 31)
-            m = (int)v;
-        else if (e && *e) /* krn_cuda_tune's line on stderr: the variable, the allowed values, the default used */
-            (void)krn_cuda_tune("MEMRA_CUDA_PDL_EARLY", allowed, 32, &cache);
-        __atomic_store_n(&mask, m, __ATOMIC_RELAXED);
-    }
-    return (m & bit) != 0;
+    return (krn_cuda_tune_or("MEMRA_CUDA_PDL_EARLY", allowed, 32, KRN_EARLY_DEFAULT, &cache) & bit) != 0;
 }
 
 int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache) {
+    return krn_cuda_tune_or(name, allowed, n, 0, cache);
+}
+
+int krn_cuda_tune_or(const char *name, const int *allowed, int n, int def, int *cache) {
     int f = __atomic_load_n(cache, __ATOMIC_RELAXED);
     if (f != KRN_TUNE_UNREAD)
         return f;
     const char *e = getenv(name);
-    f = 0;
+    f = def;
     if (e && *e) {
         char *end = NULL;
         const long v = strtol(e, &end, 10);
