@@ -37,8 +37,9 @@ static int ew_check(dev_err *err, int *rc, const char *op, int B, int n, const v
 template <int YT>
 __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_kernel(krn_act_e<YT> *__restrict__ y,
                                                                const float *__restrict__ x,
-                                                               const float *__restrict__ w, int n, float eps) {
-    krn_pdl_enter();
+                                                               const float *__restrict__ w, int n, float eps,
+                                                               int early) {
+    krn_pdl_enter_early(early);
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     krn_act_e<YT> *yr = y + (size_t)blockIdx.x * n;
@@ -73,8 +74,7 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> 
         const int i = threadIdx.x + j * ROW_THREADS;
         wv[j] = i < n4 ? __ldg(w4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    __threadfence_block(); /* krn_pdl_enter_after_loads, with the order of krn_pdl_enter_early */
-    krn_pdl_enter_early(early);
+    krn_pdl_enter_early_after_loads(early);
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * n);
     krn_act_e<YT> *yr = y + (size_t)blockIdx.x * n;
 #pragma unroll
@@ -104,11 +104,11 @@ __global__ void __launch_bounds__(ROW_THREADS) rmsnorm_vec_kernel(krn_act_e<YT> 
 /* rmsnorm_vec_kernel (vec) or rmsnorm_kernel for y's type. */
 template <int YT>
 static void rmsnorm_launch(int vec, int B, cudaStream_t st, void *y, const float *x, const float *w, int n, float eps) {
+    const int early = krn_cuda_pdl_early(KRN_EARLY_NORM);
     if (vec)
-        krn_launch(rmsnorm_vec_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps,
-                   krn_cuda_pdl_early(KRN_EARLY_NORM));
+        krn_launch(rmsnorm_vec_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps, early);
     else
-        krn_launch(rmsnorm_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps);
+        krn_launch(rmsnorm_kernel<YT>, (unsigned)B, ROW_THREADS, 0, st, (krn_act_e<YT> *)y, x, w, n, eps, early);
 }
 
 /* The two kernels add the squares in different orders, so the path is part of the result: vec when n % 4 == 0,

@@ -230,13 +230,14 @@ static __device__ __forceinline__ void krn_pdl_enter_early(int early) {
 #endif
 }
 
-/* krn_pdl_enter for a kernel that has issued loads of immutable data (weights) first, to overlap them with
- * its predecessor's tail: the CTA fence keeps ptxas from hoisting the wait above those loads (it does so in
- * a single basic block, SASS checked with cuobjdump on sm_90). Costs one MEMBAR.CTA per thread. */
-static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) {
+/* krn_pdl_enter_early for a kernel that has issued loads of immutable data (weights) first, to overlap them with
+ * its predecessor's tail: the CTA fence keeps ptxas from hoisting the wait above those loads (it does so in a
+ * single basic block, SASS checked with cuobjdump on sm_90). Costs one MEMBAR.CTA per thread. */
+static __device__ __forceinline__ void krn_pdl_enter_early_after_loads(int early) {
     __threadfence_block();
-    krn_pdl_enter();
+    krn_pdl_enter_early(early);
 }
+static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) { krn_pdl_enter_early_after_loads(0); }
 
 /* A kernel tuning variable (MEMRA_CUDA_MM_ROWS and the like: benchmark knobs, listed in docs/doors.md),
  * read once per process into *cache (initialize it to KRN_TUNE_UNREAD): its value when it is one of the
@@ -244,6 +245,8 @@ static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) {
  * allowed values, and gives 0 (the default). Thread-safe: a racing first read stores the same value. */
 #define KRN_TUNE_UNREAD (-1000000)
 int krn_cuda_tune(const char *name, const int *allowed, int n, int *cache);
+/* krn_cuda_tune with the default def instead of 0 (unset, or any other value, with its line on stderr). */
+int krn_cuda_tune_or(const char *name, const int *allowed, int n, int def, int *cache);
 
 /* Make s's device current on the calling thread for host-side CUDA work on s: *st = its native stream,
  * *prev = the caller's device, to give back with krn_cuda_leave(*prev) once done (kernels/cuda_dispatch.cu).
