@@ -31,7 +31,6 @@ static memra_runtime *make_rt(int stages, memra_feed_mode feed)
     return rt;
 }
 
-
 static memra_token wait_token(memra_pending *p)
 {
     memra_token t = -1;
@@ -176,7 +175,6 @@ static void test_generate_with_device_feed_gives_what_it_gives_without(void **st
     assert_true(c_on.fed_steps > 0);     /* requests 1 and 2 end early: request 0 is fed from then on */
     memra_runtime_free(two);
 }
-
 
 static void test_misuses_of_the_fed_step_are_refused_by_name(void **state)
 {

@@ -52,7 +52,6 @@ static memra_runtime *make_rt(int stages, int n_seq)
     return make_rt_of(api_tiny_model, stages, n_seq, 64);
 }
 
-
 static uint64_t greedy_steps(memra_runtime *rt)
 {
     pthread_mutex_lock(&rt->mu);

@@ -33,7 +33,6 @@ static memra_runtime *make_rt(int stages, int n_seq, int max_rows, memra_abort_f
     return rt;
 }
 
-
 /* Prime n tokens in chunks of chunk; copy the last token's logits into out. */
 static void prime_logits(memra_runtime *rt, const memra_token *t, int n, int chunk, float *out)
 {

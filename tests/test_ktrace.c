@@ -37,6 +37,15 @@ static void analysed(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summ
     assert_true(t == s->span_ns);
 }
 
+/* bench_kt_print's table (of n kernels over `units`) into buf (size bytes, NUL-terminated). */
+static void printed(const bench_kt_group *g, const bench_kt_summary *s, size_t n, int units, char *buf, size_t size)
+{
+    FILE *f = fmemopen(buf, size - 1, "w");
+    assert_non_null(f);
+    bench_kt_print(f, g, s, n, units);
+    fclose(f);
+}
+
 static void test_a_gap_goes_to_the_idle_row_and_the_increments_add_up_to_the_span(void **state)
 {
     (void)state;
@@ -74,19 +83,13 @@ static void test_the_longest_gap_names_the_kernels_around_it(void **state)
     assert_string_equal(s.gap_before, "after");
     assert_true(group_of(g, &s, NULL, 0)->inc_ns == 10.0 + 5.0 + 70.0 && group_of(g, &s, NULL, 0)->count == 3);
     char buf[4096] = "";
-    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-    assert_non_null(f);
-    bench_kt_print(f, g, &s, 6, 1);
-    fclose(f);
+    printed(g, &s, 6, 1, buf, sizeof buf);
     assert_non_null(strstr(buf, "longest idle gap: 0.1 us at +0.1 us, after z, before after; span without it 0.1 us "
                                 "per unit\n")); /* (180 - 70) ns */
     /* microseconds that read back: a 2 ms stall in a 4 ms span of 2 units leaves 1000 us per unit */
     bench_kt_rec big[] = {{0, 1000000, "a", 1, 1, 1, 0, 0}, {3000000, 4000000, "b", 1, 1, 1, 0, 0}};
     analysed(big, 2, g, &s);
-    f = fmemopen(buf, sizeof buf - 1, "w");
-    assert_non_null(f);
-    bench_kt_print(f, g, &s, 2, 2);
-    fclose(f);
+    printed(g, &s, 2, 2, buf, sizeof buf);
     assert_non_null(strstr(buf, "longest idle gap: 2000.0 us at +1000.0 us, after a, before b; span without it "
                                 "1000.0 us per unit\n"));
 }
@@ -169,10 +172,7 @@ static void test_the_table_the_csv_and_the_perfetto_trace(void **state)
     dev_err err = {0};
     analysed(r, 2, g, &s);
     char table[4096] = {0};
-    FILE *t = fmemopen(table, sizeof table - 1, "w");
-    assert_non_null(t);
-    bench_kt_print(t, g, &s, 2, 2);
-    fclose(t);
+    printed(g, &s, 2, 2, table, sizeof table);
     assert_non_null(strstr(table, "2 kernels, span 4.0 us per unit (2 units), kernels running 93.8 % of it"));
     assert_non_null(strstr(table, "(no kernel running)"));
     assert_non_null(strstr(table, "rmsnorm "));

@@ -235,6 +235,15 @@ static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *
     return rc ? 2 : 0;
 }
 
+/* Whether PP-N (b) decoded PP-1's (a) tokens; when not, a line on stderr naming the pair (1 = the table's). */
+static int same_tokens(const run_result *a, const run_result *b, int pair)
+{
+    if (a->tokens_fnv == b->tokens_fnv)
+        return 1;
+    fprintf(stderr, "memra-bench pp-scaling: pair %d: PP-%d decoded other tokens than PP-1\n", pair, b->N);
+    return 0;
+}
+
 /* R - 1 more (PP-1, PP-N) pairs after the first (ratio0); prints every pair's PP-N / PP-1 tokens/s and the
  * median of the R ratios. */
 static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int N, int S, int T,
@@ -247,10 +256,8 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
         if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, NULL, &a)) == 0 &&
             (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, NULL, &b)) == 0)
             ratio[n] = b.tok_s / a.tok_s;
-        if (rc == 0 && a.tokens_fnv != b.tokens_fnv) {
-            fprintf(stderr, "memra-bench pp-scaling: pair %d: PP-%d decoded other tokens than PP-1\n", n + 1, N);
+        if (rc == 0 && !same_tokens(&a, &b, n + 1))
             rc = 1;
-        }
     }
     if (rc)
         return rc;
@@ -380,10 +387,8 @@ int bench_pp_scaling(int argc, char **argv)
             printf(" PP-1 %016llx (%s)", (unsigned long long)r1.tokens_fnv,
                    r1.tokens_fnv == rn.tokens_fnv ? "same tokens" : "TOKENS DIFFER");
         printf("\n");
-        if (!no_pp1 && r1.tokens_fnv != rn.tokens_fnv) { /* splitting must not change a token: a failed run */
-            fprintf(stderr, "memra-bench pp-scaling: PP-%d decoded other tokens than PP-1\n", rn.N);
+        if (!no_pp1 && !same_tokens(&r1, &rn, 1)) /* splitting must not change a token: a failed run */
             rc = 1;
-        }
         if (rc == 0 && !no_pp1 && repeat > 1) /* more pairs, alternating, so drift and noise hit both sides alike */
             rc = repeat_pairs(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, repeat, rn.tok_s / r1.tok_s);
         if (!no_pp1)
