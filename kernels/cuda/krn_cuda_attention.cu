@@ -29,15 +29,25 @@
 #define ATT_KB 8 /* keys a warp loads at once (scores and values) */
 #define ATT_G 4  /* query heads per block, at most (att_chunk_kernel's selects and att_warp_sum4 take 4) */
 
-/* Four consecutive cache elements (16-byte aligned for f32, 8-byte for 16-bit types), as f32. */
+/* Four consecutive cache elements as loaded (16-byte aligned for f32, 8-byte for 16-bit types): a float4, or the
+ * four 16-bit elements in a uint2, half the registers while a batch of rows is in flight; kv_wide turns them into
+ * f32 exactly where they are used. */
+template <typename KV> struct kv_raw { typedef uint2 T; };
+template <> struct kv_raw<float> { typedef float4 T; };
 static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
-static __device__ __forceinline__ float4 kv_ld4(const __half *p) {
-    const uint2 u = __ldg((const uint2 *)p);
+static __device__ __forceinline__ uint2 kv_ld4(const __half *p) { return __ldg((const uint2 *)p); }
+static __device__ __forceinline__ uint2 kv_ld4(const __nv_bfloat16 *p) { return __ldg((const uint2 *)p); }
+template <typename KV> static __device__ __forceinline__ typename kv_raw<KV>::T kv_zero4();
+template <> __device__ __forceinline__ float4 kv_zero4<float>() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+template <> __device__ __forceinline__ uint2 kv_zero4<__half>() { return make_uint2(0u, 0u); } /* +0.0 twice */
+template <> __device__ __forceinline__ uint2 kv_zero4<__nv_bfloat16>() { return make_uint2(0u, 0u); }
+template <typename KV> static __device__ __forceinline__ float4 kv_wide(float4 r) { return r; }
+template <typename KV> static __device__ __forceinline__ float4 kv_wide(uint2 u);
+template <> __device__ __forceinline__ float4 kv_wide<__half>(uint2 u) {
     const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
     return make_float4(a.x, a.y, b.x, b.y);
 }
-static __device__ __forceinline__ float4 kv_ld4(const __nv_bfloat16 *p) {
-    const uint2 u = __ldg((const uint2 *)p);
+template <> __device__ __forceinline__ float4 kv_wide<__nv_bfloat16>(uint2 u) {
     const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x),
                  b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
     return make_float4(a.x, a.y, b.x, b.y);
@@ -73,17 +83,17 @@ static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, 
     }
 }
 
-/* Rows i0 + 8k (k < ATT_KB) of a chunk starting at key t0, of L keys, as DPL float4s per lane (lane's dims
- * 4*lane + 128*j); rows past L and dims past hd read as zeros. All loads are issued before any is used. */
+/* Rows i0 + 8k (k < ATT_KB) of a chunk starting at key t0, of L keys, as DPL raw 4-element groups per lane (lane's
+ * dims 4*lane + 128*j); rows past L and dims past hd read as zeros. All loads are issued before any is used. */
 template <typename KV, int DPL>
-static __device__ __forceinline__ void att_load_rows(float4 (&r)[ATT_KB][DPL], const KV *base, int t0, int i0, int L,
-                                                     int kv_dim, int hd, int lane) {
+static __device__ __forceinline__ void att_load_rows(typename kv_raw<KV>::T (&r)[ATT_KB][DPL], const KV *base, int t0,
+                                                     int i0, int L, int kv_dim, int hd, int lane) {
 #pragma unroll
     for (int k = 0; k < ATT_KB; k++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
-            r[k][j] = i < L && d < hd ? kv_ld4(base + (size_t)(t0 + i) * kv_dim + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            r[k][j] = i < L && d < hd ? kv_ld4(base + (size_t)(t0 + i) * kv_dim + d) : kv_zero4<KV>();
         }
 }
 
@@ -142,20 +152,24 @@ __global__ void __launch_bounds__(ATT_THREADS)
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
-        float4 kr[ATT_KB][DPL];
+        typename kv_raw<KV>::T kr[ATT_KB][DPL];
         att_load_rows<KV, DPL>(kr, kb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             float s[ATT_G];
+            float4 kw[DPL];
+#pragma unroll
+            for (int j = 0; j < DPL; j++)
+                kw[j] = kv_wide<KV>(kr[k][j]);
 #pragma unroll
             for (int g = 0; g < ATT_G; g++) {
                 s[g] = 0.0f;
 #pragma unroll
                 for (int j = 0; j < DPL; j++) {
-                    s[g] = fmaf(qv[g][j].x, kr[k][j].x, s[g]);
-                    s[g] = fmaf(qv[g][j].y, kr[k][j].y, s[g]);
-                    s[g] = fmaf(qv[g][j].z, kr[k][j].z, s[g]);
-                    s[g] = fmaf(qv[g][j].w, kr[k][j].w, s[g]);
+                    s[g] = fmaf(qv[g][j].x, kw[j].x, s[g]);
+                    s[g] = fmaf(qv[g][j].y, kw[j].y, s[g]);
+                    s[g] = fmaf(qv[g][j].z, kw[j].z, s[g]);
+                    s[g] = fmaf(qv[g][j].w, kw[j].w, s[g]);
                 }
             }
             const float t = att_warp_sum4(s[0], s[1], s[2], s[3], lane);
@@ -203,22 +217,26 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < DPL; j++)
             acc[g][j] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
-        float4 vr[ATT_KB][DPL];
+        typename kv_raw<KV>::T vr[ATT_KB][DPL];
         att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             const int i = i0 + ATT_WARPS * k;
             if (i < L) {
+                float4 vw[DPL];
+#pragma unroll
+                for (int j = 0; j < DPL; j++)
+                    vw[j] = kv_wide<KV>(vr[k][j]);
 #pragma unroll
                 for (int g = 0; g < ATT_G; g++)
                     if (g < gn) {
                         const float e = ex[g][i];
 #pragma unroll
                         for (int j = 0; j < DPL; j++) {
-                            acc[g][j].x = fmaf(e, vr[k][j].x, acc[g][j].x);
-                            acc[g][j].y = fmaf(e, vr[k][j].y, acc[g][j].y);
-                            acc[g][j].z = fmaf(e, vr[k][j].z, acc[g][j].z);
-                            acc[g][j].w = fmaf(e, vr[k][j].w, acc[g][j].w);
+                            acc[g][j].x = fmaf(e, vw[j].x, acc[g][j].x);
+                            acc[g][j].y = fmaf(e, vw[j].y, acc[g][j].y);
+                            acc[g][j].z = fmaf(e, vw[j].z, acc[g][j].z);
+                            acc[g][j].w = fmaf(e, vw[j].w, acc[g][j].w);
                         }
                     }
             }
