@@ -8,8 +8,10 @@
  * head). Its 8 warps own keys t0 + w + 8i and load ATT_KB of them at once, so each phase waits one round trip:
  * scores s = q.k * scale (lanes over head_dim, float4 loads; the heads' butterflies done four at a time) into
  * shared memory; per head m_c = max s, l_c = sum exp(s - m_c) (lane partials over keys in order, butterfly), and
- * o_c = sum_t exp(s_t - m_c) v_t (each warp its keys in order, the 8 warp partials added in a fixed tree). A
- * combine kernel then merges the chunks of each (b, h): M = max m_c, out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
+ * o_c = sum_t exp(s_t - m_c) v_t (each warp its keys in order, the 8 warp partials added in a fixed tree; an f32
+ * cache's V rows come through shared memory by cp.async, issued with K's loads, so their round trip overlaps the
+ * scores and the softmax). A combine kernel then merges the chunks of each (b, h): M = max m_c,
+ * out = sum o_c e^(m_c-M) / sum l_c e^(m_c-M).
  * A head's arithmetic does not depend on which heads share its block.
  * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time: short decode contexts) the first
  * kernel writes o/l directly and the combine skips that row; that is the same arithmetic as the combine of
@@ -97,6 +99,34 @@ static __device__ __forceinline__ void att_load_rows(typename kv_raw<KV>::T (&r)
         }
 }
 
+/* att_load_rows into shared memory instead of registers: the lane's slots st[(k * DPL + j) * 32 + lane] get the
+ * same groups (zeros past L and hd) through cp.async, committed as one group (the caller waits with
+ * att_stage_wait). Nothing is held in registers while the rows are in flight, and the lane later reads back only
+ * its own slots, so no barrier is needed. */
+template <typename KV, int DPL>
+static __device__ __forceinline__ void att_stage_rows(typename kv_raw<KV>::T *st, const KV *base, int t0, int i0,
+                                                      int L, int kv_dim, int hd, int lane) {
+    constexpr int n = (int)sizeof(typename kv_raw<KV>::T); /* 16 (f32) or 8 bytes */
+#pragma unroll
+    for (int k = 0; k < ATT_KB; k++)
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
+            const bool ok = i < L && d < hd;
+            const KV *src = ok ? base + (size_t)(t0 + i) * kv_dim + d : base; /* size 0: nothing read, zeros */
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(st + (k * DPL + j) * KRN_WARP + lane);
+            if (n == 16)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                             : "memory");
+            else
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
+                             : "memory");
+        }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+/* Waits for the calling thread's cp.async groups: its staged slots are then readable by it. */
+static __device__ __forceinline__ void att_stage_wait(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
 /* Four butterfly sums at once: lane l returns the total of value (l >> 3) & 3 (v0 in lanes 0-7, v1 in 8-15, v2 in
  * 16-23, v3 in 24-31) after 6 shuffles instead of 20. Each value's additions are krn_warp_sum's, operand for
  * operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group. */
@@ -129,8 +159,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
     if (pf)
         att_prefetch(kc, vc, seq, pos, n_head_kv, hd, n_ctx, ck, c, kvh, b);
     krn_pdl_enter_early(early);
+    typedef typename kv_raw<KV>::T R;
+    /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
+     * (run 89: 16-bit caches lost 4-10 % with it; at DPL 2 an f32 stage would pass 48 KB of static shared memory).
+     * Per warp: its staged V rows (ATT_KB * DPL * 32 R), and over them, once they are used, its value partials
+     * (ATT_G * 32 * DPL float4): WB bytes, the larger of the two. */
+    constexpr bool VST = DPL == 1 && sizeof(KV) == 4;
+    constexpr int WB = VST && ATT_KB * (int)sizeof(R) > ATT_G * 16 ? ATT_KB * DPL * KRN_WARP * (int)sizeof(R)
+                                                                    : ATT_G * KRN_WARP * DPL * 16;
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
-    __shared__ float4 part[ATT_WARPS][ATT_G][KRN_CUDA_ATT_MAX_HEAD_DIM / 4];
+    __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
     const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
@@ -152,8 +190,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
-        typename kv_raw<KV>::T kr[ATT_KB][DPL];
+        R kr[ATT_KB][DPL];
         att_load_rows<KV, DPL>(kr, kb, t0, i0, L, kv_dim, hd, lane);
+        if (VST && i0 == warp) /* V's first batch now, into shared memory: its round trip overlaps the scores */
+            att_stage_rows<KV, DPL>((R *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             float s[ATT_G];
@@ -217,8 +257,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < DPL; j++)
             acc[g][j] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
-        typename kv_raw<KV>::T vr[ATT_KB][DPL];
-        att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);
+        const R *vst = (const R *)wbuf[warp];
+        R vr[VST ? 1 : ATT_KB][DPL];
+        if constexpr (VST) {
+            if (i0 != warp) /* later batches (chunks of more than ATT_WARPS * ATT_KB keys): staged now */
+                att_stage_rows<KV, DPL>((R *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
+            att_stage_wait();
+        } else {
+            att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);
+        }
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             const int i = i0 + ATT_WARPS * k;
@@ -226,7 +273,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 float4 vw[DPL];
 #pragma unroll
                 for (int j = 0; j < DPL; j++)
-                    vw[j] = kv_wide<KV>(vr[k][j]);
+                    vw[j] = kv_wide<KV>(VST ? vst[(k * DPL + j) * KRN_WARP + lane] : vr[VST ? 0 : k][j]);
 #pragma unroll
                 for (int g = 0; g < ATT_G; g++)
                     if (g < gn) {
@@ -242,19 +289,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
     }
+    float4(*part)[KRN_WARP * DPL] = (float4(*)[KRN_WARP * DPL])wbuf[warp]; /* [ATT_G][32 * DPL] */
 #pragma unroll
     for (int g = 0; g < ATT_G; g++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d4 = lane + KRN_WARP * j;
             if (g < gn && 4 * d4 < hd)
-                part[warp][g][d4] = acc[g][j];
+                part[g][d4] = acc[g][j]; /* over the lane's own V slots, read above (program order) */
         }
-    __syncthreads(); /* publishes part[][][], l_sh[] and m_sh[] */
+    __syncthreads(); /* publishes every warp's part, l_sh[] and m_sh[] */
     for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
         const int g = e / hd, d = e - g * hd, h = h0 + g;
-        const float *pw = (const float *)part + g * KRN_CUDA_ATT_MAX_HEAD_DIM + d;
-        const int st = ATT_G * KRN_CUDA_ATT_MAX_HEAD_DIM; /* one warp's part[] in floats */
+        const float *pw = (const float *)wbuf[0] + g * 4 * KRN_WARP * DPL + d;
+        const int st = WB / 4; /* one warp's buffer in floats */
         const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
                         ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
         const float l = l_sh[g];
