@@ -162,11 +162,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
      * (run 89: 16-bit caches lost 4-10 % with it; at DPL 2 an f32 stage would pass 48 KB of static shared memory).
-     * Per warp: its staged V rows (ATT_KB * DPL * 32 R), and over them, once they are used, its value partials
-     * (ATT_G * 32 * DPL float4): WB bytes, the larger of the two. */
+     * Per warp: its staged V rows (ATT_KB * DPL * 32 R, 4 KB), and over them, once they are used, its value partials
+     * (ATT_G x PW float4, 2 KB); without VST the partials only, laid out as before VST (SASS unchanged). */
     constexpr bool VST = DPL == 1 && sizeof(KV) == 4;
-    constexpr int WB = VST && ATT_KB * (int)sizeof(R) > ATT_G * 16 ? ATT_KB * DPL * KRN_WARP * (int)sizeof(R)
-                                                                    : ATT_G * KRN_WARP * DPL * 16;
+    constexpr int PW = VST ? KRN_WARP * DPL : KRN_CUDA_ATT_MAX_HEAD_DIM / 4; /* float4s per head in the partials */
+    constexpr int WB = VST ? ATT_KB * DPL * KRN_WARP * (int)sizeof(R) : ATT_G * PW * 16;
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
@@ -289,19 +289,19 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
     }
-    float4(*part)[KRN_WARP * DPL] = (float4(*)[KRN_WARP * DPL])wbuf[warp]; /* [ATT_G][32 * DPL] */
+    float4(*part)[PW] = (float4(*)[PW])wbuf[warp]; /* [ATT_G][PW]: with VST, part[g][d4] is the lane's V slot k = g */
 #pragma unroll
     for (int g = 0; g < ATT_G; g++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d4 = lane + KRN_WARP * j;
             if (g < gn && 4 * d4 < hd)
-                part[g][d4] = acc[g][j]; /* over the lane's own V slots, read above (program order) */
+                part[g][d4] = acc[g][j]; /* over the lane's own V slots only, read above (program order) */
         }
     __syncthreads(); /* publishes every warp's part, l_sh[] and m_sh[] */
     for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
         const int g = e / hd, d = e - g * hd, h = h0 + g;
-        const float *pw = (const float *)wbuf[0] + g * 4 * KRN_WARP * DPL + d;
+        const float *pw = (const float *)wbuf[0] + g * 4 * PW + d;
         const int st = WB / 4; /* one warp's buffer in floats */
         const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
                         ((pw[4 * st] + pw[5 * st]) + (pw[6 * st] + pw[7 * st]));
