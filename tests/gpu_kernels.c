@@ -798,6 +798,9 @@ static void test_op_table_runs_these_kernels_on_each_devices_stream(void **state
 int main(void) {
     if (cuda_fix_no_gpu("gpu_kernels"))
         return 77;
+    const char *only = getenv("GPU_KERNELS_ONLY"); /* a test name pattern (tests/gpu.cmake, sanitizer runs) */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_reference_for_every_type_shape_and_batch),
         cmocka_unit_test(test_matmul_parts_and_acc_have_the_bits_of_the_plain_ops),

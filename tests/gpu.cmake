@@ -1,0 +1,8 @@
+# gpu_kernels' attention tests once more with 256-key chunks (MEMRA_CUDA_ATT_CHUNK is read once per process): each
+# warp then takes several batches of 8 keys per chunk, the path where an f32 cache's later V batches are staged
+# inside the values loop (the default 64-key chunks give every warp one batch).
+if(TARGET gpu_kernels)
+  add_test(NAME gpu_kernels_att_chunk256 COMMAND gpu_kernels)
+  set_tests_properties(gpu_kernels_att_chunk256 PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMRA_CUDA_ATT_CHUNK=256;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
+endif()
