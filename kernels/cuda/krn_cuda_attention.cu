@@ -167,6 +167,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     constexpr bool VST = DPL == 1 && sizeof(KV) == 4;
     constexpr int PW = VST ? KRN_WARP * DPL : KRN_CUDA_ATT_MAX_HEAD_DIM / 4; /* float4s per head in the partials */
     constexpr int WB = VST ? ATT_KB * DPL * KRN_WARP * (int)sizeof(R) : ATT_G * PW * 16;
+    static_assert(!VST || (ATT_G <= ATT_KB && sizeof(R) == 16), "with VST, part[g][d4] is the lane's own V slot k = g");
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
