@@ -87,6 +87,15 @@ memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR
 memra_cli(cli_bench_pp_scaling_fed_same_tokens unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --seqs 2 --tokens 6 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_fed_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
+# --ctx sizes the KV cache: one position short of what --prompt, --tokens and the fed step need is refused up front,
+# naming the count; exactly enough runs (its last timed token sits in the cache's last position)
+memra_cli(cli_bench_pp_scaling_ctx_too_small_refused unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY}
+          --stages 2 --seqs 2 --tokens 4 --prompt 8 --ctx 13 --device-argmax 2)
+set_tests_properties(cli_bench_pp_scaling_ctx_too_small_refused PROPERTIES PASS_REGULAR_EXPRESSION
+  "--prompt 8 and --tokens 4 with --device-argmax 2 need 14 positions per sequence. the KV cache holds 13 .--ctx N sets it.")
+memra_cli(cli_bench_pp_scaling_ctx_exactly_enough unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY}
+          --stages 2 --seqs 2 --tokens 4 --prompt 8 --ctx 14 --device-argmax 2)
+set_tests_properties(cli_bench_pp_scaling_ctx_exactly_enough PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
 memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES

@@ -87,26 +87,44 @@ static int submit_fed(act_pp *rt, int32_t *seq, int32_t pos, act_pending **p, de
     return act_pp_submit(rt, &st, p, err);
 }
 
-/* Decode T tokens for each of S sequences with all S in flight, on one runtime of `stages` stages; greedy (on the
- * host, or dev_argmax: on the device; dev_argmax 2: and each sequence's next step submitted fed, before its
+/* What every run of one pp-scaling invocation shares (its flags). */
+typedef struct pp_args {
+    const char *model;         /* a GGUF path, or NULL with syn */
+    const mdl_gguf_synth *syn; /* a synthetic shape, or NULL */
+    int S, T, prompt;          /* --seqs, --tokens, --prompt */
+    int ctx;                   /* --ctx: positions per sequence (0: the runtime's default) */
+    int dev_argmax;            /* --device-argmax */
+} pp_args;
+
+/* Decode a->T tokens for each of a->S sequences with all in flight, on one runtime of `stages` stages; greedy (on
+ * the host, or dev_argmax: on the device; dev_argmax 2: and each sequence's next step submitted fed, before its
  * current one is waited). ktrace (or NULL): --kernel-trace FILE, every kernel of the timed steps recorded with
  * CUPTI (cuda/ktrace.h): a table, and FILE as a CSV or, named *.json, a Perfetto trace. */
-static int run_one(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int stages, int S, int T,
-                   int prompt, int dev_argmax, const char *ktrace, run_result *out)
+static int run_one(dev_platform *plat, const pp_args *a, int stages, const char *ktrace, run_result *out)
 {
+    const int S = a->S, T = a->T, prompt = a->prompt, dev_argmax = a->dev_argmax;
     const act_logits_mode mode = dev_argmax ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL;
     const int feed = dev_argmax == 2;
     act_pp_params p = act_pp_default_params();
     p.feed = feed ? ACT_FEED_ON : ACT_FEED_OFF;
-    p.synth = syn;
+    p.synth = a->syn;
     p.config.stages = stages;
     p.apply_env = stages > 1; /* PP-1 is the door shut whatever the environment says */
     p.n_seq = S;
+    p.n_ctx = a->ctx;
     p.max_rows = prompt > S ? prompt : S;
     dev_err err = {0};
-    act_pp *rt = act_pp_create(plat, model, &p, &err);
+    act_pp *rt = act_pp_create(plat, a->model, &p, &err);
     if (!rt) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
+        return 2;
+    }
+    const int need = prompt + 1 + feed + T; /* positions 0 .. the last timed token's */
+    if (need > act_pp_n_ctx(rt)) {
+        fprintf(stderr, "memra-bench pp-scaling: --prompt %d and --tokens %d%s need %d positions per sequence; the KV "
+                        "cache holds %d (--ctx N sets it)\n", prompt, T, feed ? " with --device-argmax 2" : "", need,
+                act_pp_n_ctx(rt));
+        act_pp_destroy(rt);
         return 2;
     }
     int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
@@ -246,15 +264,13 @@ static int same_tokens(const run_result *a, const run_result *b, int pair)
 
 /* R - 1 more (PP-1, PP-N) pairs after the first (ratio0); prints every pair's PP-N / PP-1 tokens/s and the
  * median of the R ratios. */
-static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_synth *syn, int N, int S, int T,
-                        int prompt, int dev_argmax, int R, double ratio0)
+static int repeat_pairs(dev_platform *plat, const pp_args *args, int N, int R, double ratio0)
 {
     double ratio[64] = {ratio0};
     int rc = 0, n = 1;
     for (; n < R && rc == 0; n++) {
         run_result a = {0}, b = {0};
-        if ((rc = run_one(plat, model, syn, 1, S, T, prompt, dev_argmax, NULL, &a)) == 0 &&
-            (rc = run_one(plat, model, syn, N, S, T, prompt, dev_argmax, NULL, &b)) == 0)
+        if ((rc = run_one(plat, args, 1, NULL, &a)) == 0 && (rc = run_one(plat, args, N, NULL, &b)) == 0)
             ratio[n] = b.tok_s / a.tok_s;
         if (rc == 0 && !same_tokens(&a, &b, n + 1))
             rc = 1;
@@ -272,23 +288,24 @@ static int repeat_pairs(dev_platform *plat, const char *model, const mdl_gguf_sy
 int bench_pp_scaling(int argc, char **argv)
 {
     const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL;
-    int N = 2, S = 4, T = 32, prompt = 8, no_pp1 = 0, dev_argmax = 0, repeat = 1;
+    int N = 2, S = 4, T = 32, prompt = 8, ctx = 0, no_pp1 = 0, dev_argmax = 0, repeat = 1;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
                                 {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64},
-                                {"--kernel-trace", NULL, &ktrace, 0, 0}};
+                                {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--ctx", &ctx, NULL, 0, 1 << 20}};
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
-                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json]\n"
+                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json] [--ctx POSITIONS]\n"
                     "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
                     "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
                     "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
                     "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json; "
+                    "--ctx: the KV cache's positions per sequence, 0 = the runtime's default, min(1024, the model's context); "
                     "exits 1 when PP-N decodes other tokens than PP-1)"))
         return 2;
     mdl_gguf_synth shape, *syn = NULL;
@@ -336,9 +353,10 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     }
     run_result r1 = {0}, rn = {0};
-    int rc = no_pp1 ? 0 : run_one(plat, syn ? NULL : model, syn, 1, S, T, prompt, dev_argmax, ktrace, &r1);
+    const pp_args args = {syn ? NULL : model, syn, S, T, prompt, ctx, dev_argmax};
+    int rc = no_pp1 ? 0 : run_one(plat, &args, 1, ktrace, &r1);
     if (rc == 0)
-        rc = run_one(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, NULL, &rn);
+        rc = run_one(plat, &args, N, NULL, &rn);
     if (rc == 0) {
         printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
                dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");
@@ -390,7 +408,7 @@ int bench_pp_scaling(int argc, char **argv)
         if (!no_pp1 && !same_tokens(&r1, &rn, 1)) /* splitting must not change a token: a failed run */
             rc = 1;
         if (rc == 0 && !no_pp1 && repeat > 1) /* more pairs, alternating, so drift and noise hit both sides alike */
-            rc = repeat_pairs(plat, syn ? NULL : model, syn, N, S, T, prompt, dev_argmax, repeat, rn.tok_s / r1.tok_s);
+            rc = repeat_pairs(plat, &args, N, repeat, rn.tok_s / r1.tok_s);
         if (!no_pp1)
             printf("ratio=%.3f (PP-%d over PP-1, tokens/s, same run)\n", rn.tok_s / r1.tok_s, rn.N);
     }
