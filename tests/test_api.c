@@ -31,8 +31,6 @@ static memra_runtime *rt_small(int n_seq, int max_rows)
     return rt;
 }
 
-/* The last error names `what` and carries the code's name. */
-
 static void test_version_macros_match_the_linked_library(void **state)
 {
     char v[32];

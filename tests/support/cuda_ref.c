@@ -70,7 +70,6 @@ const cuda_ref_type CUDA_REF_TYPES[CUDA_REF_N_TYPES] = {
     {KRN_Q4_K, "q4_k", 256, 144},   {KRN_Q6_K, "q6_k", 256, 210},
 };
 
-/* A random valid row: random quant bytes, finite random scales. */
 const cuda_ref_type *cuda_ref_type_of(int type) {
     for (int i = 0; i < CUDA_REF_N_TYPES; i++)
         if (CUDA_REF_TYPES[i].type == type)
@@ -78,6 +77,7 @@ const cuda_ref_type *cuda_ref_type_of(int type) {
     return NULL;
 }
 
+/* A random valid row: random quant bytes, finite random scales. */
 void cuda_ref_rand_row(const cuda_ref_type *t, uint8_t *row, int n) {
     const size_t bytes = (size_t)(n / t->be) * t->bb;
     for (size_t i = 0; i < bytes; i++)
