@@ -36,13 +36,13 @@
  * f32 exactly where they are used. */
 template <typename KV> struct kv_raw { typedef uint2 T; };
 template <> struct kv_raw<float> { typedef float4 T; };
-static __device__ __forceinline__ float4 kv_ld4(const float *p) { return __ldg((const float4 *)p); }
-static __device__ __forceinline__ uint2 kv_ld4(const __half *p) { return __ldg((const uint2 *)p); }
-static __device__ __forceinline__ uint2 kv_ld4(const __nv_bfloat16 *p) { return __ldg((const uint2 *)p); }
-template <typename KV> static __device__ __forceinline__ typename kv_raw<KV>::T kv_zero4();
-template <> __device__ __forceinline__ float4 kv_zero4<float>() { return make_float4(0.f, 0.f, 0.f, 0.f); }
-template <> __device__ __forceinline__ uint2 kv_zero4<__half>() { return make_uint2(0u, 0u); } /* +0.0 twice */
-template <> __device__ __forceinline__ uint2 kv_zero4<__nv_bfloat16>() { return make_uint2(0u, 0u); }
+template <typename KV> static __device__ __forceinline__ typename kv_raw<KV>::T kv_ld4(const KV *p) {
+    return __ldg((const typename kv_raw<KV>::T *)p);
+}
+/* Zero bits: +0.0 in every element, whatever the type. */
+template <typename KV> static __device__ __forceinline__ typename kv_raw<KV>::T kv_zero4() {
+    return typename kv_raw<KV>::T{};
+}
 template <typename KV> static __device__ __forceinline__ float4 kv_wide(float4 r) { return r; }
 template <typename KV> static __device__ __forceinline__ float4 kv_wide(uint2 u);
 template <> __device__ __forceinline__ float4 kv_wide<__half>(uint2 u) {
