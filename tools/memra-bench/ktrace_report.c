@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A record's kernel name, "?" when CUPTI gave none. */
+static const char *rec_name(const bench_kt_rec *r) { return r->name ? r->name : "?"; }
+
 const char *bench_kt_short(const char *name, int *len)
 {
     const char *s = name ? name : "?";
@@ -38,7 +41,7 @@ static int by_inc(const void *a, const void *b)
 }
 static int same_kernel(const bench_kt_group *g, const bench_kt_rec *r)
 {
-    return g->name && !strcmp(g->name, r->name ? r->name : "?") && g->grid == r->grid && g->block == r->block;
+    return g->name && !strcmp(g->name, rec_name(r)) && g->grid == r->grid && g->block == r->block;
 }
 
 /* The merged busy intervals, walked forward: the idle time inside [a, b], for queries with non-decreasing a. */
@@ -81,13 +84,13 @@ int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summ
         if (m > 0 && (double)(r[i].start - to[m - 1]) > s->gap_ns) {
             s->gap_ns = (double)(r[i].start - to[m - 1]);
             s->gap_at_ns = (double)(to[m - 1] - r[0].start);
-            s->gap_after = last, s->gap_before = r[i].name ? r[i].name : "?";
+            s->gap_after = last, s->gap_before = rec_name(&r[i]);
         }
         uint64_t hi = r[i].end;
-        last = r[i].name ? r[i].name : "?";
+        last = rec_name(&r[i]);
         for (j = i + 1; j < n && r[j].start <= hi; j++)
             if (r[j].end > hi)
-                hi = r[j].end, last = r[j].name ? r[j].name : "?";
+                hi = r[j].end, last = rec_name(&r[j]);
         from[m] = r[i].start, to[m] = hi;
         busy += (double)(hi - r[i].start);
         m++;
@@ -110,7 +113,7 @@ int bench_kt_analyse(bench_kt_rec *r, size_t n, bench_kt_group *g, bench_kt_summ
         while (k < ng && !same_kernel(&g[k], &r[i]))
             k++;
         if (k == ng)
-            g[ng++] = (bench_kt_group){r[i].name ? r[i].name : "?", r[i].grid, r[i].block, r[i].regs, 0, 0.0, 0.0, 0.0};
+            g[ng++] = (bench_kt_group){rec_name(&r[i]), r[i].grid, r[i].block, r[i].regs, 0, 0.0, 0.0, 0.0};
         g[k].count++;
         g[k].run_ns += (double)(r[i].end - r[i].start);
         g[k].inc_ns += (double)(r[i].end - prev) - idle;
@@ -170,7 +173,7 @@ int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t
         fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
         for (size_t i = 0; i < n; i++) {
             int len;
-            const char *nm = bench_kt_short(r[i].name, &len), *full = r[i].name ? r[i].name : "?";
+            const char *nm = bench_kt_short(r[i].name, &len), *full = rec_name(&r[i]);
             fprintf(f, "%s{\"name\":\"", i ? ",\n" : "");
             json_str(f, nm, len);
             fprintf(f, "\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,\"tid\":%u,"
@@ -185,7 +188,7 @@ int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t
         fprintf(f, "start_us,end_us,kernel,grid,block,regs,stream,device\n");
         for (size_t i = 0; i < n; i++)
             fprintf(f, "%.3f,%.3f,%s,%d,%d,%d,%u,%u\n", (double)(r[i].start - t0) / 1e3, (double)(r[i].end - t0) / 1e3,
-                    r[i].name ? r[i].name : "?", r[i].grid, r[i].block, r[i].regs, r[i].stream, r[i].device);
+                    rec_name(&r[i]), r[i].grid, r[i].block, r[i].regs, r[i].stream, r[i].device);
     }
     const int werr = ferror(f); /* a failed fprintf above, or the flush in fclose */
     return fclose(f) == 0 && !werr ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", path);
