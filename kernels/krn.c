@@ -282,6 +282,27 @@ int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const 
     DISPATCH(s, swiglu_t, y, yt, gate, up, B, n);
 }
 
+int krn_matmul_swiglu_x_async(dev_stream *s, void *y, int yt, float *gate, float *up, const krn_weight *Wg,
+                              const krn_weight *Wu, const krn_mm_x *x, int B)
+{
+    if (!s || !y || !krn_act_type_ok(yt) || !gate || !up || B <= 0 || !weight_ok(s, Wg) || !weight_ok(s, Wu) ||
+        Wg->n_out != Wu->n_out || Wg->n_in != Wu->n_in || !mm_x_ok(x, Wg->n_in))
+        return MEMRA_E_INVAL;
+    const size_t t = (size_t)B * Wg->n_out;
+    if (!krn_act_out_ok(y, yt, gate, t) || !krn_act_out_ok(y, yt, up, t))
+        return MEMRA_E_INVAL;
+#if KRN_CUDA
+    if (on_cuda(s)) {
+        int done = 0, rc = krn_cuda_matmul_swiglu_x(s, y, yt, Wg, Wu, x, B, &done); /* fused where it can */
+        if (rc || done)
+            return rc;
+    }
+#endif
+    const krn_mm_part p[2] = { { gate, Wg }, { up, Wu } };
+    int rc = krn_matmul_parts_x_async(s, p, 2, x, B);
+    return rc ? rc : krn_swiglu_t_async(s, y, yt, gate, up, B, Wg->n_out);
+}
+
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n)
 {
     return krn_swiglu_t_async(s, y, KRN_F32, gate, up, B, n);

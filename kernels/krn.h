@@ -209,6 +209,15 @@ int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up
  * (an f32 y may be gate or up: in place). */
 int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 
+/* The feed-forward's first half in one op: y (B, n) of activation type yt = silu(x Wg^T) * (x Wu^T), the bits of
+ * krn_matmul_parts_x_async({gate, Wg}, {up, Wu}) then krn_swiglu_t_async(y, yt, gate, up). Wg and Wu are
+ * (n, n_in). gate and up (B, n) f32 are the op's scratch, their contents unspecified afterwards: CUDA at B = 1
+ * with float weights (one type, 16-byte aligned rows) and yt == x->type runs one GEMV whose warps each take a
+ * gate row and its up row and store y directly, never writing them (MEMRA_CUDA_GLU=0: the two ops). The rules
+ * on y are krn_swiglu_t_async's. */
+int krn_matmul_swiglu_x_async(dev_stream *s, void *y, int yt, float *gate, float *up, const krn_weight *Wg,
+                              const krn_weight *Wu, const krn_mm_x *x, int B);
+
 /* y (B, n) += a (B, n)   (the residual) */
 int krn_add_async(dev_stream *s, float *y, const float *a, int B, int n);
 

@@ -183,10 +183,9 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
 
     /* feed-forward: xb = rmsnorm(x) * ffn_norm; x += W_down (silu(W_gate xb) * W_up xb) */
     ENQ(krn_rmsnorm_t_async(s, xb, at, x, L->ffn_norm, B, hp->n_embd, hp->rms_eps), "ffn_norm");
-    const krn_mm_part gate_up[2] = { { sc->hb, &L->w_gate }, { sc->hb2, &L->w_up } };
     ENQ(matmul_input(sc, s, &L->w_gate, xb, B, hp->n_embd, &in), "x8 of ffn_norm");
-    ENQ(krn_matmul_parts_x_async(s, gate_up, 2, &in, B), "ffn_gate/up"); /* (B, n_ff) each */
-    ENQ(krn_swiglu_t_async(s, hb, at, sc->hb, sc->hb2, B, hp->n_ff), "swiglu"); /* f32: in place */
+    /* hb (B, n_ff) = silu(W_gate xb) * W_up xb; sc->hb, sc->hb2 the op's f32 scratch (f32 hb: in place) */
+    ENQ(krn_matmul_swiglu_x_async(s, hb, at, sc->hb, sc->hb2, &L->w_gate, &L->w_up, &in, B), "ffn_gate/up + swiglu");
     ENQ(matmul_input(sc, s, &L->w_down, hb, B, hp->n_ff, &in), "x8 of swiglu");
     ENQ(krn_matmul_acc_x_async(s, x, &L->w_down, &in, B), "ffn_down + residual"); /* x (B, n_embd) */
     return 0;

@@ -6,3 +6,11 @@ if(TARGET gpu_kernels)
   set_tests_properties(gpu_kernels_att_chunk256 PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "MEMRA_CUDA_ATT_CHUNK=256;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
 endif()
+
+# gpu_glu once more with the fused gate/up + swiglu GEMV triggering its successor after its wait (MEMRA_CUDA_GLU=1;
+# the default, 2, never triggers): the same bits either way.
+if(TARGET gpu_glu)
+  add_test(NAME gpu_glu_trigger COMMAND gpu_glu)
+  set_tests_properties(gpu_glu_trigger PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMRA_CUDA_GLU=1;MEMRA_BACKEND=cpu")
+endif()

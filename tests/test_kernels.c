@@ -371,6 +371,62 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
     free(xh);
 }
 
+/* krn_matmul_swiglu_x_async (the forward's gate/up + swiglu): on the CPU the two ops it names, bit for bit, for
+ * f32 y (in place over gate) and bf16 y; mismatched weights and a 16-bit y over its scratch are refused. */
+static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
+{
+    (void)state;
+    enum { B = 2, NIN = 64, N = 7 };
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(p);
+    dev_device *d = dev_platform_device(p, 0);
+    dev_stream *s = dev_stream_create(d, "glu", &err);
+    assert_non_null(s);
+    rng_state = 41;
+    const size_t rb = krn_row_bytes(KRN_BF16, NIN), ne = (size_t)B * N;
+    unsigned char *wh = malloc(2 * rb * N);
+    float *src = rand_vec(NIN, 1.0f), *xh = rand_vec(B * NIN, 1.0f);
+    for (int o = 0; o < 2 * N; o++) {
+        for (int k = 0; k < NIN; k++)
+            src[k] = frand();
+        krn_quant_row(KRN_BF16, src, wh + o * rb, NIN);
+    }
+    unsigned char *wd = dev_malloc(d, 2 * rb * N, &err);
+    float *x = dev_malloc(d, sizeof(float) * B * NIN, &err), *g = dev_malloc(d, sizeof(float) * ne, &err),
+          *u = dev_malloc(d, sizeof(float) * ne, &err), *g2 = dev_malloc(d, sizeof(float) * ne, &err),
+          *u2 = dev_malloc(d, sizeof(float) * ne, &err), *y = dev_malloc(d, sizeof(float) * ne, &err);
+    assert_int_equal(dev_copy_h2d_sync(d, wd, wh, 2 * rb * N, &err), 0);
+    assert_int_equal(dev_copy_h2d_sync(d, x, xh, sizeof(float) * B * NIN, &err), 0);
+    const krn_weight Wg = { KRN_BF16, N, NIN, wd, KRN_LAYOUT_BLOCKS }, Wu = { KRN_BF16, N, NIN, wd + rb * N, 0 };
+    const krn_mm_x in = { .x = x, .type = KRN_F32 };
+    const krn_mm_part parts[2] = { { g2, &Wg }, { u2, &Wu } };
+    uint16_t *y16 = dev_malloc(d, 2 * ne, &err), *want16 = dev_malloc(d, 2 * ne, &err);
+    assert_int_equal(krn_matmul_parts_x_async(s, parts, 2, &in, B), 0);
+    assert_int_equal(krn_swiglu_async(s, y, g2, u2, B, N), 0);
+    assert_int_equal(krn_matmul_swiglu_x_async(s, g, KRN_F32, g, u, &Wg, &Wu, &in, B), 0); /* f32: in place */
+    assert_int_equal(dev_stream_sync(s, &err), 0);
+    assert_memory_equal(g, y, sizeof(float) * ne);
+    assert_int_equal(krn_swiglu_t_async(s, want16, KRN_BF16, g2, u2, B, N), 0);
+    assert_int_equal(krn_matmul_swiglu_x_async(s, y16, KRN_BF16, g, u, &Wg, &Wu, &in, B), 0);
+    assert_int_equal(dev_stream_sync(s, &err), 0);
+    assert_memory_equal(y16, want16, 2 * ne);
+    /* refused: a 16-bit y over gate, weights of different shapes, B = 0 */
+    assert_int_equal(krn_matmul_swiglu_x_async(s, g, KRN_BF16, g, u, &Wg, &Wu, &in, B), MEMRA_E_INVAL);
+    krn_weight bad = Wu;
+    bad.n_out = N - 1;
+    assert_int_equal(krn_matmul_swiglu_x_async(s, y, KRN_F32, g, u, &Wg, &bad, &in, B), MEMRA_E_INVAL);
+    assert_int_equal(krn_matmul_swiglu_x_async(s, y, KRN_F32, g, u, &Wg, &Wu, &in, 0), MEMRA_E_INVAL);
+    dev_stream_destroy(s);
+    void *bufs[] = { wd, x, g, u, g2, u2, y, y16, want16 };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        dev_free(d, bufs[i]);
+    dev_platform_close(p);
+    free(wh);
+    free(src);
+    free(xh);
+}
+
 /* Attention's split workspace: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats, none up to 64 keys. */
 static void test_attention_workspace_size(void **state)
 {
@@ -423,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_swiglu_add_bias_add_and_argmax_match_their_definitions),
         cmocka_unit_test(test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads),
         cmocka_unit_test(test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops),
+        cmocka_unit_test(test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu),
         cmocka_unit_test(test_attention_workspace_size),
         cmocka_unit_test(test_bad_shapes_are_refused_before_enqueue),
     };

@@ -57,6 +57,15 @@ int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, cons
 int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int n, const krn_mm_x *x, int B,
                                 int acc, dev_err *err);
 
+/* krn_matmul_swiglu_x_async's fused GEMV at B = 1 (kernels/krn.h): y (1, n) of x->type = silu(x Wg^T) * (x Wu^T),
+ * each warp a gate row then its up row, lane 0 storing y; MEMRA_PDL as the GEMVs, but by default the grid never
+ * triggers its successor (MEMRA_CUDA_GLU, docs/doors.md). krn_cuda_glu_fits says when it applies: B = 1, Wg and Wu
+ * one float type (not PLANES), n_in % 8 == 0, their data and x 16-byte aligned, yt == x->type, y aligned to its
+ * element and MEMRA_CUDA_GLU not 0 (cuBLAS never takes B = 1: krn_cuda_gemm.cuh). */
+int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, const krn_weight *Wu, const krn_mm_x *x, int B);
+int krn_cuda_matmul_swiglu_async(void *cuda_stream, void *y, const krn_weight *Wg, const krn_weight *Wu,
+                                 const krn_mm_x *x, dev_err *err);
+
 /* xq (B * krn_x8_row_bytes(n) bytes, 16-byte aligned) = x (B, n) of activation type xt quantized to int8 per
  * 32-block: the bytes of krn_x8_quantize_host over the (widened) rows. One warp per block. */
 int krn_cuda_quantize_x8_async(void *cuda_stream, void *xq, const void *x, int xt, int B, int n, dev_err *err);
@@ -136,6 +145,10 @@ int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const float *q, co
                          const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                          int n_ctx, float *ws, size_t ws_bytes);
 int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
+/* krn_matmul_swiglu_x_async's fused GEMV when it applies (*done = 1; see kernels/krn.h), else *done = 0 and
+ * nothing is enqueued (the caller composes the two ops). */
+int krn_cuda_matmul_swiglu_x(dev_stream *s, void *y, int yt, const krn_weight *Wg, const krn_weight *Wu,
+                             const krn_mm_x *x, int B, int *done);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
 int krn_cuda_argmax(dev_stream *s, int32_t *out, const float *x, int B, int n);
 int krn_cuda_embed_rows(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);

@@ -160,6 +160,15 @@ extern "C" int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const f
                                       ws_bytes, NULL));
 }
 
+extern "C" int krn_cuda_matmul_swiglu_x(dev_stream *s, void *y, int yt, const krn_weight *Wg, const krn_weight *Wu,
+                                        const krn_mm_x *x, int B, int *done) {
+    *done = 0;
+    if (!krn_cuda_glu_fits(y, yt, Wg, Wu, x, B))
+        return 0;
+    *done = 1;
+    ADAPT(krn_cuda_matmul_swiglu_async(st, y, Wg, Wu, x, NULL));
+}
+
 extern "C" int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n) {
     ADAPT(krn_cuda_swiglu_async(st, y, yt, gate, up, B, n, NULL));
 }

@@ -135,6 +135,13 @@ static __device__ __forceinline__ const uint8_t *mm_row_ptr(const mm_list &l, si
     return mm_pick(l.W[0], l.W[1], l.W[2], p) + (size_t)local * row_bytes;
 }
 
+/* GLU lists (krn_cuda_matmul_swiglu_async): list row r is row r/2 of gate (r even) or of up (r odd), so a
+ * warp walks a gate row, then its up row. A row past the list: the last row, read, never used. */
+static __device__ __forceinline__ const uint8_t *mm_glu_row_ptr(const mm_list &l, size_t row_bytes, int row) {
+    row = min(row, 2 * l.end[0] - 1);
+    return ((row & 1) ? l.W[1] : l.W[0]) + (size_t)(row >> 1) * row_bytes;
+}
+
 /* Issue the loads of batch t of the row at rp: steps [t*MM_U, t*MM_U + MM_U). A step past n_in reads the
  * row's last chunk instead (in bounds, never multiplied): unconditional loads keep the compiler from sinking
  * them below the PDL wait or the previous batch's math. */
@@ -149,7 +156,8 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
 }
 
 /* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks list rows (k + i*gridDim.x)*MM_WARPS
- * + w, i = 0, 1, ... (the rows of every part, one after the other); lane l reads weights [8*(l + 32*j), +8)
+ * + w, i = 0, 1, ... (the rows of every part, one after the other; GLU: the pairs (gate row, up row) of units
+ * (k + i*gridDim.x)*MM_WARPS + w, below); lane l reads weights [8*(l + 32*j), +8)
  * of a row, MM_U loads per batch. The walk is software pipelined: the next batch's loads (the rest of this
  * row or the start of the next) are issued before the current batch is multiplied and before a finished row
  * is reduced, so memory stays busy across rows; the first two batches are issued BEFORE the PDL wait (W is
@@ -157,19 +165,30 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
  * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
  * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
  * the grid nor the other parts, so a row has the same bits in any batch and any list. */
-template <int T, int XT, int NB>
+/* GLU (krn_cuda_matmul_swiglu_async; NB = 1), 0 for a plain list: the list is gate (l.W[0]) and up (l.W[1]),
+ * l.end[0] rows each, walked as mm_glu_row_ptr says; at the end of an up row lane 0 stores y[unit] = silu(g) * u
+ * of its own warp totals, the arithmetic and rounding of swiglu_kernel, into l.y[0] as XT. GLU 1 triggers its
+ * successor after the PDL wait as every GEMV does; GLU 2 never does (griddepcontrol.launch_dependents), so the
+ * next kernel is scheduled only as the grid retires: an early trigger puts the down GEMV's blocks beside this
+ * one (docs/cuda-kernels.md, "MEMRA_PDL"). */
+template <int T, int XT, int NB, int GLU = 0>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     mm_float_vec_kernel(const mm_list l, const krn_act_e<XT> *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
-    const int nrows = l.end[KRN_MM_PARTS - 1];
+    const int nrows = GLU ? 2 * l.end[0] : l.end[KRN_MM_PARTS - 1];
     const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
     const int rstride = gridDim.x * MM_WARPS;
-    int row = blockIdx.x * MM_WARPS + warp, t = 0;
-    const uint8_t *rp = mm_row_ptr(l, row_bytes, row); /* the row being loaded; resolved once per row */
+    int row = (blockIdx.x * MM_WARPS + warp) * (GLU ? 2 : 1), t = 0;
+    /* the row being loaded; resolved once per row */
+    const uint8_t *rp = GLU ? mm_glu_row_ptr(l, row_bytes, row) : mm_row_ptr(l, row_bytes, row);
+    float g_tot = 0.0f; /* GLU: the warp's total of its current gate row (lane 0's is used) */
     mm_f8<T> cur[MM_U], nxt[MM_U];
     mm_issue<T>(cur, rp, n_in, 0, lane);
     if (row >= nrows) { /* no rows for this warp (the grid's last block) */
-        krn_pdl_enter();
+        if (GLU == 2)
+            krn_pdl_wait();
+        else
+            krn_pdl_enter();
         return;
     }
     bool waited = false;
@@ -178,12 +197,16 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     for (int b = 0; b < NB; b++)
         acc[b] = 0.0f;
     while (row < nrows) {
-        const int nrow = t + 1 < nbatch ? row : row + rstride, nt = t + 1 < nbatch ? t + 1 : 0;
+        const int next_row = GLU ? ((row & 1) ? row + 2 * rstride - 1 : row + 1) : row + rstride;
+        const int nrow = t + 1 < nbatch ? row : next_row, nt = t + 1 < nbatch ? t + 1 : 0;
         if (nt == 0)
-            rp = mm_row_ptr(l, row_bytes, nrow);
+            rp = GLU ? mm_glu_row_ptr(l, row_bytes, nrow) : mm_row_ptr(l, row_bytes, nrow);
         mm_issue<T>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
         if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
-            krn_pdl_enter_after_loads();
+            if (GLU == 2)
+                krn_pdl_wait_after_loads();
+            else
+                krn_pdl_enter_after_loads();
             waited = true;
         }
 #pragma unroll
@@ -195,7 +218,16 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
                 fma8<XT, NB>(w, x, n_in, e, acc);
             }
         }
-        if (nt == 0) { /* row done */
+        if (GLU && nt == 0) { /* a gate row done: keep its total; an up row: store silu(g) * u */
+            const float r = krn_warp_sum(acc[0]);
+            if (!(row & 1)) {
+                g_tot = r;
+            } else if (lane == 0) {
+                krn_act_e<XT> *y = (krn_act_e<XT> *)l.y[0];
+                y[row >> 1] = krn_act_of<XT>(g_tot / (1.0f + expf(-g_tot)) * r);
+            }
+            acc[0] = 0.0f;
+        } else if (nt == 0) { /* row done */
             int local;
             const int p = mm_part(l, row, &local);
             const int n_out = mm_pick(l.end[0], l.end[1] - l.end[0], l.end[2] - l.end[1], p);
@@ -448,6 +480,76 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
                                 B, xt), rc;
     }
     return 0;
+}
+
+/* ---- gate/up + swiglu in one GEMV (krn_matmul_swiglu_x_async at B = 1) ---- */
+
+/* MEMRA_CUDA_GLU: 2 (default) the fused GEMV, leaving its successor to be scheduled as it retires; 1 the fused
+ * GEMV triggering its successor after its wait, as every GEMV; 0 the two ops. Same bits every way. */
+static int mm_glu_mode(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1, 2};
+    return krn_cuda_tune_or("MEMRA_CUDA_GLU", allowed, 3, 2, &cache);
+}
+
+extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, const krn_weight *Wu, const krn_mm_x *x,
+                                 int B) {
+    if (B != 1 || mm_glu_mode() == 0 || !y || !x || !x->x || yt != x->type) /* cuBLAS never takes B = 1 */
+        return 0;
+    if (!Wg || !Wu || Wg->type != Wu->type || krn_type_block_elems(Wg->type) != 1 || Wg->layout != Wu->layout ||
+        Wg->layout == KRN_LAYOUT_PLANES || Wg->n_out != Wu->n_out || Wg->n_in != Wu->n_in || Wg->n_in % 8 != 0)
+        return 0;
+    return krn_cuda_aligned(Wg->data, 16) && krn_cuda_aligned(Wu->data, 16) && krn_cuda_aligned(x->x, 16) &&
+           krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt));
+}
+
+template <int T, int XT, int GLU>
+static void mm_glu_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
+    static int occ = 0;
+    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, XT, 1, GLU>, &occ) * krn_cuda_sm_count();
+    const int blocks = mm_resident_grid((l->end[0] + MM_WARPS - 1) / MM_WARPS, cap); /* a unit per warp at a time */
+    krn_launch(mm_float_vec_kernel<T, XT, 1, GLU>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
+               (const krn_act_e<XT> *)x, n_in, row_bytes, 0);
+}
+
+template <int T, int XT>
+static void mm_glu_mode_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
+    if (mm_glu_mode() == 1)
+        mm_glu_launch<T, XT, 1>(l, x, n_in, row_bytes, st);
+    else
+        mm_glu_launch<T, XT, 2>(l, x, n_in, row_bytes, st);
+}
+
+template <int T>
+static void mm_glu_xt(const mm_list *l, const void *x, int xt, int n_in, size_t row_bytes, cudaStream_t st) {
+    switch (xt) {
+    case KRN_F16: mm_glu_mode_launch<T, KRN_F16>(l, x, n_in, row_bytes, st); break;
+    case KRN_BF16: mm_glu_mode_launch<T, KRN_BF16>(l, x, n_in, row_bytes, st); break;
+    default: mm_glu_mode_launch<T, KRN_F32>(l, x, n_in, row_bytes, st); break;
+    }
+}
+
+extern "C" int krn_cuda_matmul_swiglu_async(void *cuda_stream, void *y, const krn_weight *Wg, const krn_weight *Wu,
+                                            const krn_mm_x *x, dev_err *err) {
+    if (!krn_cuda_glu_fits(y, x ? x->type : -1, Wg, Wu, x, 1))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul_swiglu: arguments outside the fused GEMV (allowed: "
+                           "Wg, Wu one float type, n_in %% 8 == 0, 16-byte aligned; x 16-byte aligned; y of x's type; "
+                           "MEMRA_CUDA_GLU not 0)");
+    mm_list l = {};
+    l.W[0] = (const uint8_t *)Wg->data;
+    l.W[1] = (const uint8_t *)Wu->data;
+    l.y[0] = (float *)y; /* of x's activation type: the kernel stores krn_act_e<XT> */
+    l.end[0] = Wg->n_out;
+    l.end[1] = l.end[2] = 2 * Wg->n_out;
+    const size_t rb = krn_row_bytes(Wg->type, Wg->n_in);
+    cudaStream_t st = (cudaStream_t)cuda_stream;
+    switch (Wg->type) {
+    case KRN_F32: mm_glu_xt<KRN_F32>(&l, x->x, x->type, Wg->n_in, rb, st); break;
+    case KRN_F16: mm_glu_xt<KRN_F16>(&l, x->x, x->type, Wg->n_in, rb, st); break;
+    default: mm_glu_xt<KRN_BF16>(&l, x->x, x->type, Wg->n_in, rb, st); break;
+    }
+    int rc = krn_cuda_launch_check(err, "krn_cuda_matmul_swiglu");
+    return rc ? dev_err_wrap(err, "type %d, 2 x %dx%d, x type %d", Wg->type, Wg->n_out, Wg->n_in, x->type), rc : 0;
 }
 
 extern "C" int krn_cuda_matmul_async(void *cuda_stream, float *y, const krn_weight *W, const float *x, int B,
