@@ -1,6 +1,7 @@
 /* Fused dequant GEMV: y (B, n_out) = x (B, n_in) @ W^T for every krn_type, B <= 8 rows per launch.
  *
- * This file: the float types (f32, f16, bf16) and the host entry. Every kernel is also templated on x's
+ * This file: the float types (f32, f16, bf16), the host entry, and gate/up + swiglu in one GEMV
+ * (krn_matmul_swiglu_x_async at B = 1). Every kernel is also templated on x's
  * activation type XT (f32, f16, bf16: kernels/krn.h "activation types"): a 16-bit x is widened exactly as it
  * is loaded (KRN_LDX8 / krn_ldx1, krn_cuda_util.cuh), then the f32 arithmetic runs unchanged, so a 16-bit x
  * gives the bits of the f32 x holding the widened values (on the same path: vec or scalar, chosen by the same
