@@ -99,28 +99,23 @@ static __device__ __forceinline__ void att_load_rows(typename kv_raw<KV>::T (&r)
         }
 }
 
-/* att_load_rows into shared memory instead of registers: the lane's slots st[(k * DPL + j) * 32 + lane] get the
- * same groups (zeros past L and hd) through cp.async, committed as one group (the caller waits with
- * att_stage_wait). Nothing is held in registers while the rows are in flight, and the lane later reads back only
- * its own slots, so no barrier is needed. */
-template <typename KV, int DPL>
-static __device__ __forceinline__ void att_stage_rows(typename kv_raw<KV>::T *st, const KV *base, int t0, int i0,
-                                                      int L, int kv_dim, int hd, int lane) {
-    constexpr int n = (int)sizeof(typename kv_raw<KV>::T); /* 16 (f32) or 8 bytes */
+/* att_load_rows of an f32 cache into shared memory instead of registers: the lane's slots
+ * st[(k * DPL + j) * 32 + lane] get the same float4s (zeros past L and hd) through cp.async, committed as one group
+ * (the caller waits with att_stage_wait). Nothing is held in registers while the rows are in flight, and the lane
+ * later reads back only its own slots, so no barrier is needed. */
+template <int DPL>
+static __device__ __forceinline__ void att_stage_rows(float4 *st, const float *base, int t0, int i0, int L,
+                                                      int kv_dim, int hd, int lane) {
 #pragma unroll
     for (int k = 0; k < ATT_KB; k++)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d = 4 * lane + 4 * KRN_WARP * j, i = i0 + ATT_WARPS * k;
             const bool ok = i < L && d < hd;
-            const KV *src = ok ? base + (size_t)(t0 + i) * kv_dim + d : base; /* size 0: nothing read, zeros */
+            const float *src = ok ? base + (size_t)(t0 + i) * kv_dim + d : base; /* size 0: nothing read, zeros */
             const unsigned dst = (unsigned)__cvta_generic_to_shared(st + (k * DPL + j) * KRN_WARP + lane);
-            if (n == 16)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
-                             : "memory");
-            else
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
-                             : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                         : "memory");
         }
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -193,8 +188,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
         R kr[ATT_KB][DPL];
         att_load_rows<KV, DPL>(kr, kb, t0, i0, L, kv_dim, hd, lane);
-        if (VST && i0 == warp) /* V's first batch now, into shared memory: its round trip overlaps the scores */
-            att_stage_rows<KV, DPL>((R *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
+        if constexpr (VST) /* V's first batch now, into shared memory: its round trip overlaps the scores */
+            if (i0 == warp)
+                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
             float s[ATT_G];
@@ -262,7 +258,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         R vr[VST ? 1 : ATT_KB][DPL];
         if constexpr (VST) {
             if (i0 != warp) /* later batches (chunks of more than ATT_WARPS * ATT_KB keys): staged now */
-                att_stage_rows<KV, DPL>((R *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
+                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
             att_stage_wait();
         } else {
             att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);

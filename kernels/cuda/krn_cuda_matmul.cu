@@ -166,13 +166,14 @@ static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8
  * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
  * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
  * the grid nor the other parts, so a row has the same bits in any batch and any list. */
-/* GLU (krn_cuda_matmul_swiglu_async; NB = 1), 0 for a plain list: the list is gate (l.W[0]) and up (l.W[1]),
- * l.end[0] rows each, walked as mm_glu_row_ptr says; at the end of an up row lane 0 stores y[unit] = silu(g) * u
- * of its own warp totals, the arithmetic and rounding of swiglu_kernel, into l.y[0] as XT. GLU 1 triggers its
- * successor after the PDL wait as every GEMV does; GLU 2 never does (griddepcontrol.launch_dependents), so the
- * next kernel is scheduled only as the grid retires: an early trigger puts the down GEMV's blocks beside this
- * one (docs/cuda-kernels.md, "MEMRA_PDL"). */
-template <int T, int XT, int NB, int GLU = 0>
+/* GLU (krn_cuda_matmul_swiglu_async; NB = 1), MM_LIST for a plain list: the list is gate (l.W[0]) and up
+ * (l.W[1]), l.end[0] rows each, walked as mm_glu_row_ptr says; at the end of an up row lane 0 stores y[unit] =
+ * silu(g) * u of its own warp totals, the arithmetic and rounding of swiglu_kernel, into l.y[0] as XT. MM_GLU_TRIG
+ * triggers its successor after the PDL wait as every GEMV does; MM_GLU never does (griddepcontrol.launch_dependents),
+ * so the next kernel is scheduled only as the grid retires: an early trigger puts the down GEMV's blocks beside this
+ * one (docs/cuda-kernels.md, "MEMRA_PDL"). The values are MEMRA_CUDA_GLU's. */
+enum { MM_LIST = 0, MM_GLU_TRIG = 1, MM_GLU = 2 };
+template <int T, int XT, int NB, int GLU = MM_LIST>
 __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     mm_float_vec_kernel(const mm_list l, const krn_act_e<XT> *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
     mm_f8<T> cur[MM_U], nxt[MM_U];
     mm_issue<T>(cur, rp, n_in, 0, lane);
     if (row >= nrows) { /* no rows for this warp (the grid's last block) */
-        if (GLU == 2)
+        if (GLU == MM_GLU)
             krn_pdl_wait();
         else
             krn_pdl_enter();
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
             rp = GLU ? mm_glu_row_ptr(l, row_bytes, nrow) : mm_row_ptr(l, row_bytes, nrow);
         mm_issue<T>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
         if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
-            if (GLU == 2)
+            if (GLU == MM_GLU)
                 krn_pdl_wait_after_loads();
             else
                 krn_pdl_enter_after_loads();
@@ -273,12 +274,19 @@ static int mm_grid_mode(void) {
     return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 2, &cache);
 }
 
+/* Blocks of kernel k's grid over `groups` groups of MM_WARPS rows (GLU: units): resident blocks walking them
+ * (MEMRA_CUDA_MM_GRID 0) or a block per group (1). occ: k's cached occupancy. */
+template <typename K>
+static int mm_grid_blocks(K k, int *occ, int groups) {
+    const int cap = mm_grid_mode() ? 0 : mm_occupancy(k, occ) * krn_cuda_sm_count();
+    return mm_resident_grid(groups, cap);
+}
+
 template <int T, int XT, int NB>
 static void mm_vec_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
-    const int groups = (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS;
     static int occ = 0;
-    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, XT, NB>, &occ) * krn_cuda_sm_count();
-    const int blocks = mm_resident_grid(groups, cap);
+    const int blocks = mm_grid_blocks(mm_float_vec_kernel<T, XT, NB>, &occ,
+                                      (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS);
     krn_launch(mm_float_vec_kernel<T, XT, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
                (const krn_act_e<XT> *)x, n_in, row_bytes, acc);
 }
@@ -506,19 +514,18 @@ extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, co
 
 template <int T, int XT, int GLU>
 static void mm_glu_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
-    static int occ = 0;
-    const int cap = mm_grid_mode() ? 0 : mm_occupancy(mm_float_vec_kernel<T, XT, 1, GLU>, &occ) * krn_cuda_sm_count();
-    const int blocks = mm_resident_grid((l->end[0] + MM_WARPS - 1) / MM_WARPS, cap); /* a unit per warp at a time */
+    static int occ = 0; /* a unit (gate row + up row) per warp at a time */
+    const int blocks = mm_grid_blocks(mm_float_vec_kernel<T, XT, 1, GLU>, &occ, (l->end[0] + MM_WARPS - 1) / MM_WARPS);
     krn_launch(mm_float_vec_kernel<T, XT, 1, GLU>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
                (const krn_act_e<XT> *)x, n_in, row_bytes, 0);
 }
 
 template <int T, int XT>
 static void mm_glu_mode_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
-    if (mm_glu_mode() == 1)
-        mm_glu_launch<T, XT, 1>(l, x, n_in, row_bytes, st);
+    if (mm_glu_mode() == MM_GLU_TRIG)
+        mm_glu_launch<T, XT, MM_GLU_TRIG>(l, x, n_in, row_bytes, st);
     else
-        mm_glu_launch<T, XT, 2>(l, x, n_in, row_bytes, st);
+        mm_glu_launch<T, XT, MM_GLU>(l, x, n_in, row_bytes, st);
 }
 
 template <int T>
