@@ -7,10 +7,10 @@ if(TARGET gpu_kernels)
     ENVIRONMENT "MEMRA_CUDA_ATT_CHUNK=256;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
 endif()
 
-# gpu_glu once more with the fused gate/up + swiglu GEMV triggering its successor after its wait (MEMRA_CUDA_GLU=1;
-# the default, 2, never triggers): the same bits either way.
+# gpu_glu once more with 4 loads per batch (MEMRA_CUDA_MM_DEEP=0; the default walks 8 on 16-bit weights): the fused
+# gate/up + swiglu GEMV's other walk, the same bits as the two ops.
 if(TARGET gpu_glu)
-  add_test(NAME gpu_glu_trigger COMMAND gpu_glu)
-  set_tests_properties(gpu_glu_trigger PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "MEMRA_CUDA_GLU=1;MEMRA_BACKEND=cpu")
+  add_test(NAME gpu_glu_u4 COMMAND gpu_glu)
+  set_tests_properties(gpu_glu_u4 PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMRA_CUDA_MM_DEEP=0;MEMRA_BACKEND=cpu")
 endif()

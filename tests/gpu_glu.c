@@ -7,9 +7,9 @@
  *     still has their bits;
  *   - bad arguments (gate and up of different shapes, a 16-bit y over its scratch, B = 0, no x) are refused by the
  *     op, and arguments outside the fused GEMV (a misaligned x) by its CUDA entry, with a message.
- * tests/gpu.cmake runs it again with MEMRA_CUDA_GLU=1 (the fused GEMV triggering its successor early). Outputs are
- * poisoned with different bytes before each compared run, so a path that writes nothing cannot pass. Exits 77
- * (skipped) without a GPU. */
+ * tests/gpu.cmake runs it again with MEMRA_CUDA_MM_DEEP=0 (the fused GEMV walking 4 loads per batch, not 8).
+ * Outputs are poisoned with different bytes before each compared run, so a path that writes nothing cannot pass.
+ * Exits 77 (skipped) without a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -7,7 +7,7 @@
  * gives the bits of the f32 x holding the widened values (on the same path: vec or scalar, chosen by the same
  * alignment rules). One warp per output row at a time, MM_WARPS
  * rows per block, a grid of resident blocks walking the rows: each lane reads 8 consecutive weights per 16-byte
- * load (the next 4 loads in flight while 4 are used), or one at a time
+ * load (the next 4 or 8 loads in flight while as many are used), or one at a time
  * when the row is not 16-byte aligned. The block types are in krn_cuda_matmul_q.cu.
  * Determinism: each lane accumulates in a fixed order, then a butterfly shuffle sum in a fixed order; no
  * atomics. The order does not depend on B, so a row's result has the same bits in any batch.
@@ -100,8 +100,11 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP)
     }
 }
 
-/* Chunks of 8 weights per lane per load step, MM_U steps per batch (the loads of one batch issued together). */
+/* Chunks of 8 weights per lane per load step, MM_U steps per batch (the loads of one batch issued together);
+ * MM_U_DEEP on the launches MEMRA_CUDA_MM_DEEP picks (16-bit weights at NB = 1: 2 x 8 x 16 bytes in flight per
+ * lane; at most 128 registers, 4 blocks per SM). */
 #define MM_U 4
+#define MM_U_DEEP 8
 #define MM_CHUNK (8 * KRN_WARP) /* weights a warp covers per step */
 /* Blocks per SM the vec kernel's registers must allow. At the 255-register default ptxas sinks the next
  * batch's loads below the current batch's math; 4 (<= 128 registers) keeps them above it. At NB = 1 with
@@ -143,54 +146,50 @@ static __device__ __forceinline__ const uint8_t *mm_glu_row_ptr(const mm_list &l
     return ((row & 1) ? l.W[1] : l.W[0]) + (size_t)(row >> 1) * row_bytes;
 }
 
-/* Issue the loads of batch t of the row at rp: steps [t*MM_U, t*MM_U + MM_U). A step past n_in reads the
+/* Issue the loads of batch t of the row at rp: steps [t*U, t*U + U). A step past n_in reads the
  * row's last chunk instead (in bounds, never multiplied): unconditional loads keep the compiler from sinking
  * them below the PDL wait or the previous batch's math. */
-template <int T>
-static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[MM_U], const uint8_t *rp, int n_in, int t, int lane) {
+template <int T, int U = MM_U>
+static __device__ __forceinline__ void mm_issue(mm_f8<T> (&r)[U], const uint8_t *rp, int n_in, int t, int lane) {
     const int esz = T == KRN_F32 ? 4 : 2;
 #pragma unroll
-    for (int u = 0; u < MM_U; u++) {
-        const int e = min((t * MM_U + u) * MM_CHUNK + 8 * lane, n_in - 8);
+    for (int u = 0; u < U; u++) {
+        const int e = min((t * U + u) * MM_CHUNK + 8 * lane, n_in - 8);
         r[u] = ld_f8<T>(rp + (size_t)e * esz);
     }
 }
 
-/* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks list rows (k + i*gridDim.x)*MM_WARPS
- * + w, i = 0, 1, ... (the rows of every part, one after the other; GLU: the pairs (gate row, up row) of units
- * (k + i*gridDim.x)*MM_WARPS + w, below); lane l reads weights [8*(l + 32*j), +8)
- * of a row, MM_U loads per batch. The walk is software pipelined: the next batch's loads (the rest of this
- * row or the start of the next) are issued before the current batch is multiplied and before a finished row
- * is reduced, so memory stays busy across rows; the first two batches are issued BEFORE the PDL wait (W is
- * immutable during a forward: written at load, then the loading stream synced; only x and y are touched by
- * the predecessor kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it
- * drains. Order: lane l adds its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B,
- * the grid nor the other parts, so a row has the same bits in any batch and any list. */
-/* GLU (krn_cuda_matmul_swiglu_async; NB = 1), MM_LIST for a plain list: the list is gate (l.W[0]) and up
+/* VEC (n_in % 8 == 0, W and x 16-byte aligned). Warp w of block k walks list rows (k + i*gridDim.x)*MM_WARPS + w, i
+ * = 0, 1, ... (the rows of every part, one after the other; GLU: the pairs (gate row, up row) of units (k +
+ * i*gridDim.x)*MM_WARPS + w, below); lane l reads weights [8*(l + 32*j), +8) of a row, U loads per batch (MM_U, or
+ * MM_U_DEEP where MEMRA_CUDA_MM_DEEP picks it). The walk is software pipelined: the next batch's loads (the rest of
+ * this row or the start of the next) are issued before the current batch is multiplied and before a finished row is
+ * reduced, so memory stays busy across rows; the first two batches are issued BEFORE the PDL wait (W is immutable
+ * during a forward: written at load, then the loading stream synced; only x and y are touched by the predecessor
+ * kernel), so with MEMRA_PDL a GEMV's weight stream starts while the kernel before it drains. Order: lane l adds
+ * its chunks j = 0, 1, ... in order, then a butterfly; it depends on neither B, the grid nor the other parts, so a
+ * row has the same bits in any batch and any list. */
+/* GLU (krn_cuda_matmul_swiglu_async; NB = 1: MM_GLU; MM_LIST for a plain list): the list is gate (l.W[0]) and up
  * (l.W[1]), l.end[0] rows each, walked as mm_glu_row_ptr says; at the end of an up row lane 0 stores y[unit] =
- * silu(g) * u of its own warp totals, the arithmetic and rounding of swiglu_kernel, into l.y[0] as XT. MM_GLU_TRIG
- * triggers its successor after the PDL wait as every GEMV does; MM_GLU never does (griddepcontrol.launch_dependents),
- * so the next kernel is scheduled only as the grid retires: an early trigger puts the down GEMV's blocks beside this
- * one (docs/cuda-kernels.md, "MEMRA_PDL"). The values are MEMRA_CUDA_GLU's. */
-enum { MM_LIST = 0, MM_GLU_TRIG = 1, MM_GLU = 2 };
-template <int T, int XT, int NB, int GLU = MM_LIST>
-__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
+ * silu(g) * u of its own warp totals, the arithmetic and rounding of swiglu_kernel, into l.y[0] as XT. It triggers
+ * its successor after the PDL wait as every GEMV does (a grid that triggered late or never gave wrong logits in the
+ * pipelined gates: docs/cuda-kernels.md, "Gate/up + swiglu in one GEMV"). */
+enum { MM_LIST = 0, MM_GLU = 1 };
+template <int T, int XT, int NB, int GLU = MM_LIST, int U = MM_U>
+__global__ void __launch_bounds__(MM_WARPS *KRN_WARP, U == MM_U ? MM_VEC_MINB(T, NB) : 4)
     mm_float_vec_kernel(const mm_list l, const krn_act_e<XT> *__restrict__ x, int n_in, size_t row_bytes, int acc_y) {
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
     const int nrows = GLU ? 2 * l.end[0] : l.end[KRN_MM_PARTS - 1];
-    const int nbatch = (n_in + MM_U * MM_CHUNK - 1) / (MM_U * MM_CHUNK); /* batches per row */
+    const int nbatch = (n_in + U * MM_CHUNK - 1) / (U * MM_CHUNK); /* batches per row */
     const int rstride = gridDim.x * MM_WARPS;
     int row = (blockIdx.x * MM_WARPS + warp) * (GLU ? 2 : 1), t = 0;
     /* the row being loaded; resolved once per row */
     const uint8_t *rp = GLU ? mm_glu_row_ptr(l, row_bytes, row) : mm_row_ptr(l, row_bytes, row);
     float g_tot = 0.0f; /* GLU: the warp's total of its current gate row (lane 0's is used) */
-    mm_f8<T> cur[MM_U], nxt[MM_U];
-    mm_issue<T>(cur, rp, n_in, 0, lane);
+    mm_f8<T> cur[U], nxt[U];
+    mm_issue<T, U>(cur, rp, n_in, 0, lane);
     if (row >= nrows) { /* no rows for this warp (the grid's last block) */
-        if (GLU == MM_GLU)
-            krn_pdl_wait();
-        else
-            krn_pdl_enter();
+        krn_pdl_enter();
         return;
     }
     bool waited = false;
@@ -203,17 +202,14 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
         const int nrow = t + 1 < nbatch ? row : next_row, nt = t + 1 < nbatch ? t + 1 : 0;
         if (nt == 0)
             rp = GLU ? mm_glu_row_ptr(l, row_bytes, nrow) : mm_row_ptr(l, row_bytes, nrow);
-        mm_issue<T>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
+        mm_issue<T, U>(nxt, rp, n_in, nt, lane); /* in flight while cur is used */
         if (!waited) { /* two batches of weights fly before the PDL wait: x and y are touched only after it */
-            if (GLU == MM_GLU)
-                krn_pdl_wait_after_loads();
-            else
-                krn_pdl_enter_after_loads();
+            krn_pdl_enter_after_loads();
             waited = true;
         }
 #pragma unroll
-        for (int u = 0; u < MM_U; u++) {
-            const int e = (t * MM_U + u) * MM_CHUNK + 8 * lane;
+        for (int u = 0; u < U; u++) {
+            const int e = (t * U + u) * MM_CHUNK + 8 * lane;
             if (e < n_in) {
                 float w[8];
                 cvt_f8<T>(cur[u], w);
@@ -245,7 +241,7 @@ __global__ void __launch_bounds__(MM_WARPS *KRN_WARP, MM_VEC_MINB(T, NB))
         row = nrow;
         t = nt;
 #pragma unroll
-        for (int u = 0; u < MM_U; u++)
+        for (int u = 0; u < U; u++)
             cur[u] = nxt[u];
     }
 }
@@ -282,13 +278,46 @@ static int mm_grid_blocks(K k, int *occ, int groups) {
     return mm_resident_grid(groups, cap);
 }
 
+/* MEMRA_CUDA_MM_DEEP: loads per batch of the vec walk at NB = 1 over 16-bit weights. 1 (default): 8 (MM_U_DEEP) on
+ * short lists, where each warp of the 4-load kernel's resident grid walks at most 2 rows (q/k/v, o and down on the
+ * 8B shape), and on the GLU GEMV; 4 elsewhere. 2: 8 on every such launch (the head too). 0: 4 everywhere. Same bits
+ * (the lane's chunk order does not depend on the batch size). Measured: docs/cuda-kernels.md, "Eight loads per
+ * batch". */
+static int mm_deep_mode(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1, 2};
+    return krn_cuda_tune_or("MEMRA_CUDA_MM_DEEP", allowed, 3, 1, &cache);
+}
+
+/* One launch of mm_float_vec_kernel<T, XT, NB, GLU, U> over `groups` groups (rows or GLU units / MM_WARPS). */
+template <int T, int XT, int NB, int GLU, int U>
+static void mm_vec_launch_u(const mm_list *l, const void *x, int groups, int n_in, size_t row_bytes, int acc,
+                            cudaStream_t st) {
+    static int occ = 0;
+    const int blocks = mm_grid_blocks(mm_float_vec_kernel<T, XT, NB, GLU, U>, &occ, groups);
+    krn_launch(mm_float_vec_kernel<T, XT, NB, GLU, U>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
+               (const krn_act_e<XT> *)x, n_in, row_bytes, acc);
+}
+
+/* Whether a list of `rows` rows walks 8 loads per batch (MEMRA_CUDA_MM_DEEP; NB = 1, 16-bit weights): mode 1 when
+ * rows <= 2 x the warps of the 4-load kernel's resident grid (its occupancy x SMs x MM_WARPS). */
+template <int T, int XT>
+static int mm_deep_list(int rows) {
+    static int occ = 0;
+    const int d = mm_deep_mode();
+    return d == 2 ||
+           (d == 1 && rows <= 2 * mm_occupancy(mm_float_vec_kernel<T, XT, 1, MM_LIST, MM_U>, &occ) *
+                                  krn_cuda_sm_count() * MM_WARPS);
+}
+
 template <int T, int XT, int NB>
 static void mm_vec_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, int acc, cudaStream_t st) {
-    static int occ = 0;
-    const int blocks = mm_grid_blocks(mm_float_vec_kernel<T, XT, NB>, &occ,
-                                      (l->end[KRN_MM_PARTS - 1] + MM_WARPS - 1) / MM_WARPS);
-    krn_launch(mm_float_vec_kernel<T, XT, NB>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
-               (const krn_act_e<XT> *)x, n_in, row_bytes, acc);
+    const int rows = l->end[KRN_MM_PARTS - 1], groups = (rows + MM_WARPS - 1) / MM_WARPS;
+    if constexpr (NB == 1 && T != KRN_F32) {
+        if (mm_deep_list<T, XT>(rows))
+            return mm_vec_launch_u<T, XT, 1, MM_LIST, MM_U_DEEP>(l, x, groups, n_in, row_bytes, acc, st);
+    }
+    mm_vec_launch_u<T, XT, NB, MM_LIST, MM_U>(l, x, groups, n_in, row_bytes, acc, st);
 }
 
 template <int T, int XT>
@@ -493,12 +522,11 @@ extern "C" int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part 
 
 /* ---- gate/up + swiglu in one GEMV (krn_matmul_swiglu_x_async at B = 1) ---- */
 
-/* MEMRA_CUDA_GLU: 2 (default) the fused GEMV, leaving its successor to be scheduled as it retires; 1 the fused
- * GEMV triggering its successor after its wait, as every GEMV; 0 the two ops. Same bits every way. */
+/* MEMRA_CUDA_GLU: 1 (default) the fused GEMV; 0 the two ops. Same bits either way. */
 static int mm_glu_mode(void) {
     static int cache = KRN_TUNE_UNREAD;
-    static const int allowed[] = {0, 1, 2};
-    return krn_cuda_tune_or("MEMRA_CUDA_GLU", allowed, 3, 2, &cache);
+    static const int allowed[] = {0, 1};
+    return krn_cuda_tune_or("MEMRA_CUDA_GLU", allowed, 2, 1, &cache);
 }
 
 extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, const krn_weight *Wu, const krn_mm_x *x,
@@ -512,28 +540,22 @@ extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, co
            krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt));
 }
 
-template <int T, int XT, int GLU>
-static void mm_glu_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
-    static int occ = 0; /* a unit (gate row + up row) per warp at a time */
-    const int blocks = mm_grid_blocks(mm_float_vec_kernel<T, XT, 1, GLU>, &occ, (l->end[0] + MM_WARPS - 1) / MM_WARPS);
-    krn_launch(mm_float_vec_kernel<T, XT, 1, GLU>, dim3((unsigned)blocks), dim3(MM_WARPS * KRN_WARP), 0, st, *l,
-               (const krn_act_e<XT> *)x, n_in, row_bytes, 0);
-}
-
 template <int T, int XT>
-static void mm_glu_mode_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
-    if (mm_glu_mode() == MM_GLU_TRIG)
-        mm_glu_launch<T, XT, MM_GLU_TRIG>(l, x, n_in, row_bytes, st);
-    else
-        mm_glu_launch<T, XT, MM_GLU>(l, x, n_in, row_bytes, st);
+static void mm_glu_launch(const mm_list *l, const void *x, int n_in, size_t row_bytes, cudaStream_t st) {
+    const int groups = (l->end[0] + MM_WARPS - 1) / MM_WARPS; /* a unit (gate row + up row) per warp at a time */
+    if constexpr (T != KRN_F32) {
+        if (mm_deep_mode() != 0)
+            return mm_vec_launch_u<T, XT, 1, MM_GLU, MM_U_DEEP>(l, x, groups, n_in, row_bytes, 0, st);
+    }
+    mm_vec_launch_u<T, XT, 1, MM_GLU, MM_U>(l, x, groups, n_in, row_bytes, 0, st);
 }
 
 template <int T>
 static void mm_glu_xt(const mm_list *l, const void *x, int xt, int n_in, size_t row_bytes, cudaStream_t st) {
     switch (xt) {
-    case KRN_F16: mm_glu_mode_launch<T, KRN_F16>(l, x, n_in, row_bytes, st); break;
-    case KRN_BF16: mm_glu_mode_launch<T, KRN_BF16>(l, x, n_in, row_bytes, st); break;
-    default: mm_glu_mode_launch<T, KRN_F32>(l, x, n_in, row_bytes, st); break;
+    case KRN_F16: mm_glu_launch<T, KRN_F16>(l, x, n_in, row_bytes, st); break;
+    case KRN_BF16: mm_glu_launch<T, KRN_BF16>(l, x, n_in, row_bytes, st); break;
+    default: mm_glu_launch<T, KRN_F32>(l, x, n_in, row_bytes, st); break;
     }
 }
 

@@ -239,18 +239,6 @@ static __device__ __forceinline__ void krn_pdl_enter_early_after_loads(int early
 }
 static __device__ __forceinline__ void krn_pdl_enter_after_loads(void) { krn_pdl_enter_early_after_loads(0); }
 
-/* The PDL wait alone, for a kernel that leaves its successor to be scheduled as its grid retires (no
- * griddepcontrol.launch_dependents); _after_loads as above. */
-static __device__ __forceinline__ void krn_pdl_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void krn_pdl_wait_after_loads(void) {
-    __threadfence_block();
-    krn_pdl_wait();
-}
-
 /* A kernel tuning variable (MEMRA_CUDA_MM_ROWS and the like: benchmark knobs, listed in docs/doors.md),
  * read once per process into *cache (initialize it to KRN_TUNE_UNREAD): its value when it is one of the
  * n allowed integers, 0 when unset. Any other value prints one line on stderr naming the variable and the
