@@ -3,8 +3,8 @@
  * changes a thread's current device, so each adapter makes the stream's device current for the launch and
  * restores the caller's afterwards (cudaGetDevice is a thread-local read; cudaSetDevice runs only when the
  * devices differ). A stream without a native handle (not a CUDA stream) is MEMRA_E_INVAL. Also the
- * MEMRA_PDL switch. Shared mutable state: krn_pdl_on (thread-local: each thread reads and writes only its
- * own); the current device is per host thread too. */
+ * MEMRA_PDL switch. Shared mutable state: krn_pdl_on and krn_pdl_after_foreign (thread-local: each thread reads
+ * and writes only its own); the current device is per host thread too. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,6 +13,10 @@
 
 /* MEMRA_PDL: per launching thread (each stage actor enqueues its own stream). */
 static thread_local int krn_pdl_on = 0;
+/* 1 after a launch that is not ours (cuBLAS) on this thread: those kernels never trigger a successor, and kernels
+ * launched with the PDL attribute behind a grid that never triggered read wrong data in the pipelined gates (the
+ * fused GLU GEMV, docs/cuda-kernels.md "Gate/up + swiglu in one GEMV"), so the next kernel goes without it. */
+static thread_local int krn_pdl_after_foreign = 0;
 
 extern "C" int krn_cuda_set_pdl(int on) {
     const int prev = krn_pdl_on;
@@ -20,7 +24,13 @@ extern "C" int krn_cuda_set_pdl(int on) {
     return prev;
 }
 
-int krn_cuda_pdl_enabled(void) { return krn_pdl_on; }
+void krn_cuda_pdl_foreign_launched(void) { krn_pdl_after_foreign = 1; }
+
+int krn_cuda_pdl_take(void) {
+    const int after_foreign = krn_pdl_after_foreign;
+    krn_pdl_after_foreign = 0;
+    return krn_pdl_on && !after_foreign;
+}
 
 int krn_cuda_pdl_early(int bit) {
     static int cache = KRN_TUNE_UNREAD;

@@ -276,6 +276,7 @@ static int gemm_enqueue(dev_stream *s, cudaStream_t st, float *y, const krn_weig
                                  xb, wt, W->n_in, &beta, y, CUDA_R_32F, W->n_out, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx");
+    krn_cuda_pdl_foreign_launched(); /* the kernel after cuBLAS's waits for it in full, not through PDL */
     if (!rc)
         __atomic_fetch_add(&gemm_calls, 1, __ATOMIC_RELAXED);
 out:

@@ -269,15 +269,18 @@ enum {
 };
 int krn_cuda_pdl_early(int bit);
 
-/* Whether the calling thread launches with PDL (krn_cuda_set_pdl). */
-int krn_cuda_pdl_enabled(void);
+/* Whether the calling thread's next launch gets the PDL attribute: MEMRA_PDL is on for it (krn_cuda_set_pdl) and
+ * its previous launch was not a foreign one (krn_cuda_pdl_foreign_launched, called after cuBLAS: those kernels
+ * never trigger a successor). Consumes that mark. */
+int krn_cuda_pdl_take(void);
+void krn_cuda_pdl_foreign_launched(void);
 
 /* Launch k<<<grid, block, smem, st>>>(args), with the programmatic-stream-serialization attribute when
- * the calling thread asked for PDL. Errors surface through cudaGetLastError (krn_cuda_launch_check). */
+ * krn_cuda_pdl_take says so. Errors surface through cudaGetLastError (krn_cuda_launch_check). */
 template <typename... KArgs, typename... Args>
 static inline void krn_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                               Args... args) {
-    if (krn_cuda_pdl_enabled()) {
+    if (krn_cuda_pdl_take()) {
         cudaLaunchAttribute at[1];
         at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[0].val.programmaticStreamSerializationAllowed = 1;
