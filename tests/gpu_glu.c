@@ -106,9 +106,9 @@ static void check(int wt, int xt, int yt, int n, int n_in, int B, int fused) {
         cudaFree(u);
 }
 
-/* n 70: a unit per warp, 18 blocks, the last one's last 2 warps without a unit; 1030 x 1032: two batches, the
- * second clamped; 5000 x 264: one clamped batch per row and more units than one H200 round of warps (6 blocks x 4
- * warps x 132 SMs = 3168). */
+/* n 70: a unit per warp, 18 blocks, the last one's last 2 warps without a unit; 1030 x 1032: two batches of 4 loads
+ * (one of 8), the second clamped; 5000 x 264: one clamped batch per row and more units than one H200 round of warps
+ * (blocks per SM x 4 warps x 132 SMs: 3168 with 4 loads per batch, 2112 with 8). */
 static void test_fused_gemv_has_the_bits_of_parts_then_swiglu_for_every_float_type(void **state) {
     (void)state;
     static const int wts[] = {KRN_F32, KRN_F16, KRN_BF16}, xts[] = {KRN_F32, KRN_F16, KRN_BF16};

@@ -402,6 +402,9 @@ static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
     const krn_mm_x in = { .x = x, .type = KRN_F32 };
     const krn_mm_part parts[2] = { { g2, &Wg }, { u2, &Wu } };
     uint16_t *y16 = dev_malloc(d, 2 * ne, &err), *want16 = dev_malloc(d, 2 * ne, &err);
+    void *bufs[] = { wd, x, g, u, g2, u2, y, y16, want16 };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        assert_non_null(bufs[i]);
     assert_int_equal(krn_matmul_parts_x_async(s, parts, 2, &in, B), 0);
     assert_int_equal(krn_swiglu_async(s, y, g2, u2, B, N), 0);
     assert_int_equal(krn_matmul_swiglu_x_async(s, g, KRN_F32, g, u, &Wg, &Wu, &in, B), 0); /* f32: in place */
@@ -418,7 +421,6 @@ static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
     assert_int_equal(krn_matmul_swiglu_x_async(s, y, KRN_F32, g, u, &Wg, &bad, &in, B), MEMRA_E_INVAL);
     assert_int_equal(krn_matmul_swiglu_x_async(s, y, KRN_F32, g, u, &Wg, &Wu, &in, 0), MEMRA_E_INVAL);
     dev_stream_destroy(s);
-    void *bufs[] = { wd, x, g, u, g2, u2, y, y16, want16 };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dev_free(d, bufs[i]);
     dev_platform_close(p);
