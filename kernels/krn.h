@@ -214,7 +214,8 @@ int krn_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const 
  * (n, n_in). gate and up (B, n) f32 are the op's scratch, their contents unspecified afterwards: CUDA at B = 1
  * with float weights (one type, 16-byte aligned rows) and yt == x->type runs one GEMV whose warps each take a
  * gate row and its up row and store y directly, never writing them (MEMRA_CUDA_GLU=0: the two ops). The rules
- * on y are krn_swiglu_t_async's. */
+ * on y are krn_swiglu_t_async's; y may also overlap x (the forward's 16-bit activation buffer holds both), and
+ * then CUDA composes the two ops too, since the fused GEMV would store y while its other warps still read x. */
 int krn_matmul_swiglu_x_async(dev_stream *s, void *y, int yt, float *gate, float *up, const krn_weight *Wg,
                               const krn_weight *Wu, const krn_mm_x *x, int B);
 

@@ -5,6 +5,8 @@
  *     last batch;
  *   - where it cannot run (B = 3, a block-type weight, y of another type than x) the op composes the two ops and
  *     still has their bits;
+ *   - y over x (the forward's 16-bit activation buffer holds xb and h alike): krn_cuda_glu_fits refuses any
+ *     shared byte, and the op, composing the two ops, gives the bits of the fused GEMV over a separate copy of x;
  *   - bad arguments (gate and up of different shapes, a 16-bit y over its scratch, B = 0, no x) are refused by the
  *     op, and arguments outside the fused GEMV (a misaligned x) by its CUDA entry, with a message.
  * tests/gpu.cmake runs it again with MEMRA_CUDA_MM_DEEP=0 (the fused GEMV walking 4 loads per batch, not 8).
@@ -127,6 +129,42 @@ static void test_outside_the_fused_gemv_the_op_composes_the_two_ops(void **state
     check(KRN_F16, KRN_F32, KRN_F32, 301, 4100, 1, 0);    /* n_in % 8 != 0: the scalar GEMV */
 }
 
+/* 5000 x 4096: more units than one round of warps, so a fused run over its own x would read units already
+ * stored (the race the pipelined gates on a 16-bit activation type caught). */
+static void test_y_over_x_composes_the_two_ops(void **state) {
+    (void)state;
+    static const int xts[] = {KRN_F16, KRN_BF16};
+    const int n = 5000, n_in = 4096;
+    krn_weight Wg = rand_w(KRN_BF16, n, n_in), Wu = rand_w(KRN_BF16, n, n_in);
+    float *g = dalloc(sizeof(float) * n), *u = dalloc(sizeof(float) * n);
+    for (int i = 0; i < 2; i++) {
+        const int xt = xts[i];
+        const size_t xb = (size_t)n_in * 2, yb = (size_t)n * 2;
+        uint8_t *buf = rand_x(xt, 1, n); /* x: its first n_in elements; y: all n, over x */
+        uint8_t *h = malloc(yb), *a = malloc(yb);
+        assert_true(h && a);
+        download(h, buf, xb);
+        void *x2 = dupload(h, xb), *y2 = dalloc(yb);
+        const krn_mm_x xx = {.x = buf, .type = xt}, xx2 = {.x = x2, .type = xt};
+        assert_int_equal(krn_cuda_glu_fits(buf, xt, &Wg, &Wu, &xx, 1), 0);
+        assert_int_equal(krn_cuda_glu_fits(buf + xb - 2, xt, &Wg, &Wu, &xx, 1), 0); /* x's last element */
+        assert_int_equal(krn_cuda_glu_fits(buf + xb, xt, &Wg, &Wu, &xx, 1), 1); /* just past x (only asked) */
+        assert_int_equal(krn_cuda_glu_fits(y2, xt, &Wg, &Wu, &xx2, 1), 1);
+        dev_err err = {0};
+        dfill(y2, 0xFF, yb);
+        if (krn_matmul_swiglu_x_async(g_s, buf, xt, g, u, &Wg, &Wu, &xx, 1) != 0 ||
+            krn_matmul_swiglu_x_async(g_s, y2, xt, g, u, &Wg, &Wu, &xx2, 1) != 0 || dev_stream_sync(g_s, &err) != 0)
+            fail_msg("y over x, x %s: the op failed: %s", krn_type_name(xt), err.msg);
+        download(h, buf, yb), download(a, y2, yb);
+        for (size_t b = 0; b < yb; b++)
+            if (h[b] != a[b])
+                fail_msg("y over x, x %s: byte %zu of y is 0x%02x, the fused GEMV's over a copy of x 0x%02x",
+                         krn_type_name(xt), b, h[b], a[b]);
+        free(h), free(a), cudaFree(buf), cudaFree(x2), cudaFree(y2);
+    }
+    cudaFree((void *)Wg.data), cudaFree((void *)Wu.data), cudaFree(g), cudaFree(u);
+}
+
 static void test_bad_arguments_are_refused(void **state) {
     (void)state;
     krn_weight Wg = rand_w(KRN_BF16, 64, 256), Wu = rand_w(KRN_BF16, 65, 256);
@@ -153,6 +191,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_gemv_has_the_bits_of_parts_then_swiglu_for_every_float_type),
         cmocka_unit_test(test_outside_the_fused_gemv_the_op_composes_the_two_ops),
+        cmocka_unit_test(test_y_over_x_composes_the_two_ops),
         cmocka_unit_test(test_bad_arguments_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

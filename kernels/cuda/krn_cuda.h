@@ -60,8 +60,9 @@ int krn_cuda_matmul_parts_async(void *cuda_stream, const krn_mm_part *parts, int
 /* krn_matmul_swiglu_x_async's fused GEMV at B = 1 (kernels/krn.h): y (1, n) of x->type = silu(x Wg^T) * (x Wu^T),
  * each warp a gate row then its up row, lane 0 storing y; MEMRA_PDL as the GEMVs (MEMRA_CUDA_GLU, docs/doors.md).
  * krn_cuda_glu_fits says when it applies: B = 1, Wg and Wu one float type (not PLANES), n_in % 8 == 0, their data
- * and x 16-byte aligned, yt == x->type, y aligned to its element and MEMRA_CUDA_GLU not 0 (cuBLAS never takes B = 1:
- * krn_cuda_gemm.cuh). */
+ * and x 16-byte aligned, yt == x->type, y aligned to its element and sharing no byte with x (a warp stores its
+ * unit while others still read x: the forward's 16-bit activation buffer holds xb and h alike, so there the op
+ * composes the two ops), and MEMRA_CUDA_GLU not 0 (cuBLAS never takes B = 1: krn_cuda_gemm.cuh). */
 int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, const krn_weight *Wu, const krn_mm_x *x, int B);
 int krn_cuda_matmul_swiglu_async(void *cuda_stream, void *y, const krn_weight *Wg, const krn_weight *Wu,
                                  const krn_mm_x *x, dev_err *err);

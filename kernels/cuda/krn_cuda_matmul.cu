@@ -536,6 +536,11 @@ extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, co
     if (!Wg || !Wu || Wg->type != Wu->type || krn_type_block_elems(Wg->type) != 1 || Wg->layout != Wu->layout ||
         Wg->layout == KRN_LAYOUT_PLANES || Wg->n_out != Wu->n_out || Wg->n_in != Wu->n_in || Wg->n_in % 8 != 0)
         return 0;
+    /* y is stored unit by unit while other warps still read x: they must not share a byte */
+    const uintptr_t y0 = (uintptr_t)y, x0 = (uintptr_t)x->x;
+    const size_t yb = (size_t)Wg->n_out * krn_act_bytes(yt), xb = (size_t)Wg->n_in * krn_act_bytes(x->type);
+    if (y0 < x0 + xb && x0 < y0 + yb)
+        return 0;
     return krn_cuda_aligned(Wg->data, 16) && krn_cuda_aligned(Wu->data, 16) && krn_cuda_aligned(x->x, 16) &&
            krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt));
 }
@@ -563,8 +568,8 @@ extern "C" int krn_cuda_matmul_swiglu_async(void *cuda_stream, void *y, const kr
                                             const krn_mm_x *x, dev_err *err) {
     if (!krn_cuda_glu_fits(y, x ? x->type : -1, Wg, Wu, x, 1))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul_swiglu: arguments outside the fused GEMV (allowed: "
-                           "Wg, Wu one float type, n_in %% 8 == 0, 16-byte aligned; x 16-byte aligned; y of x's type; "
-                           "MEMRA_CUDA_GLU not 0)");
+                           "Wg, Wu one float type, n_in %% 8 == 0, 16-byte aligned; x 16-byte aligned; y of x's type, "
+                           "not overlapping x; MEMRA_CUDA_GLU not 0)");
     mm_list l = {};
     l.W[0] = (const uint8_t *)Wg->data;
     l.W[1] = (const uint8_t *)Wu->data;
