@@ -372,7 +372,8 @@ static void test_matmul_parts_and_acc_give_the_bits_of_the_plain_ops(void **stat
 }
 
 /* krn_matmul_swiglu_x_async (the forward's gate/up + swiglu): on the CPU the two ops it names, bit for bit, for
- * f32 y (in place over gate) and bf16 y; mismatched weights and a 16-bit y over its scratch are refused. */
+ * f32 y (in place over gate, or over x) and bf16 y; mismatched weights and a 16-bit y over its scratch are
+ * refused. */
 static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
 {
     (void)state;
@@ -414,6 +415,10 @@ static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
     assert_int_equal(krn_matmul_swiglu_x_async(s, y16, KRN_BF16, g, u, &Wg, &Wu, &in, B), 0);
     assert_int_equal(dev_stream_sync(s, &err), 0);
     assert_memory_equal(y16, want16, 2 * ne);
+    /* y over x (as the forward's 16-bit activation buffer holds xb and h): the same bits */
+    assert_int_equal(krn_matmul_swiglu_x_async(s, x, KRN_F32, g, u, &Wg, &Wu, &in, B), 0);
+    assert_int_equal(dev_stream_sync(s, &err), 0);
+    assert_memory_equal(x, y, sizeof(float) * ne);
     /* refused: a 16-bit y over gate, weights of different shapes, B = 0 */
     assert_int_equal(krn_matmul_swiglu_x_async(s, g, KRN_BF16, g, u, &Wg, &Wu, &in, B), MEMRA_E_INVAL);
     krn_weight bad = Wu;
