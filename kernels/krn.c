@@ -73,13 +73,15 @@ int krn_act_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || typ
 
 size_t krn_act_bytes(int type) { return type == KRN_F32 ? 4 : (type == KRN_F16 || type == KRN_BF16) ? 2 : 0; }
 
+int krn_bytes_disjoint(const void *a, size_t na, const void *b, size_t nb)
+{
+    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a0 + na <= b0 || b0 + nb <= a0;
+}
+
 int krn_act_out_ok(const void *y, int yt, const float *in, size_t count)
 {
-    if (yt == KRN_F32)
-        return 1;
-    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + count * krn_act_bytes(yt), i0 = (uintptr_t)in,
-                    i1 = i0 + count * sizeof(float);
-    return y1 <= i0 || i1 <= y0;
+    return yt == KRN_F32 || krn_bytes_disjoint(y, count * krn_act_bytes(yt), in, count * sizeof(float));
 }
 
 int krn_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, const float *w, int B, int n, float eps)

@@ -79,6 +79,8 @@ int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
  * on every backend. The residual stream, q/k/v, the KV cache's inputs and the logits stay f32. */
 int krn_act_type_ok(int type);     /* 1 for KRN_F32, KRN_F16, KRN_BF16 */
 size_t krn_act_bytes(int type);    /* 4, 2, 2; 0 for any other type */
+/* 1 when the byte ranges [a, a + na) and [b, b + nb) share no byte. */
+int krn_bytes_disjoint(const void *a, size_t na, const void *b, size_t nb);
 /* 1 when y (count elements of activation type yt) may be written while the f32 `in` (count floats) is read: an
  * f32 y may be `in` itself (in place, element for element), a 16-bit y must not overlap it (its element i lands
  * on in[i/2], which another thread may not have read yet). */

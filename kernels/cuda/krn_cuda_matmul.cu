@@ -537,11 +537,9 @@ extern "C" int krn_cuda_glu_fits(const void *y, int yt, const krn_weight *Wg, co
         Wg->layout == KRN_LAYOUT_PLANES || Wg->n_out != Wu->n_out || Wg->n_in != Wu->n_in || Wg->n_in % 8 != 0)
         return 0;
     /* y is stored unit by unit while other warps still read x: they must not share a byte */
-    const uintptr_t y0 = (uintptr_t)y, x0 = (uintptr_t)x->x;
-    const size_t yb = (size_t)Wg->n_out * krn_act_bytes(yt), xb = (size_t)Wg->n_in * krn_act_bytes(x->type);
-    if (y0 < x0 + xb && x0 < y0 + yb)
-        return 0;
-    return krn_cuda_aligned(Wg->data, 16) && krn_cuda_aligned(Wu->data, 16) && krn_cuda_aligned(x->x, 16) &&
+    return krn_bytes_disjoint(y, (size_t)Wg->n_out * krn_act_bytes(yt), x->x,
+                              (size_t)Wg->n_in * krn_act_bytes(x->type)) &&
+           krn_cuda_aligned(Wg->data, 16) && krn_cuda_aligned(Wu->data, 16) && krn_cuda_aligned(x->x, 16) &&
            krn_cuda_aligned(y, (unsigned)krn_act_bytes(yt));
 }
 
