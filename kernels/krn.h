@@ -192,7 +192,9 @@ int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_
  * device memory of s's device of ws_bytes >= krn_attention_ws_bytes(B, n_head, head_dim, n_ctx), touched
  * only by ops on s, in order (a stage's scratch). NULL or smaller: a workspace is allocated and freed on s
  * per call (cudaMallocAsync/cudaFreeAsync: two more nodes in a captured graph, and breaks between the
- * kernels that PDL cannot overlap). Same bits either way. The CPU backend needs none and ignores it. */
+ * kernels that PDL cannot overlap). Same bits either way. A given one also lets the chunks' merge run inside
+ * the chunk kernel (one launch instead of two: MEMRA_CUDA_ATT_FUSE, docs/doors.md), using its zeroed tickets.
+ * The CPU backend needs none and ignores it. */
 int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
                            const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *ws,
                            size_t ws_bytes);
@@ -201,8 +203,10 @@ int krn_attention_ws_async(dev_stream *s, float *out, const float *q, const krn_
 int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
                           const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                           int n_ctx, float *ws, size_t ws_bytes);
-/* Bytes of that workspace for the smallest chunk: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats when
- * n_ctx > 64, else 0. */
+/* Bytes of that workspace for the smallest chunk: KRN_ATT_WS_TICKETS words, then B * n_head * ceil(n_ctx / 64) *
+ * (head_dim + 2) floats, when n_ctx > 64, else 0. The tickets (the first KRN_ATT_WS_TICKETS * 4 bytes) must be
+ * zero before the workspace's first use (zero it once when allocating it); every call leaves them zero. */
+#define KRN_ATT_WS_TICKETS 4096
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
 
 /* y (B, n) = silu(gate) * up */

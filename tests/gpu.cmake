@@ -7,6 +7,15 @@ if(TARGET gpu_kernels)
     ENVIRONMENT "MEMRA_CUDA_ATT_CHUNK=256;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
 endif()
 
+# gpu_kernels' attention tests once more with the chunks' merge fused into the chunk kernel wherever a workspace is
+# given (MEMRA_CUDA_ATT_FUSE=64; off by default): test_attention_fused_merge_reuses_its_tickets and the given-workspace
+# rows then hold the fused merge to the combine kernel's bits.
+if(TARGET gpu_kernels)
+  add_test(NAME gpu_kernels_att_fuse COMMAND gpu_kernels)
+  set_tests_properties(gpu_kernels_att_fuse PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "MEMRA_CUDA_ATT_FUSE=64;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
+endif()
+
 # gpu_glu once more with 4 loads per batch (MEMRA_CUDA_MM_DEEP=0; the default walks 8 on 16-bit weights): the fused
 # gate/up + swiglu GEMV's other walk, the same bits as the two ops.
 if(TARGET gpu_glu)

@@ -160,6 +160,8 @@ static void run_attention(void *out, int out_t, int cache_t, const float *q, con
     const krn_kv_cache c = {dk, dv, cache_t};
     const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx);
     float *ws = given_ws && wb ? dalloc(wb) : NULL;
+    if (ws)
+        dfill(ws, 0, wb); /* its tickets start at zero (krn.h) */
     dfill(dout, out_t == KRN_F32 ? 0xFF : 0xFE, ob);
     dev_err err = {0};
     if (krn_cuda_attention_ws_async(g_s1, dout, out_t, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, ws ? wb : 0, &err))

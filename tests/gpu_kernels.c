@@ -481,13 +481,25 @@ static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, 
     dev_err err = {0};
     const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx) - (ws_mode == 2 ? 4 : 0);
     float *ws = ws_mode && wb > 0 ? dalloc(wb) : NULL;
-    if (ws)
+    const size_t tkb = KRN_ATT_WS_TICKETS * sizeof(uint32_t);
+    if (ws) {
         dfill(ws, 0xFF, wb); /* NaN patterns: a read of an unwritten partial would show */
+        dfill(ws, 0, tkb);   /* the tickets start at zero (krn.h) */
+    }
+    dfill(dout, 0xFF, sizeof(float) * nq); /* a row nobody wrote would show */
     const int rc = krn_cuda_attention_ws_async(s, dout, KRN_F32, dq, &c, ds, dp, B, nh, nkv, hd, n_ctx, ws, wb, &err);
     if (rc != 0)
         fail_msg("attention: rc %d: %s", rc, err.msg);
     CK(cudaStreamSynchronize(s));
     download(out, dout, sizeof(float) * nq);
+    if (ws) { /* the call leaves the tickets zero, used (the fused merge) or not */
+        uint32_t *tk = malloc(tkb);
+        download(tk, ws, tkb);
+        for (size_t i = 0; i < KRN_ATT_WS_TICKETS; i++)
+            if (tk[i] != 0)
+                fail_msg("attention: ticket %zu is %u after the call (want 0)", i, tk[i]);
+        free(tk);
+    }
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp); cudaFree(dout);
     if (ws)
         cudaFree(ws);
@@ -602,6 +614,62 @@ static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void *
     check_attention_ref(a1, q, kb, vb, seq, far, B, nh, nkv, hd, big);
     free(a0); free(a1); free(a2);
     free(o1); free(o2); free(q); free(ks); free(vs); free(kb); free(vb);
+}
+
+/* The fused merge (a given workspace, its tickets zeroed: no combine kernel) gives the combine kernel's bits (an
+ * allocated workspace), call after call on one workspace: five calls queued back to back, rows moving between one
+ * chunk and many (tickets of rows of one chunk untouched, of others counted up to 63 and reset; 32 and 33 chunks:
+ * Ls's butterflies over one and two groups of 32, as the combine's warps), GQA 12 / 2 (two head groups of 3, a
+ * ticket each), hd 128; the tickets are zero after them. The merge is fused only under MEMRA_CUDA_ATT_FUSE (ctest
+ * gpu_kernels_att_fuse, tests/gpu.cmake); by default both sides take the combine kernel. */
+static void test_attention_fused_merge_reuses_its_tickets(void **state) {
+    (void)state;
+    enum { B = 3, NCALL = 5 };
+    const int nh = 12, nkv = 2, hd = 128, n_seq = 3, n_ctx = 4000;
+    const int32_t seq[B] = {0, 1, 2};
+    static const int32_t poss[NCALL][B] = {{10, 700, 3999}, {64, 2047, 2048}, {63, 3999, 128}, {3999, 0, 64},
+                                           {200, 200, 200}};
+    const size_t nq = (size_t)B * nh * hd, nc = (size_t)n_seq * n_ctx * nkv * hd;
+    float *q = malloc(sizeof(float) * nq), *kc = malloc(sizeof(float) * nc), *vc = malloc(sizeof(float) * nc);
+    float *got = malloc(sizeof(float) * nq);
+    cuda_ref_rand_floats(q, nq);
+    cuda_ref_rand_floats(kc, nc);
+    cuda_ref_rand_floats(vc, nc);
+    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc), *dv = dupload(vc, sizeof(float) * nc);
+    int32_t *ds = dupload(seq, sizeof seq), *dp[NCALL];
+    float *dout[NCALL];
+    const krn_kv_cache c = {dk, dv, KRN_F32};
+    const size_t wb = krn_attention_ws_bytes(B, nh, hd, n_ctx), tkb = KRN_ATT_WS_TICKETS * sizeof(uint32_t);
+    float *ws = dalloc(wb);
+    dfill(ws, 0xFF, wb);
+    dfill(ws, 0, tkb);
+    for (int i = 0; i < NCALL; i++) {
+        dp[i] = dupload(poss[i], sizeof poss[i]);
+        dout[i] = dalloc(sizeof(float) * nq);
+        dfill(dout[i], 0xFF, sizeof(float) * nq);
+    }
+    dev_err err = {0};
+    for (int i = 0; i < NCALL; i++) /* ordered by g_s1: each call's tickets are back to zero before the next's */
+        if (krn_cuda_attention_ws_async(g_s1, dout[i], KRN_F32, dq, &c, ds, dp[i], B, nh, nkv, hd, n_ctx, ws, wb,
+                                        &err))
+            fail_msg("attention call %d: %s", i, err.msg);
+    CK(cudaStreamSynchronize(g_s1));
+    for (int i = 0; i < NCALL; i++) {
+        download(got, dout[i], sizeof(float) * nq);
+        float *want = run_attention(g_s1, q, kc, vc, seq, poss[i], B, nh, nkv, hd, n_seq, n_ctx);
+        TWICE_CHECK("attention fused merge vs the combine kernel", got, want, nq);
+        free(want);
+        cudaFree(dp[i]);
+        cudaFree(dout[i]);
+    }
+    uint32_t *tk = malloc(tkb);
+    download(tk, ws, tkb);
+    for (size_t i = 0; i < KRN_ATT_WS_TICKETS; i++)
+        if (tk[i] != 0)
+            fail_msg("attention fused merge: ticket %zu is %u after the calls (want 0)", i, tk[i]);
+    free(tk);
+    cudaFree(ws); cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds);
+    free(q); free(kc); free(vc); free(got);
 }
 
 /* A block takes up to 4 query heads of one kv head (GQA groups of G = 4, 6 -> two of 3, 13 -> 4+4+4+1); a head's
@@ -814,6 +882,7 @@ int main(void) {
         cmocka_unit_test(test_rope_store_has_the_bits_of_rope_rope_and_kv_store),
         cmocka_unit_test(test_attention_matches_reference_on_both_paths_with_gqa),
         cmocka_unit_test(test_attention_split_path_has_the_bits_of_the_one_kernel_path),
+        cmocka_unit_test(test_attention_fused_merge_reuses_its_tickets),
         cmocka_unit_test(test_attention_head_bits_do_not_depend_on_its_group),
         cmocka_unit_test(test_attention_rejects_an_unsupported_head_dim),
         cmocka_unit_test(test_swiglu_add_and_add_bias_match_reference),

@@ -434,13 +434,14 @@ static void test_matmul_swiglu_gives_the_bits_of_parts_then_swiglu(void **state)
     free(xh);
 }
 
-/* Attention's split workspace: B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats, none up to 64 keys. */
+/* Attention's split workspace: the tickets, then B * n_head * ceil(n_ctx / 64) * (head_dim + 2) floats; none up to
+ * 64 keys. */
 static void test_attention_workspace_size(void **state)
 {
     (void)state;
     assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 64), 0);
-    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 65), (size_t)32 * 2 * 130 * 4);
-    assert_int_equal(krn_attention_ws_bytes(3, 32, 128, 1024), (size_t)3 * 32 * 16 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(1, 32, 128, 65), 4 * KRN_ATT_WS_TICKETS + (size_t)32 * 2 * 130 * 4);
+    assert_int_equal(krn_attention_ws_bytes(3, 32, 128, 1024), 4 * KRN_ATT_WS_TICKETS + (size_t)3 * 32 * 16 * 130 * 4);
     assert_int_equal(krn_attention_ws_bytes(0, 32, 128, 1024), 0);
 }
 

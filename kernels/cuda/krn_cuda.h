@@ -35,6 +35,9 @@ extern "C" {
 #define KRN_CUDA_ATT_CHUNK 256
 #define KRN_CUDA_ATT_MIN_CHUNK 64
 #define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* run 28: 8B bf16 at 200 / 900 keys, 12 / 11 % less device time than 256 */
+/* The largest chunk count whose merge runs fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE; see krn_cuda_attention.cu).
+ * 0, never: run 119 (8B bf16 step) saw 27 us a step less below 64 keys but 30 us more at 2000 keys. */
+#define KRN_CUDA_ATT_FUSE_DEFAULT 0
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
 
@@ -95,7 +98,8 @@ int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, cons
                              const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                              int n_ctx, dev_err *err);
 /* The same with the split path's workspace given (see krn_attention_ws_async): ws of ws_bytes >=
- * krn_attention_ws_bytes(...) is used and nothing is allocated; NULL or smaller: allocated per call. out of
+ * krn_attention_ws_bytes(...), its tickets zero (krn.h), is used and nothing is allocated (the merge fused into
+ * the chunk kernel when MEMRA_CUDA_ATT_FUSE allows); NULL or smaller: allocated per call. out of
  * activation type out_t (f32 math, rounded on store; the workspace stays f32). */
 int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c,
                                 const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,

@@ -16,9 +16,17 @@
  * When a row's keys fit one chunk (n_ctx <= ck, or pos < ck at run time: short decode contexts) the first
  * kernel writes o/l directly and the combine skips that row; that is the same arithmetic as the combine of
  * one chunk (e^0 = 1 exactly), so every path gives the same bits.
+ * Fused merge (a given workspace whose tickets fit, n_split <= MEMRA_CUDA_ATT_FUSE): no combine kernel; each
+ * chunk block takes a ticket for its (row, head group) after its partials, and the block that takes the last
+ * one merges its heads (att_merge_group: the combine's arithmetic in fewer round trips) and zeroes the ticket.
+ * Same operations in the same order: the combine kernel's bits. It saves the combine's launch (0.85 us a layer of
+ * the 8B step while every row fits one chunk, run 119) but its merge, one block per head group instead of one
+ * per head, costs more once rows span chunks (+0.94 us a layer at 2000 keys): off by default.
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
- * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it.
+ * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
+ * words are the fused merge's tickets (zero between calls: a given workspace comes zeroed, each call leaves them
+ * zero); the partials follow.
  * out is of an activation type OT (f32, f16, bf16): both stores of a result (the chunk kernel's for a row of
  * one chunk, the combine's) round the f32 value o / l to OT (krn_act_of); the workspace stays f32. So a 16-bit
  * out holds the f32 out's values rounded to nearest even.
@@ -138,16 +146,80 @@ static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float 
     return k;
 }
 
+/* The fused merge (att_chunk_kernel's last block of row b's head group h0 .. h0 + gn - 1): the combine kernel's
+ * arithmetic, operand for operand, in fewer round trips. Warp g (head g) loads every chunk's m_c and l_c at once
+ * (nc <= ATT_FUSE_MAX_NC: eight a lane): M = max m_c (exact in any order); e_c = e^(m_c - M) into es[g][c]; Ls as
+ * krn_block_sum forms it in the combine (thread c's fmaf(l_c, e_c, 0), each 32 chunks' butterfly, those added in
+ * order from 0; its empty warps add zeros, exactly). Then each (head, dim) pair sums o_c[d] e_c over c in order
+ * (the combine's tile walk), eight loads in flight. ws through L2 (ld.global.cg): other blocks of this grid wrote it. */
+#define ATT_FUSE_MAX_NC 256 /* chunks the fused merge takes (es is the chunk kernel's sc: ATT_G x 256) */
+template <int OT>
+static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict__ out, const float *ws, int p, int b,
+                                                       int h0, int gn, int n_head, int hd, int n_split, int ck,
+                                                       float (*es)[KRN_CUDA_ATT_CHUNK], float *ls) {
+    static_assert(KRN_CUDA_ATT_CHUNK >= ATT_FUSE_MAX_NC && ATT_FUSE_MAX_NC == 8 * KRN_WARP, "es and the lanes' 8");
+    const int nc = p / ck + 1, stride = hd + 2;
+    const int lane = threadIdx.x % KRN_WARP, g = threadIdx.x / KRN_WARP;
+    if (g < gn) {
+        const float *w0 = ws + ((size_t)b * n_head + h0 + g) * n_split * (size_t)stride;
+        float mv[8], lv[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = lane + KRN_WARP * k;
+            mv[k] = c < nc ? __ldcg(w0 + (size_t)c * stride + hd) : -INFINITY;
+            lv[k] = c < nc ? __ldcg(w0 + (size_t)c * stride + hd + 1) : 0.0f;
+        }
+        float M = mv[0];
+#pragma unroll
+        for (int k = 1; k < 8; k++)
+            M = fmaxf(M, mv[k]);
+        M = krn_warp_max(M);
+        float Ls = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = lane + KRN_WARP * k;
+            float v = 0.0f;
+            if (c < nc) {
+                const float e = expf(mv[k] - M);
+                es[g][c] = e;
+                v = fmaf(lv[k], e, 0.0f);
+            }
+            Ls += krn_warp_sum(v);
+        }
+        if (lane == 0)
+            ls[g] = Ls;
+    }
+    __syncthreads(); /* publishes es[][] and ls[] */
+    for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
+        const int gg = e / hd, d = e - gg * hd;
+        const float *wd = ws + ((size_t)b * n_head + h0 + gg) * n_split * (size_t)stride + d;
+        float o = 0.0f;
+        int c = 0;
+        for (; c + 8 <= nc; c += 8) {
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) /* all loads first: one round trip */
+                v[k] = __ldcg(wd + (size_t)(c + k) * stride);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                o = fmaf(v[k], es[gg][c + k], o);
+        }
+        for (; c < nc; c++)
+            o = fmaf(__ldcg(wd + (size_t)c * stride), es[gg][c], o);
+        out[((size_t)b * n_head + h0 + gg) * hd + d] = krn_act_of<OT>(o / ls[gg]);
+    }
+}
+
 /* Chunk c of row b for the gn (1..ATT_G) query heads of group grp of one kv head (block x = kv head * ngrp +
  * grp; att_chunk_launch's grouping leaves no group empty): every K row and V element is loaded once for the
  * group. Each head's lane partials, butterflies, key order per warp and warp-order sums are those of the head
  * alone, so a head's bits do not depend on the grouping (tests/gpu_kernels.c). */
-template <typename KV, int OT, int DPL>
-__global__ void __launch_bounds__(ATT_THREADS)
+template <typename KV, int OT, int DPL, bool FUSE>
+__global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV) == 4 ? 3 : 4)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int ck, int pf, int ngrp, int early) {
+                     float scale, int ck, int pf, int ngrp, int early, unsigned *__restrict__ tk) {
     const int G = n_head / n_head_kv, kvh = blockIdx.x / ngrp, grp = blockIdx.x % ngrp;
     const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
     const int c = blockIdx.y, b = blockIdx.z;
@@ -314,6 +386,26 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
     }
+    if (!FUSE || p < ck)
+        return; /* the combine kernel merges (or this block wrote out itself) */
+    /* Fused merge: the ticket of (row b, this head group) counts the row's p / ck + 1 chunk blocks */
+    __shared__ unsigned last;
+    __shared__ float ls[ATT_G];
+    __syncthreads(); /* every thread's partial stores are issued before thread 0's fence */
+    if (threadIdx.x == 0) {
+        unsigned *t = tk + (size_t)b * gridDim.x + blockIdx.x;
+        krn_fence_acq_rel_gpu(); /* release: this block's partials are visible device-wide before its ticket */
+        last = atomicAdd(t, 1u) == (unsigned)(p / ck);
+        if (last) {
+            *t = 0; /* all the row's chunk blocks have taken theirs; the next call's come after this grid (stream
+                     * order, or the PDL wait of every kernel in between) */
+            krn_fence_acq_rel_gpu(); /* acquire: the other blocks' partials are read after their tickets */
+        }
+    }
+    __syncthreads(); /* publishes last; sc is free (its last reads were above) */
+    if (!last)
+        return;
+    att_merge_group<OT>(out, ws, p, b, h0, gn, n_head, hd, n_split, ck, sc, ls);
 }
 
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
@@ -383,6 +475,17 @@ static int att_pf(void) {
     return !krn_cuda_tune("MEMRA_CUDA_NO_ATT_PREFETCH", allowed, 2, &off);
 }
 
+/* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
+ * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT. A merge in one block per (row, head group) reads
+ * all of its heads' partials alone, so at many chunks the combine kernel's wider grid (a block per head, not per group of
+ * up to 4) can win. */
+static int att_fuse(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 16, 64, 256};
+    return krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, KRN_CUDA_ATT_FUSE_DEFAULT, &cache);
+}
+
+static_assert(KRN_ATT_WS_TICKETS % 4 == 0, "the partials after the tickets stay 16-byte aligned");
 static_assert(KRN_CUDA_ATT_MIN_CHUNK == 64, "krn_attention_ws_bytes (kernels/krn.c) sizes for 64-key chunks");
 
 /* MEMRA_CUDA_ATT_CHUNK: keys per split (64, 128, 256; unset: KRN_CUDA_ATT_CHUNK_DEFAULT). Fixed for the
@@ -401,53 +504,68 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
                                        n_ctx, NULL, 0, err);
 }
 
-/* att_chunk_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane */
+/* att_chunk_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane, the merge fused
+ * (tk: the tickets) or not (NULL). Two instantiations, so the merge's registers never cost the unfused kernel
+ * occupancy; the fused one at DPL 1 is held to the unfused one's registers by its __launch_bounds__ (3 blocks an SM
+ * over an f32 cache, 4 over 16-bit: 80 and 64 registers, and 2 and 8 spill instructions, sm_90 ptxas of CUDA 13). */
+template <int OT, int DPL, bool FUSE>
+static void att_chunk_launch_f(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
+    /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in) */
+    const int early = krn_cuda_pdl_early(FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
+    if (c->type == KRN_F16)
+        krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
+            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early, tk);
+    else if (c->type == KRN_BF16)
+        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q,
+            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
+            n_split, scale, ck, att_pf(), ngrp, early, tk);
+    else
+        krn_launch(att_chunk_kernel<float, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
+            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early, tk);
+}
 template <int OT, int DPL>
 static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
-    const int early = krn_cuda_pdl_early(KRN_EARLY_ATT_CHUNK);
-    if (c->type == KRN_F16)
-        krn_launch(att_chunk_kernel<__half, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early);
-    else if (c->type == KRN_BF16)
-        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q,
-            (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-            n_split, scale, ck, att_pf(), ngrp, early);
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
+    if (tk)
+        att_chunk_launch_f<OT, DPL, true>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split,
+                                          scale, ck, ngrp, tk);
     else
-        krn_launch(att_chunk_kernel<float, OT, DPL>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
-            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early);
+        att_chunk_launch_f<OT, DPL, false>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split,
+                                           scale, ck, ngrp, NULL);
 }
 
 /* att_chunk_kernel for the cache's element type, out of type OT */
 template <int OT>
 static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp) {
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
     if (hd <= 4 * KRN_WARP)
         att_chunk_launch_d<OT, 1>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
-                                  ngrp);
+                                  ngrp, tk);
     else
         att_chunk_launch_d<OT, 2>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
-                                  ngrp);
+                                  ngrp, tk);
 }
 
 /* att_chunk_kernel for out's type over the grid (kv head x group, chunk, row): ceil(G / ATT_G) groups of a kv
  * head's G query heads, as even as they come (8B: G = 4, one group; 70B: G = 8, two of 4; G = 6: two of 3). */
 static void att_chunk_launch(const krn_kv_cache *c, int B, cudaStream_t st, void *out, int out_t, float *ws,
                              const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                             int hd, int n_ctx, int n_split, float scale, int ck) {
+                             int hd, int n_ctx, int n_split, float scale, int ck, unsigned *tk) {
     const int G = n_head / n_head_kv, ngrp = (G + ATT_G - 1) / ATT_G;
     const dim3 grid((unsigned)(n_head_kv * ngrp), (unsigned)n_split, (unsigned)B);
     if (out_t == KRN_F16)
         att_chunk_launch_t<KRN_F16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck, ngrp);
+                                    ck, ngrp, tk);
     else if (out_t == KRN_BF16)
         att_chunk_launch_t<KRN_BF16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                     ck, ngrp);
+                                     ck, ngrp, tk);
     else
         att_chunk_launch_t<KRN_F32>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck, ngrp);
+                                    ck, ngrp, tk);
 }
 
 /* att_combine_kernel for out's type */
@@ -501,12 +619,17 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: n_ctx=%d is %d chunks of %d keys (at most 65535)",
                            n_ctx, n_split, ck);
     if (n_split == 1) {
-        att_chunk_launch(c, B, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck);
+        att_chunk_launch(c, B, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck,
+                         NULL);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
-    const size_t ws_bytes = (size_t)B * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
+    const size_t ws_bytes = KRN_ATT_WS_TICKETS * sizeof(unsigned) +
+                            (size_t)B * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
     const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
+    /* fused merge: only with a given workspace (its tickets come zeroed); one ticket per (row, head group) */
+    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse() &&
+                     n_split <= ATT_FUSE_MAX_NC;
     const cudaError_t ce = own ? cudaMallocAsync((void **)&ws, ws_bytes, st) : (ws = given, cudaSuccess);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: clear it so the next launch check does not see it */
@@ -515,11 +638,12 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
                            cudaGetErrorName(ce), cudaGetErrorString(ce));
     }
     int rc;
-    att_chunk_launch(c, B, st, out, out_t, ws, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
-                     ck);
+    float *part = ws + KRN_ATT_WS_TICKETS; /* the partials, after the tickets */
+    att_chunk_launch(c, B, st, out, out_t, part, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
+                     ck, fuse ? (unsigned *)ws : NULL);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
-    if (rc == 0) {
-        att_combine_launch(out_t, dim3((unsigned)n_head, (unsigned)B), st, out, ws, pos, n_head, head_dim, n_ctx,
+    if (rc == 0 && !fuse) {
+        att_combine_launch(out_t, dim3((unsigned)n_head, (unsigned)B), st, out, part, pos, n_head, head_dim, n_ctx,
                            n_split, ck);
         rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_combine_kernel)");
     }

@@ -230,6 +230,11 @@ static __device__ __forceinline__ void krn_pdl_enter_early(int early) {
 #endif
 }
 
+/* fence.acq_rel.gpu: before a relaxed atomic, a release of the thread's (and, through a barrier before it, its
+ * block's) earlier writes; after an atomic, an acquire for the reads that follow (the PTX memory model's
+ * fence-atomic patterns). Lighter than __threadfence's fence.sc.gpu. */
+static __device__ __forceinline__ void krn_fence_acq_rel_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 /* krn_pdl_enter_early for a kernel that has issued loads of immutable data (weights) first, to overlap them with
  * its predecessor's tail: the CTA fence keeps ptxas from hoisting the wait above those loads (it does so in a
  * single basic block, SASS checked with cuobjdump on sm_90). Costs one MEMBAR.CTA per thread. */

@@ -148,6 +148,7 @@ int bench_gpu_att(int dev, int iters, double hbm, int pdl) {
     GA_CK(cudaMalloc((void **)&g.q, qbytes), "cudaMalloc(q)");
     GA_CK(cudaMalloc((void **)&g.out, qbytes), "cudaMalloc(out)");
     GA_CK(cudaMalloc((void **)&g.ws, g.ws_bytes), "cudaMalloc(workspace)");
+    GA_CK(cudaMemsetAsync(g.ws, 0, g.ws_bytes, g.st), "cudaMemsetAsync(workspace)"); /* its tickets (krn.h); st orders */
     GA_CK(cudaMalloc((void **)&g.seq, sizeof hseq), "cudaMalloc(seq)");
     GA_CK(cudaMalloc((void **)&g.pos, sizeof hseq), "cudaMalloc(pos)");
     /* ordered by st: q and seq land before the first call on st (pageable sources, staged before return) */
@@ -155,11 +156,12 @@ int bench_gpu_att(int dev, int iters, double hbm, int pdl) {
     GA_CK(cudaMemcpyAsync(g.seq, hseq, sizeof hseq, cudaMemcpyHostToDevice, g.st), "cudaMemcpyAsync(seq)");
     prev_pdl = krn_cuda_set_pdl(pdl);
     const char *ck = getenv("MEMRA_CUDA_ATT_CHUNK"), *npf = getenv("MEMRA_CUDA_NO_ATT_PREFETCH");
+    const char *fuse = getenv("MEMRA_CUDA_ATT_FUSE");
     const int has_npf = npf && *npf; /* the prefetch A/B knob: named only when set */
     printf("gpu-kernels --attention: %s (sm_%d%d, %d SMs, L2 %d MB), %d q / %d kv heads, head_dim %d, out f32, "
-           "%d calls per row, PDL %s, MEMRA_CUDA_ATT_CHUNK=%s%s%s, HBM ref %.0f GB/s\n",
+           "%d calls per row, PDL %s, MEMRA_CUDA_ATT_CHUNK=%s, MEMRA_CUDA_ATT_FUSE=%s%s%s, HBM ref %.0f GB/s\n",
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, GA_HEAD, GA_HEAD_KV,
-           GA_HD, iters, pdl ? "on" : "off", ck && *ck ? ck : "default",
+           GA_HD, iters, pdl ? "on" : "off", ck && *ck ? ck : "default", fuse && *fuse ? fuse : "default",
            has_npf ? ", MEMRA_CUDA_NO_ATT_PREFETCH=" : "", has_npf ? npf : "", hbm);
     printf("%-5s %2s %8s %7s %9s %10s %9s %7s\n", "cache", "B", "context", "copies", "KV MB", "us/call", "GB/s",
            "% HBM");
