@@ -464,6 +464,15 @@ static void *upload_cache(const float *c, size_t n, int type) {
     free(h);
     return d;
 }
+/* Fails unless attention's workspace ws (device, landed) has its KRN_ATT_WS_TICKETS tickets at zero. */
+static void assert_tickets_zero(const float *ws, const char *what) {
+    uint32_t *tk = malloc(KRN_ATT_WS_TICKETS * sizeof(uint32_t));
+    download(tk, ws, KRN_ATT_WS_TICKETS * sizeof(uint32_t));
+    for (size_t i = 0; i < KRN_ATT_WS_TICKETS; i++)
+        if (tk[i] != 0)
+            fail_msg("%s: ticket %zu is %u afterwards (want 0)", what, i, tk[i]);
+    free(tk);
+}
 static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
                                const int32_t *pos, int B, int nh, int nkv, int hd, int n_seq, int n_ctx, int ws_mode);
 static float *run_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, const int32_t *seq,
@@ -492,14 +501,8 @@ static float *run_attention_ws(cudaStream_t s, const float *q, const float *kc, 
         fail_msg("attention: rc %d: %s", rc, err.msg);
     CK(cudaStreamSynchronize(s));
     download(out, dout, sizeof(float) * nq);
-    if (ws) { /* the call leaves the tickets zero, used (the fused merge) or not */
-        uint32_t *tk = malloc(tkb);
-        download(tk, ws, tkb);
-        for (size_t i = 0; i < KRN_ATT_WS_TICKETS; i++)
-            if (tk[i] != 0)
-                fail_msg("attention: ticket %zu is %u after the call (want 0)", i, tk[i]);
-        free(tk);
-    }
+    if (ws) /* the call leaves the tickets zero, used (the fused merge) or not */
+        assert_tickets_zero(ws, "attention");
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds); cudaFree(dp); cudaFree(dout);
     if (ws)
         cudaFree(ws);
@@ -662,12 +665,7 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
         cudaFree(dp[i]);
         cudaFree(dout[i]);
     }
-    uint32_t *tk = malloc(tkb);
-    download(tk, ws, tkb);
-    for (size_t i = 0; i < KRN_ATT_WS_TICKETS; i++)
-        if (tk[i] != 0)
-            fail_msg("attention fused merge: ticket %zu is %u after the calls (want 0)", i, tk[i]);
-    free(tk);
+    assert_tickets_zero(ws, "attention fused merge");
     cudaFree(ws); cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(ds);
     free(q); free(kc); free(vc); free(got);
 }
