@@ -152,8 +152,7 @@ static int feed_init(act_pp *rt, dev_device *last, dev_err *err)
         !(rt->feed_ev = calloc((size_t)rt->n_seq, sizeof *rt->feed_ev)))
         return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
     /* dev_malloc zero-fills: a sequence's slot holds token 0 until its first ARGMAX step (defined bytes) */
-    if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)) ||
-        !(rt->feed_rows = dev_malloc(d0, (size_t)rt->max_rows * sizeof(int32_t), err)))
+    if (!(rt->feed_tok = dev_malloc(d0, (size_t)rt->n_seq * sizeof(int32_t), err)))
         return err->code;
     for (int i = 0; i < rt->n_seq; i++) /* one per sequence: a fed step waits its own sequence's producer only */
         if (!(rt->feed_ev[i] = dev_event_create(last, err)))
@@ -357,8 +356,6 @@ void act_pp_destroy(act_pp *rt)
     free(rt->feed_ev);
     if (rt->feed_tok)
         dev_free(rt->stage[0].dev, rt->feed_tok);
-    if (rt->feed_rows)
-        dev_free(rt->stage[0].dev, rt->feed_rows);
     if (rt->embd_dev.data)
         dev_free(rt->stage[0].dev, (void *)rt->embd_dev.data);
     free(rt->feed_src);

@@ -19,8 +19,8 @@
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
- *                                      step, then feed_ev[seq]), read by stage 0's stream after waiting it
- *   feed_rows (device)                 stage 0's stream only (gathered from feed_tok, read by the embed) */
+ *                                      step, then feed_ev[seq]), read by stage 0's stream (the embed) after
+ *                                      waiting it */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 
@@ -129,7 +129,6 @@ struct act_pp {
     int feed_on;
     krn_weight embd_dev;     /* the embedding table on stage 0's device */
     int32_t *feed_tok;       /* (n_seq,) on stage 0's device: each sequence's latest ARGMAX token */
-    int32_t *feed_rows;      /* (max_rows,) on stage 0's device: a fed step's tokens, row by row */
     dev_event **feed_ev;     /* (n_seq,) on the last stage's device: recorded after a sequence's feed_tok copy */
     uint64_t *feed_src;      /* (n_seq,) submitter: 1 + id of the ARGMAX step that left the sequence's token */
     int N;

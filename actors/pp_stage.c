@@ -161,8 +161,10 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
 
 /* Stage 0, a fed step: wait on its stream for each row's sequence's token (feed_ev[seq]; the FEED message that
  * let this step out of the queue says its producers' records are enqueued, and no later record of those
- * sequences can be: their later steps queue behind this one), gather each row's token from its sequence's
- * slot, upload [pos | seq] only and embed the rows on the device. */
+ * sequences can be: their later steps queue behind this one), upload [pos | seq] only and embed the rows on the
+ * device straight from their sequences' slots: one embed per run of rows whose sequences follow one another
+ * (feed_tok is indexed by sequence), so no copy node sits between the steps (one run at B = 1, or for sequences
+ * 0..B-1 in order). */
 static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
@@ -171,19 +173,21 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
         return r;
     char *host = st->staging[i], *frame = st->frame;
     const size_t xb = pp_fill_meta(rt, rec, host), tb = (size_t)rec->B * sizeof(int32_t);
-    for (int b = 0; b < rec->B; b++) {
+    for (int b = 0; b < rec->B; b++)
         /* ordered by feed_ev[seq]: the last stage's stream wrote feed_tok[seq] before recording it */
         if ((r = dev_stream_wait_event_async(st->stream, rt->feed_ev[rec->seq[b]])) != 0)
             return dev_err_set(err, r, "stage 0: wait for the fed token of row %d failed", b);
-        if ((r = dev_copy_d2d_async(st->stream, rt->feed_rows + b, rt->feed_tok + rec->seq[b], sizeof(int32_t))) != 0)
-            return dev_err_set(err, r, "stage 0: gather of fed token %d failed", b);
-    }
     if ((r = dev_copy_h2d_async(st->stream, frame + xb, host + xb, 2 * tb)) != 0)
         return dev_err_set(err, r, "stage 0: upload of the step's positions failed");
     if ((r = staging_done(st, i, err)) != 0)
         return r;
-    if ((r = krn_embed_rows_async(st->stream, st->frame, &rt->embd_dev, rt->feed_rows, rec->B)) != 0)
-        return dev_err_set(err, r, "stage 0: embedding of %d fed rows failed", rec->B);
+    for (int b0 = 0, b1; b0 < rec->B; b0 = b1) {
+        for (b1 = b0 + 1; b1 < rec->B && rec->seq[b1] == rec->seq[b1 - 1] + 1; b1++)
+            ;
+        float *y = (float *)st->frame + (size_t)b0 * (size_t)rt->n_embd;
+        if ((r = krn_embed_rows_async(st->stream, y, &rt->embd_dev, rt->feed_tok + rec->seq[b0], b1 - b0)) != 0)
+            return dev_err_set(err, r, "stage 0: embedding of fed rows %d..%d failed", b0, b1 - 1);
+    }
     atomic_fetch_add(&rt->ctr.fed_steps, 1);
     return 0;
 }
@@ -200,7 +204,7 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_
     int r = 0;
     for (int b = 0; b < rec->out_rows; b++) {
         int32_t *slot = rt->feed_tok + rec->seq[b];
-        /* ordered after stage 0's last read of this slot (an earlier fed step's copy into feed_rows): this step
+        /* ordered after stage 0's last read of this slot (an earlier fed step's embed): this step
          * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream */
         if (r == 0)
             r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))

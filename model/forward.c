@@ -96,14 +96,9 @@ int mdl_scratch_reserve_attention(mdl_scratch *sc, int n_ctx, dev_err *err)
     const size_t bytes = krn_attention_ws_bytes(rows, sc->n_head, sc->head_dim, n_ctx);
     if (bytes == 0)
         return 0;
+    /* dev_malloc zero-fills: the tickets start at zero, as krn_attention_ws_bytes asks */
     if (!(sc->att_ws = dev_malloc(sc->dev, bytes, err)))
         return dev_err_wrap(err, "attention workspace: %d rows x %d heads at n_ctx %d", rows, sc->n_head, n_ctx);
-    static const uint32_t zero[KRN_ATT_WS_TICKETS]; /* the tickets start at zero (krn_attention_ws_bytes) */
-    if (dev_copy_h2d_sync(sc->dev, sc->att_ws, zero, sizeof zero, err)) {
-        dev_free(sc->dev, sc->att_ws);
-        sc->att_ws = NULL;
-        return dev_err_wrap(err, "attention workspace: zeroing its tickets");
-    }
     sc->att_ws_bytes = bytes;
     return 0;
 }

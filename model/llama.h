@@ -126,8 +126,7 @@ void mdl_scratch_destroy(mdl_scratch *sc);
 /* Reserve attention's split-K workspace for steps of up to min(max_rows, MDL_ATT_WS_ROWS) rows over a KV
  * cache of n_ctx positions (krn_attention_ws_async), so a decode step allocates nothing and a captured
  * graph has no allocation nodes; larger steps allocate per call as before. 0 (also when n_ctx needs none),
- * or MEMRA_E_NOMEM / MEMRA_E_INVAL / MEMRA_E_DEVICE (zeroing its tickets) with err. Call before the scratch's
- * first use; once. */
+ * or MEMRA_E_NOMEM / MEMRA_E_INVAL with err. Call before the scratch's first use; once. */
 #define MDL_ATT_WS_ROWS 16
 int mdl_scratch_reserve_attention(mdl_scratch *sc, int n_ctx, dev_err *err);
 int mdl_scratch_max_rows(const mdl_scratch *sc);

@@ -151,6 +151,59 @@ static void test_fed_steps_give_the_host_fed_tokens_at_every_placement(void **st
     clear_doors();
 }
 
+/* Steps of 3 rows, one per sequence, the rows' sequences in a new order each step: {2, 0, 1} (two runs of
+ * consecutive sequences, embedded from their slots separately), {0, 1, 2} (one run), {1, 0, 2} and {2, 1, 0}
+ * (three). out[i][b]: step i's token of row b. fed = 0: every step carries the host's tokens; 1: the first
+ * does, every later one is fed. */
+enum { BR = 3 };
+static void decode_rows(int fed, int32_t out[T][BR])
+{
+    static const int32_t order[4][BR] = {{2, 0, 1}, {0, 1, 2}, {1, 0, 2}, {2, 1, 0}};
+    dev_err e = {0};
+    act_pp *rt = create(fed ? ACT_FEED_ON : ACT_FEED_OFF, &e);
+    if (!rt)
+        fail_msg("create: %s", e.msg);
+    int32_t last[BR] = {7, 8, 9}; /* by sequence: the token its next row carries */
+    for (int i = 0; i < T; i++) {
+        const int32_t *sq = order[i % 4];
+        int32_t tok[BR], pos[BR] = {i, i, i};
+        for (int b = 0; b < BR; b++)
+            tok[b] = last[sq[b]];
+        const int feed = fed && i > 0;
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = BR, .tokens = feed ? NULL : tok, .seq = sq, .pos = pos,
+                          .logits = ACT_LOGITS_ARGMAX, .feed = feed};
+        act_pending *p = NULL;
+        const int32_t *t;
+        if (act_pp_submit(rt, &st, &p, &e) != 0 || act_pending_wait_tokens(p, &t, NULL, &e) != 0)
+            fail_msg("step %d%s: %s", i, feed ? " (fed)" : "", e.msg);
+        for (int b = 0; b < BR; b++)
+            last[sq[b]] = out[i][b] = t[b];
+        act_pending_release(p);
+    }
+    act_pp_counters c;
+    act_pp_get_counters(rt, &c);
+    assert_int_equal(c.fed_steps, fed ? T - 1 : 0); /* liveness: the fed arm's steps did embed on the device */
+    act_pp_destroy(rt);
+}
+
+static void test_fed_steps_of_several_rows_embed_each_row_from_its_sequence(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 2; n++) {
+        clear_doors();
+        setenv("MEMRA_PP_STAGES", n == 1 ? "1" : "2", 1);
+        int32_t host[T][BR], fed[T][BR];
+        decode_rows(0, host);
+        decode_rows(1, fed);
+        for (int i = 0; i < T; i++)
+            for (int b = 0; b < BR; b++)
+                if (host[i][b] != fed[i][b])
+                    fail_msg("N=%d step %d row %d: %d fed by the host, %d fed on the device", n, i, b, host[i][b],
+                             fed[i][b]);
+    }
+    clear_doors();
+}
+
 /* A producer that fails: its pending says why; the fed step behind it completes (it embedded whatever the
  * slot held) and a host-fed redo puts the sequence back on track. */
 static void test_a_failed_producer_does_not_stall_the_fed_step(void **state)
@@ -265,6 +318,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fed_steps_give_the_host_fed_tokens_at_every_placement),
+        cmocka_unit_test(test_fed_steps_of_several_rows_embed_each_row_from_its_sequence),
         cmocka_unit_test(test_a_failed_producer_does_not_stall_the_fed_step),
         cmocka_unit_test(test_a_fed_step_after_a_step_with_other_logits_is_refused),
         cmocka_unit_test(test_misused_fed_steps_are_refused_with_a_message),
