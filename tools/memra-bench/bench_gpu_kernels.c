@@ -16,8 +16,9 @@
  * so the rows against a default (f32 x) run show what 16-bit activations save (at B = 1, mostly nothing next
  * to the weights). With --attention: the decode attention kernel (krn_cuda_attention_ws_async) instead, on the
  * 8B shape (32 / 8 heads, head_dim 128) per KV cache type (f32, bf16), B (1, 4) and context (64 .. 16384 keys):
- * KV bytes per call, us, GB/s and % HBM (bench_gpu_att.c; honours --iters, --hbm, --device, --pdl). Reports only;
- * asserts nothing. */
+ * KV bytes per call, us, GB/s and % HBM (bench_gpu_att.c; honours --iters, --hbm, --device, --pdl). With --read:
+ * what this GPU's HBM streams now, a read-only kernel and a device-to-device copy over 4 GiB (cuda/hbm.cu), the
+ * denominator P2 can be quoted against within one run. Reports only; asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
 #include "cuda/chain.h"
+#include "cuda/hbm.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
 
@@ -50,7 +52,7 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS] [--x-type f32|f16|bf16] [--attention]\n"
+               "                               [--chain LAYERS] [--x-type f32|f16|bf16] [--attention] [--read]\n"
                "  --attention instead: decode attention (krn_cuda_attention_ws_async), 8B shape (32/8 heads,\n"
                "              head_dim 128, out f32), f32/bf16 caches, B = 1, 4, context 64..16384 keys: KV MB,\n"
                "              us, GB/s, %% HBM per call (uses --iters, --hbm, --device, --pdl; MEMRA_CUDA_ATT_CHUNK)\n"
@@ -61,6 +63,9 @@ static void gk_usage(FILE *f) {
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
+               "  --read      instead: this GPU's HBM bandwidth now (a 4 GiB buffer streamed by a read-only kernel\n"
+               "              with 4 and 8 loads in flight a thread, and by a device-to-device copy), best and\n"
+               "              median of --iters passes: the same-run denominator for P2 (cuda/hbm.cu)\n"
                "  --device D  CUDA device ordinal (default 0)\n"
                "  --pdl       launch with programmatic dependent launch (MEMRA_PDL's path: each GEMV's first\n"
                "              weight loads overlap the previous launch's tail, as in a decode step)\n"
@@ -405,6 +410,35 @@ out:
     return rc;
 }
 
+/* ---- --read: what HBM streams on this GPU now (cuda/hbm.cu), so P2 and the GEMV rows can be quoted against a
+ * number of the same run as well as against --hbm */
+static int gk_read_table(int dev, int passes, double hbm) {
+    struct cudaDeviceProp prop;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        fprintf(stderr, "gpu-kernels --read: no CUDA device %d\n", dev);
+        return 2;
+    }
+    const size_t bytes = (size_t)4 << 30;
+    static const char *names[] = {"read, 4 x 16 B in flight a thread", "read, 8 x 16 B in flight a thread",
+                                  "copy d2d (read + written)"};
+    printf("gpu-kernels --read: %s (sm_%d%d, %d SMs, L2 %d MB), buffer %zu MB, %d passes a row, HBM ref %.0f GB/s\n",
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, bytes >> 20,
+           passes < 3 ? 3 : passes, hbm);
+    printf("%-36s %6s %10s %12s %8s\n", "how", "grid", "best GB/s", "median GB/s", "% HBM");
+    for (int k = 0; k < 3; k++) {
+        bench_hbm_result r = {0};
+        dev_err err = {0};
+        if (bench_hbm_run(k, bytes, passes < 3 ? 3 : passes, &r, &err) != 0) {
+            fprintf(stderr, "gpu-kernels --read: %s\n", err.msg);
+            return 1;
+        }
+        printf("%-36s %6d %10.1f %12.1f %7.1f%%\n", names[k], r.grid, r.best_gbs, r.median_gbs,
+               100.0 * r.best_gbs / hbm);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* ---- --chain: the P2 experiment (cuda/chain.cu): what the GEMVs of a step stream at without kernel
  * boundaries, and what a grid barrier between dependent matrices costs ---- */
 static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_mode) {
@@ -436,7 +470,7 @@ static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_
 }
 
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1, att = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1, att = 0, rd = 0;
     int set_b = 0, set_xt = 0, set_hbm = 0; /* options only some tables take */
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
@@ -448,6 +482,9 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--gemm")) {
             gemm = 1;
             continue;
+        } else if (!strcmp(a, "--read")) {
+            rd = 1;
+            continue; /* takes no value */
         } else if (!strcmp(a, "--attention")) {
             att = 1;
             continue; /* takes no value */
@@ -495,26 +532,29 @@ int bench_gpu_kernels(int argc, char **argv) {
         fprintf(stderr, "gpu-kernels: --chain-mode %d needs --chain LAYERS\n", chain_mode);
         return 2;
     }
-    if (att + gemm + (chain != 0) > 1) {
-        fprintf(stderr, "gpu-kernels: --attention, --gemm and --chain are tables of their own: one at a time\n");
+    if (att + gemm + rd + (chain != 0) > 1) {
+        fprintf(stderr, "gpu-kernels: --attention, --gemm, --read and --chain are tables of their own: one at a time\n");
         gk_usage(stderr);
         return 2;
     }
     /* what each table takes: the GEMV rows everything; --attention no --batch / --x-type (it sweeps B, its x is
      * q); --chain (bf16, B = 1, PDL launches in mode 0) and --gemm (it sweeps B) none of them, nor --hbm for --gemm */
-    const char *unused = att && (set_b || set_xt) ? "--batch and --x-type"
+    const char *unused = (att || rd) && (set_b || set_xt) ? "--batch and --x-type"
+                         : rd && pdl                    ? "--pdl"
                          : chain && (set_b || set_xt || pdl) ? "--batch, --x-type and --pdl"
                          : gemm && (set_b || set_xt || pdl || set_hbm) ? "--batch, --x-type, --pdl and --hbm"
                                                                          : NULL;
     if (unused) {
-        fprintf(stderr, "gpu-kernels: %s do not apply to the %s table\n", unused,
-                att ? "--attention" : chain ? "--chain" : "--gemm");
+        fprintf(stderr, "gpu-kernels: %s %s not apply to the %s table\n", unused, strstr(unused, " and ") ? "do" : "does",
+                att ? "--attention" : rd ? "--read" : chain ? "--chain" : "--gemm");
         return 2;
     }
     if (att)
         return bench_gpu_att(dev, iters, hbm, pdl);
     if (gemm)
         return gk_gemm_table(dev, iters);
+    if (rd)
+        return gk_read_table(dev, iters, hbm);
     if (chain)
         return gk_chain_table(dev, chain, iters, hbm, chain_mode);
     int n = 0;
