@@ -19,8 +19,8 @@
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
- *                                      step, then feed_ev[seq]), read by stage 0's stream (the embed) after
- *                                      waiting it */
+ *                                      step, by its argmax or a copy, then feed_ev[seq]), read by stage 0's
+ *                                      stream (the embed) after waiting it */
 #ifndef ACT_PP_INTERNAL_H
 #define ACT_PP_INTERNAL_H
 
@@ -210,8 +210,9 @@ static inline const void *pp_result_src(const act_pp *rt, const pp_rec *rec, con
     return rec->argmax ? (const void *)((const float *)d + (size_t)rec->out_rows * (size_t)rt->n_vocab) : d;
 }
 /* ACT_LOGITS_ARGMAX: enqueue each row's argmax over the logits at d into its int32 slot (pp_result_src) on
- * s, after the head on the same stream; 0 and nothing enqueued for the other modes. */
-int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, dev_err *err);
+ * s, after the head on the same stream, and into dup[b] too when dup is not NULL (a fed runtime's token slots);
+ * 0 and nothing enqueued for the other modes. */
+int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err);
 
 /* Steps in flight through the stage actors: add delta (the submitter +1, the readback actor -1 when a step is
  * done; waiters in act_pp_drain are woken) and return the new count. [inflight_lock] */

@@ -192,11 +192,27 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     return 0;
 }
 
+/* The last stage, an ARGMAX step of a feeding runtime: the slots its argmax can write itself, or NULL. When this
+ * stage is on stage 0's device and the rows' sequences follow one another, their slots are one run
+ * (feed_tok + seq[0], feed_tok is indexed by sequence): krn_argmax_dup_async writes the tokens there as well,
+ * and no copy op sits behind the kernel. */
+static int32_t *feed_dup(const pp_stage *st, const pp_rec *rec)
+{
+    const act_pp *rt = st->rt;
+    if (!rt->feed_on || !rec->argmax || rec->out_rows == 0 || rt->stage[0].dev != st->dev)
+        return NULL;
+    for (int b = 1; b < rec->out_rows; b++)
+        if (rec->seq[b] != rec->seq[b - 1] + 1)
+            return NULL;
+    return rt->feed_tok + rec->seq[0];
+}
+
 /* The last stage, an ARGMAX step of a feeding runtime: each row's token into its sequence's slot on stage 0's
- * device (rows in order: the last row of a sequence wins), then its sequence's feed_ev, which that sequence's
- * next fed step waits. Every row's event is recorded even after a failed copy, so no wait can pass a copy
- * still in flight (the step fails; the fed step behind it reads what the slot holds). */
-static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_err *err)
+ * device (rows in order: the last row of a sequence wins; already there when the argmax wrote them, `dup`),
+ * then its sequence's feed_ev, which that sequence's next fed step waits. Every row's event is recorded even
+ * after a failed copy, so no wait can pass a copy still in flight (the step fails; the fed step behind it reads
+ * what the slot holds). */
+static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, int dup, dev_err *err)
 {
     act_pp *rt = st->rt;
     const int32_t *tok = pp_result_src(rt, rec, logits_d);
@@ -205,8 +221,9 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, dev_
     for (int b = 0; b < rec->out_rows; b++) {
         int32_t *slot = rt->feed_tok + rec->seq[b];
         /* ordered after stage 0's last read of this slot (an earlier fed step's embed): this step
-         * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream */
-        if (r == 0)
+         * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream;
+         * the argmax's own writes (dup) sit at the same place on this stream */
+        if (r == 0 && !dup)
             r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))
                               : dev_copy_peer_async(st->stream, slot, d0, tok + b, st->dev, sizeof(int32_t));
         const int re = dev_event_record_async(rt->feed_ev[rec->seq[b]], st->stream);
@@ -225,19 +242,20 @@ static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
         if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
             return err->code;
         const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
+        int32_t *dup = feed_dup(st, rec);
         if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)) ||
-            (r = pp_argmax_async(rt, rec, st->stream, rec->logits_d, err)))
+            (r = pp_argmax_async(rt, rec, st->stream, rec->logits_d, dup, err)))
             return r;
-        return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, err) : 0;
+        return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, dup != NULL, err) : 0;
     }
     return 0;
 }
 
-int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, dev_err *err)
+int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err)
 {
     if (!rec->argmax || rec->out_rows == 0)
         return 0;
-    int r = krn_argmax_async(s, (int32_t *)pp_result_src(rt, rec, d), d, rec->out_rows, rt->n_vocab);
+    int r = krn_argmax_dup_async(s, (int32_t *)pp_result_src(rt, rec, d), dup, d, rec->out_rows, rt->n_vocab);
     return r ? dev_err_set(err, r, "step: argmax of %d rows of logits failed", rec->out_rows) : 0;
 }
 

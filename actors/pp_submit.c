@@ -130,7 +130,7 @@ static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float
         const size_t lb = pp_result_bytes(rt, rec);
         const void *src = pp_result_src(rt, rec, rt->ref_logits_d);
         if ((r = mdl_forward_head_async(rt->model, rt->ref_scratch, s, xh, rt->ref_logits_d, rec->out_rows, err)) ||
-            (r = pp_argmax_async(rt, rec, s, rt->ref_logits_d, err)) || (r = dev_copy_d2h_async(s, rt->ref_host, src, lb)))
+            (r = pp_argmax_async(rt, rec, s, rt->ref_logits_d, NULL, err)) || (r = dev_copy_d2h_async(s, rt->ref_host, src, lb)))
             return r;
         if ((r = dev_stream_sync(s, err)) != 0)
             return r;

@@ -327,9 +327,17 @@ int krn_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int
 
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
 {
+    return krn_argmax_dup_async(s, out, NULL, x, B, n);
+}
+
+int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n)
+{
     if (!s || !out || !x || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    DISPATCH(s, argmax, out, x, B, n);
+    const size_t db = (size_t)B * sizeof *dup;
+    if (dup && (!krn_bytes_disjoint(dup, db, out, db) || !krn_bytes_disjoint(dup, db, x, (size_t)B * n * sizeof *x)))
+        return MEMRA_E_INVAL; /* dup is written while out's and x's bytes are still in use */
+    DISPATCH(s, argmax, out, dup, x, B, n);
 }
 
 int krn_set_pdl(int on)

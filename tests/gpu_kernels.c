@@ -638,7 +638,8 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
     cuda_ref_rand_floats(q, nq);
     cuda_ref_rand_floats(kc, nc);
     cuda_ref_rand_floats(vc, nc);
-    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc), *dv = dupload(vc, sizeof(float) * nc);
+    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(kc, sizeof(float) * nc);
+    float *dv = dupload(vc, sizeof(float) * nc);
     int32_t *ds = dupload(seq, sizeof seq), *dp[NCALL];
     float *dout[NCALL];
     const krn_kv_cache c = {dk, dv, KRN_F32};
@@ -790,18 +791,22 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
                 expect[3] = i;
         float *dx = dupload(x, sizeof(float) * t);
         int32_t *d1 = dalloc(sizeof(int32_t) * B), *d2 = dalloc(sizeof(int32_t) * B);
-        int32_t h1[6], h2[6];
+        int32_t *d3 = dalloc(sizeof(int32_t) * B);
+        int32_t h1[6], h2[6], h3[6];
         dev_err err = {0};
-        assert_int_equal(krn_cuda_argmax_async(g_s1, d1, dx, B, n, &err), 0);
-        assert_int_equal(krn_cuda_argmax_async(g_s2, d2, dx, B, n, &err), 0);
+        dfill(d3, 0x7F, sizeof(int32_t) * B);
+        assert_int_equal(krn_cuda_argmax_async(g_s1, d1, NULL, dx, B, n, &err), 0);
+        assert_int_equal(krn_cuda_argmax_async(g_s2, d2, d3, dx, B, n, &err), 0); /* d3: the second destination */
         sync_both();
         download(h1, d1, sizeof h1);
         download(h2, d2, sizeof h2);
+        download(h3, d3, sizeof h3);
         TWICE_CHECK("argmax", h1, h2, 6);
+        TWICE_CHECK("argmax's second destination", h2, h3, 6);
         for (int b = 0; b < B; b++)
             if (h1[b] != expect[b])
                 fail_msg("argmax n=%d row %d = %d, expected %d", n, b, h1[b], expect[b]);
-        cudaFree(dx); cudaFree(d1); cudaFree(d2);
+        cudaFree(dx); cudaFree(d1); cudaFree(d2); cudaFree(d3);
         free(x);
     }
 }

@@ -232,12 +232,14 @@ static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **s
     for (int i = 0; i < B * N; i++)
         assert_true(z[i] == (y[i] + bias[i % N]) + u[i]);
     const float x[4 * 4] = { 1, 3, 3, 2, -5, NAN, -1, -1, NAN, -INFINITY, NAN, -INFINITY, NAN, NAN, -INFINITY, -3 };
-    int32_t am[4];
-    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, x, 4, 4 });
+    int32_t am[4], dup[4] = { 9, 9, 9, 9 };
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, NULL, x, 4, 4 });
     assert_int_equal(am[0], 1); /* ties -> lowest index */
     assert_int_equal(am[1], 2); /* NaN never wins */
     assert_int_equal(am[2], -1); /* nothing above -inf */
     assert_int_equal(am[3], 3);
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, dup, x, 4, 4 }); /* a second destination: the same indices */
+    assert_memory_equal(dup, am, sizeof am);
     free(g);
     free(u);
     free(bias);
@@ -469,6 +471,8 @@ static void test_bad_shapes_are_refused_before_enqueue(void **state)
     assert_int_equal(krn_attention_async(s, buf, buf, &kv, ib, ib, 1, 4, 2, 8, 4), MEMRA_E_INVAL);
     assert_int_equal(krn_kv_store_async(s, &kv, buf, buf, ib, ib, 1, 16, 4), MEMRA_E_INVAL);
     assert_int_equal(krn_argmax_async(NULL, ib, buf, 1, 4), MEMRA_E_INVAL);
+    assert_int_equal(krn_argmax_dup_async(s, ib, ib, buf, 2, 4), MEMRA_E_INVAL);             /* dup over out */
+    assert_int_equal(krn_argmax_dup_async(s, ib + 2, (int32_t *)buf + 4, buf, 2, 4), MEMRA_E_INVAL); /* in x */
     assert_int_equal(dev_stream_sync(s, &err), 0); /* nothing was enqueued, nothing failed */
     dev_stream_destroy(s);
     dev_free(d, buf);

@@ -113,5 +113,7 @@ void krn_cpu_argmax(const krn_cpu_argmax_args *a)
             if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]))
                 best = i;
         a->out[b] = x[best] > -INFINITY ? best : -1;
+        if (a->dup)
+            a->dup[b] = a->out[b];
     }
 }

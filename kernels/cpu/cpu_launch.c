@@ -168,12 +168,14 @@ int krn_cpu_add_async(dev_stream *s, float *y, const float *x, int B, int n)
     return dev_launch_cpu_async(s, "add", run_add, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n)
 {
-    krn_cpu_argmax_args a = { out, x, B, n };
+    krn_cpu_argmax_args a = { out, dup, x, B, n };
     acc_list l = { .n = 0 };
     acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, out, I32B(B), DEV_WRITE);
+    if (dup)
+        acc_add(&l, dup, I32B(B), DEV_WRITE);
     return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
 }
 

@@ -39,8 +39,9 @@ typedef struct krn_cpu_attention_args {
 typedef struct krn_cpu_swiglu_args { void *y; const float *gate, *up; int B, n; int yt; } krn_cpu_swiglu_args;
 /* y (B, n) += a (B, n) */
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
-/* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf */
-typedef struct krn_cpu_argmax_args { int32_t *out; const float *x; int B, n; } krn_cpu_argmax_args;
+/* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf; dup (may be
+ * NULL) gets the same indices */
+typedef struct krn_cpu_argmax_args { int32_t *out, *dup; const float *x; int B, n; } krn_cpu_argmax_args;
 /* y (B, n_in) = rows tokens[b] of table (n_out rows of row_bytes bytes of `type`) dequantized; zeros for a token
  * outside [0, n_out) */
 typedef struct krn_cpu_embed_rows_args {
@@ -85,7 +86,7 @@ int krn_cpu_attention_t_async(dev_stream *s, void *out, int out_t, const float *
                               int n_ctx);
 int krn_cpu_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
-int krn_cpu_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n);
 /* declares the WHOLE table (the row read depends on the device-side tokens), tokens and y */
 int krn_cpu_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
 

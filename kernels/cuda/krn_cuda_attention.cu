@@ -151,7 +151,8 @@ static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float 
  * (nc <= ATT_FUSE_MAX_NC: eight a lane): M = max m_c (exact in any order); e_c = e^(m_c - M) into es[g][c]; Ls as
  * krn_block_sum forms it in the combine (thread c's fmaf(l_c, e_c, 0), each 32 chunks' butterfly, those added in
  * order from 0; its empty warps add zeros, exactly). Then each (head, dim) pair sums o_c[d] e_c over c in order
- * (the combine's tile walk), eight loads in flight. ws through L2 (ld.global.cg): other blocks of this grid wrote it. */
+ * (the combine's tile walk), eight loads in flight. ws through L2 (ld.global.cg): other blocks of this grid
+ * wrote it. */
 #define ATT_FUSE_MAX_NC 256 /* chunks the fused merge takes (es is the chunk kernel's sc: ATT_G x 256) */
 template <int OT>
 static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict__ out, const float *ws, int p, int b,
@@ -477,8 +478,8 @@ static int att_pf(void) {
 
 /* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
  * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT. A merge in one block per (row, head group) reads
- * all of its heads' partials alone, so at many chunks the combine kernel's wider grid (a block per head, not per group of
- * up to 4) can win. */
+ * all of its heads' partials alone, so once rows span chunks the combine kernel's wider grid (a block per head,
+ * not per group of up to 4) wins (run 119). */
 static int att_fuse(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};

@@ -397,8 +397,8 @@ static __device__ __forceinline__ void am_merge(float *v, int *i, float ov, int 
     }
 }
 
-__global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict__ out, const float *__restrict__ x,
-                                                             int n, int vec) {
+__global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict__ out, int32_t *__restrict__ dup,
+                                                             const float *__restrict__ x, int n, int vec) {
     krn_pdl_enter();
     __shared__ float sv[AM_THREADS / KRN_WARP];
     __shared__ int si[AM_THREADS / KRN_WARP];
@@ -449,15 +449,19 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
     if (threadIdx.x == 0) {
         for (int w = 1; w < AM_THREADS / KRN_WARP; w++)
             am_merge(&bv, &bi, sv[w], si[w]);
-        out[blockIdx.x] = bi != INT32_MAX && bv > -INFINITY ? bi : -1; /* nothing above -inf: -1 */
+        const int r = bi != INT32_MAX && bv > -INFINITY ? bi : -1; /* nothing above -inf: -1 */
+        out[blockIdx.x] = r;
+        if (dup)
+            dup[blockIdx.x] = r;
     }
 }
 
-extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, const float *x, int B, int n, dev_err *err) {
+extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *dup, const float *x, int B, int n,
+                                     dev_err *err) {
     int rc;
     if (!ew_check(err, &rc, "krn_cuda_argmax", B, n, out, x, x))
         return rc;
     const int vec = n % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    krn_launch(argmax_kernel, (unsigned)B, AM_THREADS, 0, (cudaStream_t)cuda_stream, out, x, n, vec);
+    krn_launch(argmax_kernel, (unsigned)B, AM_THREADS, 0, (cudaStream_t)cuda_stream, out, dup, x, n, vec);
     return krn_cuda_launch_check(err, "krn_cuda_argmax");
 }
