@@ -624,7 +624,8 @@ static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void *
  * chunk and many (tickets of rows of one chunk untouched, of others counted up to 63 and reset; 32 and 33 chunks:
  * Ls's butterflies over one and two groups of 32, as the combine's warps), GQA 12 / 2 (two head groups of 3, a
  * ticket each), hd 128; the tickets are zero after them. The merge is fused only under MEMRA_CUDA_ATT_FUSE (ctest
- * gpu_kernels_att_fuse, tests/gpu.cmake); by default both sides take the combine kernel. */
+ * gpu_kernels_att_fuse, tests/gpu.cmake); by default both sides take the combine kernel. The fused-call counter
+ * says which ran. */
 static void test_attention_fused_merge_reuses_its_tickets(void **state) {
     (void)state;
     enum { B = 3, NCALL = 5 };
@@ -653,11 +654,16 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
         dfill(dout[i], 0xFF, sizeof(float) * nq);
     }
     dev_err err = {0};
+    const uint64_t fused0 = krn_cuda_attention_fused_count();
     for (int i = 0; i < NCALL; i++) /* ordered by g_s1: each call's tickets are back to zero before the next's */
         if (krn_cuda_attention_ws_async(g_s1, dout[i], KRN_F32, dq, &c, ds, dp[i], B, nh, nkv, hd, n_ctx, ws, wb,
                                         &err))
             fail_msg("attention call %d: %s", i, err.msg);
     CK(cudaStreamSynchronize(g_s1));
+    /* liveness: under MEMRA_CUDA_ATT_FUSE (63 chunks here: 64 or 256) every call fused its merge, else none did */
+    const char *fz = getenv("MEMRA_CUDA_ATT_FUSE");
+    const int fusing = fz && (!strcmp(fz, "64") || !strcmp(fz, "256"));
+    assert_int_equal(krn_cuda_attention_fused_count() - fused0, fusing ? NCALL : 0);
     for (int i = 0; i < NCALL; i++) {
         download(got, dout[i], sizeof(float) * nq);
         float *want = run_attention(g_s1, q, kc, vc, seq, poss[i], B, nh, nkv, hd, n_seq, n_ctx);

@@ -104,6 +104,9 @@ int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, cons
 int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c,
                                 const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
                                 int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
+/* Liveness counter: attention calls whose merge ran fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE) since the
+ * process started, all streams. */
+uint64_t krn_cuda_attention_fused_count(void);
 
 /* y (B, n) = silu(gate) * up, y of activation type yt (a 16-bit y must not overlap gate or up) */
 int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const float *gate, const float *up, int B, int n,

@@ -30,7 +30,7 @@
  * out is of an activation type OT (f32, f16, bf16): both stores of a result (the chunk kernel's for a row of
  * one chunk, the combine's) round the f32 value o / l to OT (krn_act_of); the workspace stays f32. So a 16-bit
  * out holds the f32 out's values rounded to nearest even.
- * Shared mutable state: none. */
+ * Shared mutable state: att_fused_calls (process-wide, relaxed atomic: a count, ordering nothing). */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
 
@@ -146,6 +146,13 @@ static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float 
     return k;
 }
 
+/* The workspace's partials of row b, head h (the chunk kernel writes them, the merge reads them): chunk c's o_c
+ * (hd floats), m_c and l_c at att_ws_head(...) + c * (hd + 2). */
+template <typename F>
+static __device__ __forceinline__ F *att_ws_head(F *ws, int b, int h, int n_head, int n_split, int hd) {
+    return ws + ((size_t)b * n_head + h) * n_split * (size_t)(hd + 2);
+}
+
 /* The fused merge (att_chunk_kernel's last block of row b's head group h0 .. h0 + gn - 1): the combine kernel's
  * arithmetic, operand for operand, in fewer round trips. Warp g (head g) loads every chunk's m_c and l_c at once
  * (nc <= ATT_FUSE_MAX_NC: eight a lane): M = max m_c (exact in any order); e_c = e^(m_c - M) into es[g][c]; Ls as
@@ -162,7 +169,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
     const int nc = p / ck + 1, stride = hd + 2;
     const int lane = threadIdx.x % KRN_WARP, g = threadIdx.x / KRN_WARP;
     if (g < gn) {
-        const float *w0 = ws + ((size_t)b * n_head + h0 + g) * n_split * (size_t)stride;
+        const float *w0 = att_ws_head(ws, b, h0 + g, n_head, n_split, hd);
         float mv[8], lv[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -193,7 +200,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
     __syncthreads(); /* publishes es[][] and ls[] */
     for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
         const int gg = e / hd, d = e - gg * hd;
-        const float *wd = ws + ((size_t)b * n_head + h0 + gg) * n_split * (size_t)stride + d;
+        const float *wd = att_ws_head(ws, b, h0 + gg, n_head, n_split, hd) + d;
         float o = 0.0f;
         int c = 0;
         for (; c + 8 <= nc; c += 8) {
@@ -379,7 +386,7 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
         if (ws == NULL || p < ck) {
             out[((size_t)b * n_head + h) * hd + d] = krn_act_of<OT>(o / l);
         } else {
-            float *w = ws + (((size_t)b * n_head + h) * n_split + c) * (size_t)(hd + 2);
+            float *w = att_ws_head(ws, b, h, n_head, n_split, hd) + (size_t)c * (hd + 2);
             w[d] = o;
             if (d == 0) {
                 w[hd] = m_sh[g];
@@ -429,7 +436,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
     const int stride = hd + 2;
-    const float *w0 = ws + ((size_t)b * n_head + h) * n_split * (size_t)stride;
+    const float *w0 = att_ws_head(ws, b, h, n_head, n_split, hd);
     float M = -INFINITY;
     for (int c = threadIdx.x; c < nc; c += ATT_THREADS)
         M = fmaxf(M, w0[(size_t)c * stride + hd]);
@@ -467,6 +474,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     if (threadIdx.x < hd)
         out[((size_t)b * n_head + h) * hd + threadIdx.x] = krn_act_of<OT>(o / Ls);
+}
+
+static uint64_t att_fused_calls = 0; /* krn_cuda_attention_fused_count */
+extern "C" uint64_t krn_cuda_attention_fused_count(void) {
+    return __atomic_load_n(&att_fused_calls, __ATOMIC_RELAXED);
 }
 
 /* MEMRA_CUDA_NO_ATT_PREFETCH=1: no L2 prefetch before the PDL wait (the A/B knob; same bits either way). */
@@ -643,6 +655,8 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
     att_chunk_launch(c, B, st, out, out_t, part, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
                      ck, fuse ? (unsigned *)ws : NULL);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
+    if (rc == 0 && fuse)
+        __atomic_fetch_add(&att_fused_calls, 1, __ATOMIC_RELAXED);
     if (rc == 0 && !fuse) {
         att_combine_launch(out_t, dim3((unsigned)n_head, (unsigned)B), st, out, part, pos, n_head, head_dim, n_ctx,
                            n_split, ck);

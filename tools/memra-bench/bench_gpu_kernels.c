@@ -412,7 +412,8 @@ out:
 
 /* ---- --read: what HBM streams on this GPU now (cuda/hbm.cu), so P2 and the GEMV rows can be quoted against a
  * number of the same run as well as against --hbm */
-static int gk_read_table(int dev, int passes, double hbm) {
+static int gk_read_table(int dev, int iters, double hbm) {
+    const int passes = iters < 3 ? 3 : iters; /* bench_hbm_run's median needs 3 */
     struct cudaDeviceProp prop;
     if (cudaSetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
         fprintf(stderr, "gpu-kernels --read: no CUDA device %d\n", dev);
@@ -422,13 +423,13 @@ static int gk_read_table(int dev, int passes, double hbm) {
     static const char *names[] = {"read, 4 x 16 B in flight a thread", "read, 8 x 16 B in flight a thread",
                                   "copy d2d (read + written)"};
     printf("gpu-kernels --read: %s (sm_%d%d, %d SMs, L2 %d MB), buffer %zu MB, %d passes a row, HBM ref %.0f GB/s\n",
-           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, bytes >> 20,
-           passes < 3 ? 3 : passes, hbm);
+           prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, bytes >> 20, passes,
+           hbm);
     printf("%-36s %6s %10s %12s %8s\n", "how", "grid", "best GB/s", "median GB/s", "% HBM");
     for (int k = 0; k < 3; k++) {
         bench_hbm_result r = {0};
         dev_err err = {0};
-        if (bench_hbm_run(k, bytes, passes < 3 ? 3 : passes, &r, &err) != 0) {
+        if (bench_hbm_run(k, bytes, passes, &r, &err) != 0) {
             fprintf(stderr, "gpu-kernels --read: %s\n", err.msg);
             return 1;
         }
