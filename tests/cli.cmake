@@ -83,16 +83,18 @@ memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/sp
 memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH} 2)
 # memra-bench pp-scaling with device-fed steps (warm-up token + fed step, then each next step fed on the device):
-# PP-2 decodes the tokens PP-1 does; --kernel-trace is refused on the CPU backend (or in a build without CUPTI)
+# PP-2 decodes the tokens PP-1 does, and host, device and fed greedy decode the same tokens; --kernel-trace is refused on the CPU backend (or in a build without CUPTI)
 memra_cli(cli_bench_pp_scaling_fed_same_tokens unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --seqs 2 --tokens 6 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_fed_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
-# --ctx sizes the KV cache: one position short of what --prompt, --tokens and the fed step need is refused up front,
+memra_cli(cli_bench_pp_scaling_fed_equals_host unit sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_fed_equals_host.sh
+          $<TARGET_FILE:memra-bench> ${TINY})
+# --ctx sizes the KV cache: one position short of what --prompt, --tokens and the two warm-up steps need is refused up front,
 # naming the count; exactly enough runs (its last timed token sits in the cache's last position)
 memra_cli(cli_bench_pp_scaling_ctx_too_small_refused unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY}
           --stages 2 --seqs 2 --tokens 4 --prompt 8 --ctx 13 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_ctx_too_small_refused PROPERTIES PASS_REGULAR_EXPRESSION
-  "--prompt 8 and --tokens 4 with --device-argmax 2 need 14 positions per sequence. the KV cache holds 13 .--ctx N sets it.")
+  "--prompt 8 and --tokens 4 need 14 positions per sequence .2 warm-up steps.. the KV cache holds 13 .--ctx N sets it.")
 memra_cli(cli_bench_pp_scaling_ctx_exactly_enough unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY}
           --stages 2 --seqs 2 --tokens 4 --prompt 8 --ctx 14 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_ctx_exactly_enough PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")

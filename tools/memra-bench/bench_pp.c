@@ -119,10 +119,10 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
         fprintf(stderr, "memra-bench pp-scaling: %s\n", err.msg);
         return 2;
     }
-    const int need = prompt + 1 + feed + T; /* positions 0 .. the last timed token's */
+    const int need = prompt + 2 + T; /* positions 0 .. the last timed token's */
     if (need > act_pp_n_ctx(rt)) {
-        fprintf(stderr, "memra-bench pp-scaling: --prompt %d and --tokens %d%s need %d positions per sequence; the KV "
-                        "cache holds %d (--ctx N sets it)\n", prompt, T, feed ? " with --device-argmax 2" : "", need,
+        fprintf(stderr, "memra-bench pp-scaling: --prompt %d and --tokens %d need %d positions per sequence (2 warm-up "
+                        "steps); the KV cache holds %d (--ctx N sets it)\n", prompt, T, need,
                 act_pp_n_ctx(rt));
         act_pp_destroy(rt);
         return 2;
@@ -152,11 +152,13 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
     int32_t seq_ids[64];
     for (int s = 0; s < S; s++)
         seq_ids[s] = s;
-    /* warm-up, untimed: one decode step per sequence, and with feed one fed step after it, so the timed loop sees
-     * steady state (with MEMRA_PP_GRAPH the first B = 1 step of each kind captures and instantiates each stage's
-     * graph: milliseconds that are not a step's cost; pools grow to their working size) */
+    /* warm-up, untimed: two decode steps per sequence, the second fed with feed, so the timed loop sees steady
+     * state (with MEMRA_PP_GRAPH the first B = 1 step of each kind captures and instantiates each stage's graph:
+     * milliseconds that are not a step's cost; pools grow to their working size). Two in every mode, so the timed
+     * window is the same positions and the token hash can be compared across --device-argmax 0, 1 and 2. */
     for (int s = 0; s < S && rc == 0; s++) {
-        for (int fed = 0; fed <= feed && rc == 0; fed++) {
+        for (int w = 0; w < 2 && rc == 0; w++) {
+            const int fed = feed && w == 1;
             if ((rc = fed ? submit_fed(rt, &seq_ids[s], pos[s], &pd[s], &err)
                           : submit_token(rt, &tok[s], &seq_ids[s], &pos[s], mode, &pd[s], &err)) == 0)
                 rc = greedy_token(pd[s], dev_argmax, n_vocab, &tok[s], &(uint64_t){0}, &err);
@@ -165,7 +167,7 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
             pos[s]++;
         }
     }
-    const int start = prompt + 1 + feed; /* the first timed position */
+    const int start = prompt + 2; /* the first timed position */
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
     const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
