@@ -129,7 +129,7 @@ struct act_pp {
     int feed_on;
     krn_weight embd_dev;     /* the embedding table on stage 0's device */
     int32_t *feed_tok;       /* (n_seq,) on stage 0's device: each sequence's latest ARGMAX token */
-    dev_event **feed_ev;     /* (n_seq,) on the last stage's device: recorded after a sequence's feed_tok copy */
+    dev_event **feed_ev;     /* (n_seq,) on the last stage's device: recorded after a sequence's feed_tok write */
     uint64_t *feed_src;      /* (n_seq,) submitter: 1 + id of the ARGMAX step that left the sequence's token */
     int N;
     int fence[ACT_PP_MAX_STAGES + 1];

@@ -159,6 +159,16 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
     return staging_done(st, i, err);
 }
 
+/* The end of the run of rows from b0 whose sequences follow one another (seq[b] == seq[b - 1] + 1): their slots in
+ * feed_tok, which is indexed by sequence, are then one contiguous run. */
+static int seq_run_end(const int32_t *seq, int b0, int n)
+{
+    int b1 = b0 + 1;
+    while (b1 < n && seq[b1] == seq[b1 - 1] + 1)
+        b1++;
+    return b1;
+}
+
 /* Stage 0, a fed step: wait on its stream for each row's sequence's token (feed_ev[seq]; the FEED message that
  * let this step out of the queue says its producers' records are enqueued, and no later record of those
  * sequences can be: their later steps queue behind this one), upload [pos | seq] only and embed the rows on the
@@ -182,8 +192,7 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     if ((r = staging_done(st, i, err)) != 0)
         return r;
     for (int b0 = 0, b1; b0 < rec->B; b0 = b1) {
-        for (b1 = b0 + 1; b1 < rec->B && rec->seq[b1] == rec->seq[b1 - 1] + 1; b1++)
-            ;
+        b1 = seq_run_end(rec->seq, b0, rec->B);
         float *y = (float *)st->frame + (size_t)b0 * (size_t)rt->n_embd;
         if ((r = krn_embed_rows_async(st->stream, y, &rt->embd_dev, rt->feed_tok + rec->seq[b0], b1 - b0)) != 0)
             return dev_err_set(err, r, "stage 0: embedding of fed rows %d..%d failed", b0, b1 - 1);
@@ -199,11 +208,9 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 static int32_t *feed_dup(const pp_stage *st, const pp_rec *rec)
 {
     const act_pp *rt = st->rt;
-    if (!rt->feed_on || !rec->argmax || rec->out_rows == 0 || rt->stage[0].dev != st->dev)
+    if (!rt->feed_on || !rec->argmax || rec->out_rows == 0 || rt->stage[0].dev != st->dev ||
+        seq_run_end(rec->seq, 0, rec->out_rows) != rec->out_rows)
         return NULL;
-    for (int b = 1; b < rec->out_rows; b++)
-        if (rec->seq[b] != rec->seq[b - 1] + 1)
-            return NULL;
     return rt->feed_tok + rec->seq[0];
 }
 

@@ -208,6 +208,9 @@ int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, c
  * zero before the workspace's first use (zero it once when allocating it); every call leaves them zero. */
 #define KRN_ATT_WS_TICKETS 4096
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
+/* The same layout for n_split chunks of any size (the call's own, kernels/cuda): the tickets, then B * n_head *
+ * n_split * (head_dim + 2) floats. */
+size_t krn_attention_ws_split_bytes(int B, int n_head, int head_dim, int n_split);
 
 /* y (B, n) = silu(gate) * up */
 int krn_swiglu_async(dev_stream *s, float *y, const float *gate, const float *up, int B, int n);

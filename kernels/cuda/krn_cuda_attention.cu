@@ -637,8 +637,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
-    const size_t ws_bytes = KRN_ATT_WS_TICKETS * sizeof(unsigned) +
-                            (size_t)B * n_head * n_split * (size_t)(head_dim + 2) * sizeof(float);
+    const size_t ws_bytes = krn_attention_ws_split_bytes(B, n_head, head_dim, n_split);
     const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
     /* fused merge: only with a given workspace (its tickets come zeroed); one ticket per (row, head group) */
     const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse() &&
