@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include "hbm.h"
 #include "bench_cuda.cuh"
+extern "C" {
+#include "../bench.h" /* bench_sort */
+}
 
 #define HBM_THREADS 256
 #define HBM_KEY 0x9e3779b9u /* not the XOR of the buffer's words (0x5a bytes: 0) */
@@ -34,11 +37,6 @@ __global__ void __launch_bounds__(HBM_THREADS)
     }
     if (acc == key) /* never true (the buffer's words XOR to 0, key is not 0), but the compiler cannot know: */
         *sink = acc; /* every load stays */
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 extern "C" int bench_hbm_run(int kind, size_t bytes, int passes, bench_hbm_result *res, dev_err *err) {
@@ -81,7 +79,7 @@ extern "C" int bench_hbm_run(int kind, size_t bytes, int passes, bench_hbm_resul
         if (i >= 0)
             gbs[i] = (double)bytes / (ms * 1e6); /* a copy moves bytes / 2 each way: bytes in all */
     }
-    qsort(gbs, (size_t)passes, sizeof *gbs, cmp_double);
+    bench_sort(gbs, passes);
     res->best_gbs = gbs[passes - 1];
     res->median_gbs = gbs[passes / 2];
 out:
