@@ -37,7 +37,9 @@
 #define ATT_THREADS 256 /* 8 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
 #define ATT_KB 8 /* keys a warp loads at once (scores and values) */
-#define ATT_G 4  /* query heads per block, at most (att_chunk_kernel's selects and att_warp_sum4 take 4) */
+#define ATT_KI 4 /* keys of a batch whose score butterflies run interleaved (a divisor of ATT_KB; 8 costs the 16-bit
+                    * kernel its fourth block an SM) */
+#define ATT_G 4  /* query heads per block, at most (att_chunk_kernel's selects and att_warp_sum4_kb take 4) */
 
 /* Four consecutive cache elements as loaded (16-byte aligned for f32, 8-byte for 16-bit types): a float4, or the
  * four 16-bit elements in a uint2, half the registers while a batch of rows is in flight; kv_wide turns them into
@@ -68,23 +70,21 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_c
     return p < 0 ? 0 : (p >= n_ctx ? n_ctx - 1 : p);
 }
 
-/* Before the PDL wait: the keys [t0, min(t0 + ck, p)) of chunk c of row b, K and V, pulled into L2 with
- * prefetch.global.L2 (a hint: no registers, no effect on any value read later), so the scores' and the
- * values' loads after the wait hit L2 instead of HBM. pos and seq are final here (the stage's frame copy
- * wrote them before the walk's first kernel); rows before p were written by earlier steps or by the
- * predecessor (a prime chunk's own rows): a prefetch of a line being written reads nothing into a result.
- * Key row p, written right now by rope_store, is skipped. */
+/* Before the PDL wait: the keys [t0, min(t0 + ck, p)) of chunk c of row b (at position p, of sequence sb), K and V,
+ * pulled into L2 with prefetch.global.L2 (a hint: no registers, no effect on any value read later), so the scores'
+ * and the values' loads after the wait hit L2 instead of HBM. pos and seq are final before the wait (the stage's
+ * frame copy wrote them before the walk's first kernel, and no kernel writes them), so the chunk kernel reads them
+ * there; rows before p were written by earlier steps or by the predecessor (a prime chunk's own rows): a prefetch
+ * of a line being written reads nothing into a result. Key row p, written right now by rope_store, is skipped. */
 template <typename KV>
-static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, const int32_t *seq,
-                                                    const int32_t *pos, int n_head_kv, int hd, int n_ctx, int ck,
-                                                    int c, int kvh, int b) {
-    const int p = att_pos(pos, b, n_ctx);
+static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, int p, int sb, int n_head_kv, int hd,
+                                                    int n_ctx, int ck, int c, int kvh) {
     const int t0 = c * ck, t1 = min(t0 + ck, p);
     if (t0 >= t1)
         return;
     const int per_line = 128 / (int)sizeof(KV), kv_dim = n_head_kv * hd;
     const int lines = (hd + per_line - 1) / per_line; /* 128-byte lines per key row */
-    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
+    const size_t cache0 = (size_t)sb * n_ctx * kv_dim + (size_t)kvh * hd;
     const int n = (t1 - t0) * lines;
     for (int i = threadIdx.x; i < 2 * n; i += blockDim.x) {
         const int j = i < n ? i : i - n;
@@ -130,20 +130,30 @@ static __device__ __forceinline__ void att_stage_rows(float4 *st, const float *b
 /* Waits for the calling thread's cp.async groups: its staged slots are then readable by it. */
 static __device__ __forceinline__ void att_stage_wait(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
-/* Four butterfly sums at once: lane l returns the total of value (l >> 3) & 3 (v0 in lanes 0-7, v1 in 8-15, v2 in
- * 16-23, v3 in 24-31) after 6 shuffles instead of 20. Each value's additions are krn_warp_sum's, operand for
- * operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group. */
-static __device__ __forceinline__ float att_warp_sum4(float v0, float v1, float v2, float v3, int lane) {
+/* Four butterfly sums for each of KI keys at once: lane l's t[k] is the total of v[k][(l >> 3) & 3] (head 0 in lanes
+ * 0-7, 1 in 8-15, 2 in 16-23, 3 in 24-31), 6 shuffles a key instead of 20. Each value's additions are krn_warp_sum's,
+ * operand for operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group; the
+ * shuffles go level by level across the KI keys, so their dependent chains overlap instead of running key after key
+ * (run 136, all 8 keys of a batch interleaved: the scores phase of the 8B step's attention 4260 -> 3100 cycles, the
+ * same bits; ATT_KI 4 keeps the 16-bit kernel at 64 registers). */
+template <int KI>
+static __device__ __forceinline__ void att_warp_sum4_kb(const float (&v)[KI][ATT_G], float (&t)[KI], int lane) {
+    static_assert(ATT_G == 4, "four heads per butterfly");
     const bool h16 = lane & 16, h8 = lane & 8;
-    float k0 = h16 ? v2 : v0, k1 = h16 ? v3 : v1;
-    k0 += __shfl_xor_sync(0xffffffffu, h16 ? v0 : v2, 16);
-    k1 += __shfl_xor_sync(0xffffffffu, h16 ? v1 : v3, 16);
-    float k = h8 ? k1 : k0;
-    k += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
-    k += __shfl_xor_sync(0xffffffffu, k, 4);
-    k += __shfl_xor_sync(0xffffffffu, k, 2);
-    k += __shfl_xor_sync(0xffffffffu, k, 1);
-    return k;
+    float k0[KI], k1[KI];
+#pragma unroll
+    for (int k = 0; k < KI; k++) {
+        k0[k] = (h16 ? v[k][2] : v[k][0]) + __shfl_xor_sync(0xffffffffu, h16 ? v[k][0] : v[k][2], 16);
+        k1[k] = (h16 ? v[k][3] : v[k][1]) + __shfl_xor_sync(0xffffffffu, h16 ? v[k][1] : v[k][3], 16);
+    }
+#pragma unroll
+    for (int k = 0; k < KI; k++)
+        t[k] = (h8 ? k1[k] : k0[k]) + __shfl_xor_sync(0xffffffffu, h8 ? k0[k] : k1[k], 8);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < KI; k++)
+            t[k] += __shfl_xor_sync(0xffffffffu, t[k], o);
 }
 
 /* The workspace's partials of row b, head h (the chunk kernel writes them, the merge reads them): chunk c's o_c
@@ -223,7 +233,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
  * group. Each head's lane partials, butterflies, key order per warp and warp-order sums are those of the head
  * alone, so a head's bits do not depend on the grouping (tests/gpu_kernels.c). */
 template <typename KV, int OT, int DPL, bool FUSE>
-__global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV) == 4 ? 3 : 4)
+__global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? (FUSE ? 3 : 0) : 4)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
@@ -231,8 +241,14 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
     const int G = n_head / n_head_kv, kvh = blockIdx.x / ngrp, grp = blockIdx.x % ngrp;
     const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
     const int c = blockIdx.y, b = blockIdx.z;
+    /* p and seq[b] before the wait: step inputs, final here (att_prefetch says why), so the wait is followed by the
+     * loads of q and K at once, not by two dependent loads first */
+    const int p = att_pos(pos, b, n_ctx), sb = seq[b];
+    if (c * ck > p)
+        return; /* a chunk past the row's position: its slot is free at once, not after the wait (the grid completes
+                 * only after chunk 0's blocks, which wait) */
     if (pf)
-        att_prefetch(kc, vc, seq, pos, n_head_kv, hd, n_ctx, ck, c, kvh, b);
+        att_prefetch(kc, vc, p, sb, n_head_kv, hd, n_ctx, ck, c, kvh);
     krn_pdl_enter_early(early);
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
@@ -246,13 +262,10 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
-    const int p = att_pos(pos, b, n_ctx);
     const int t0 = c * ck;
-    if (t0 > p)
-        return;
     const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
     const int kv_dim = n_head_kv * hd;
-    const size_t cache0 = (size_t)seq[b] * n_ctx * kv_dim + (size_t)kvh * hd;
+    const size_t cache0 = (size_t)sb * n_ctx * kv_dim + (size_t)kvh * hd;
     const KV *kb = kc + cache0, *vb = vc + cache0;
     const int lane = threadIdx.x % KRN_WARP, warp = threadIdx.x / KRN_WARP;
 
@@ -272,27 +285,34 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
             if (i0 == warp)
                 att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
 #pragma unroll
-        for (int k = 0; k < ATT_KB; k++) {
-            float s[ATT_G];
-            float4 kw[DPL];
+        for (int k0 = 0; k0 < ATT_KB; k0 += ATT_KI) { /* ATT_KI keys' butterflies interleaved */
+            float s[ATT_KI][ATT_G], t[ATT_KI];
 #pragma unroll
-            for (int j = 0; j < DPL; j++)
-                kw[j] = kv_wide<KV>(kr[k][j]);
+            for (int kk = 0; kk < ATT_KI; kk++) {
+                const int k = k0 + kk;
+                float4 kw[DPL];
 #pragma unroll
-            for (int g = 0; g < ATT_G; g++) {
-                s[g] = 0.0f;
+                for (int j = 0; j < DPL; j++)
+                    kw[j] = kv_wide<KV>(kr[k][j]);
 #pragma unroll
-                for (int j = 0; j < DPL; j++) {
-                    s[g] = fmaf(qv[g][j].x, kw[j].x, s[g]);
-                    s[g] = fmaf(qv[g][j].y, kw[j].y, s[g]);
-                    s[g] = fmaf(qv[g][j].z, kw[j].z, s[g]);
-                    s[g] = fmaf(qv[g][j].w, kw[j].w, s[g]);
+                for (int g = 0; g < ATT_G; g++) {
+                    s[kk][g] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < DPL; j++) {
+                        s[kk][g] = fmaf(qv[g][j].x, kw[j].x, s[kk][g]);
+                        s[kk][g] = fmaf(qv[g][j].y, kw[j].y, s[kk][g]);
+                        s[kk][g] = fmaf(qv[g][j].z, kw[j].z, s[kk][g]);
+                        s[kk][g] = fmaf(qv[g][j].w, kw[j].w, s[kk][g]);
+                    }
                 }
             }
-            const float t = att_warp_sum4(s[0], s[1], s[2], s[3], lane);
-            const int i = i0 + ATT_WARPS * k, g = lane >> 3;
-            if ((lane & 7) == 0 && g < gn && i < L)
-                sc[g][i] = t * scale;
+            att_warp_sum4_kb<ATT_KI>(s, t, lane);
+#pragma unroll
+            for (int kk = 0; kk < ATT_KI; kk++) {
+                const int i = i0 + ATT_WARPS * (k0 + kk), g = lane >> 3;
+                if ((lane & 7) == 0 && g < gn && i < L)
+                    sc[g][i] = t[kk] * scale;
+            }
         }
     }
     __syncthreads();
@@ -301,18 +321,23 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
 #pragma unroll
     for (int g = 0; g < ATT_G; g++) {
         m[g] = -INFINITY;
-        if (g < gn) {
+        if (g < gn)
             for (int i = lane; i < L; i += KRN_WARP)
                 m[g] = fmaxf(m[g], sc[g][i]);
-            m[g] = krn_warp_max(m[g]);
-        }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) /* krn_warp_max level by level over the heads (-inf for g >= gn stays -inf) */
+#pragma unroll
+        for (int g = 0; g < ATT_G; g++)
+            m[g] = fmaxf(m[g], __shfl_xor_sync(0xffffffffu, m[g], o));
     /* e = exp(s - m) once per (head, key) for the whole block, instead of once per lane in the values' loop:
      * the sums below read the same floats they computed before, so the bits do not change. */
-    for (int e = threadIdx.x; e < gn * L; e += ATT_THREADS) {
-        const int g = e / L, i = e - g * L;
+    const int lck = __ffs(ck) - 1; /* ck is 64, 128 or 256: (g, i) by shifts, no division */
+    for (int e = threadIdx.x; e < gn << lck; e += ATT_THREADS) {
+        const int g = e >> lck, i = e & (ck - 1);
         static_assert(ATT_G == 4, "m is picked among 4 heads");
-        ex[g][i] = expf(sc[g][i] - (g == 0 ? m[0] : g == 1 ? m[1] : g == 2 ? m[2] : m[3])); /* no local copy of m */
+        if (i < L)
+            ex[g][i] = expf(sc[g][i] - (g == 0 ? m[0] : g == 1 ? m[1] : g == 2 ? m[2] : m[3])); /* no local copy of m */
     }
     __syncthreads(); /* publishes ex[][] */
 #pragma unroll
@@ -376,8 +401,11 @@ __global__ void __launch_bounds__(ATT_THREADS, !FUSE || DPL != 1 ? 0 : sizeof(KV
                 part[g][d4] = acc[g][j]; /* over the lane's own V slots only, read above (program order) */
         }
     __syncthreads(); /* publishes every warp's part, l_sh[] and m_sh[] */
+    /* ceil(2^32 / hd): __umulhi(e, hd_inv) == e / hd for every e < 2^16 and hd <= 256 (checked exhaustively) */
+    const unsigned hd_inv = 0xffffffffu / (unsigned)hd + 1u;
+#pragma unroll 2 /* two (head, dim) pairs a thread at head_dim 128: their loads and stores overlap */
     for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
-        const int g = e / hd, d = e - g * hd, h = h0 + g;
+        const int g = (int)__umulhi((unsigned)e, hd_inv), d = e - g * hd, h = h0 + g; /* e / hd (e < 2^10) */
         const float *pw = (const float *)wbuf[0] + g * 4 * PW + d;
         const int st = WB / 4; /* one warp's buffer in floats */
         const float o = ((pw[0] + pw[st]) + (pw[2 * st] + pw[3 * st])) +
@@ -428,10 +456,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     att_combine_kernel(krn_act_e<OT> *__restrict__ out, const float *__restrict__ ws, const int32_t *__restrict__ pos,
                        int n_head, int hd, int n_ctx, int n_split, int ck, int early) {
     static_assert(KRN_CUDA_ATT_MAX_HEAD_DIM <= ATT_THREADS, "one dim per thread");
-    krn_pdl_enter_early(early);
-    __shared__ float red[32], tile[ATT_TILE], es[ATT_THREADS];
     const int h = blockIdx.x, b = blockIdx.y;
-    const int p = att_pos(pos, b, n_ctx);
+    const int p = att_pos(pos, b, n_ctx); /* a step input, final before the wait (att_prefetch) */
+    krn_pdl_enter_early(early); /* even a row of one chunk waits: o's wait covers attention through this grid's */
+    __shared__ float red[32], tile[ATT_TILE], es[ATT_THREADS];
     const int nc = p / ck + 1;
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
