@@ -623,8 +623,9 @@ static void test_attention_split_path_has_the_bits_of_the_one_kernel_path(void *
  * allocated workspace), call after call on one workspace: five calls queued back to back, rows moving between one
  * chunk and many (tickets of rows of one chunk untouched, of others counted up to 63 and reset; 32 and 33 chunks:
  * Ls's butterflies over one and two groups of 32, as the combine's warps), GQA 12 / 2 (two head groups of 3, a
- * ticket each), hd 128; the tickets are zero after them. The merge is fused only under MEMRA_CUDA_ATT_FUSE (ctest
- * gpu_kernels_att_fuse, tests/gpu.cmake); by default both sides take the combine kernel. The fused-call counter
+ * ticket each), hd 128; the tickets are zero after them. The merge is fused when the call's chunk count is at most
+ * MEMRA_CUDA_ATT_FUSE: at 64-key chunks (63 here) only under ctest gpu_kernels_att_fuse (=64), at 256-key chunks (16)
+ * by default too (gpu_kernels_att_chunk256); otherwise both sides take the combine kernel. The fused-call counter
  * says which ran. */
 static void test_attention_fused_merge_reuses_its_tickets(void **state) {
     (void)state;
@@ -660,9 +661,12 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
                                         &err))
             fail_msg("attention call %d: %s", i, err.msg);
     CK(cudaStreamSynchronize(g_s1));
-    /* liveness: under MEMRA_CUDA_ATT_FUSE (63 chunks here: 64 or 256) every call fused its merge, else none did */
-    const char *fz = getenv("MEMRA_CUDA_ATT_FUSE");
-    const int fusing = fz && (!strcmp(fz, "64") || !strcmp(fz, "256"));
+    /* liveness: every call fused its merge when the chunk count (63 at 64-key chunks, 16 at 256) is at most
+     * MEMRA_CUDA_ATT_FUSE (its default when unset), else none did */
+    const char *fz = getenv("MEMRA_CUDA_ATT_FUSE"), *cz = getenv("MEMRA_CUDA_ATT_CHUNK");
+    const int fuse_max = fz && *fz ? atoi(fz) : KRN_CUDA_ATT_FUSE_DEFAULT;
+    const int ck = cz && *cz ? atoi(cz) : KRN_CUDA_ATT_CHUNK_DEFAULT;
+    const int fusing = (n_ctx + ck - 1) / ck <= fuse_max;
     assert_int_equal(krn_cuda_attention_fused_count() - fused0, fusing ? NCALL : 0);
     for (int i = 0; i < NCALL; i++) {
         download(got, dout[i], sizeof(float) * nq);
