@@ -6,7 +6,8 @@
  * (MEMRA_CUDA_ATT_CHUNK, fixed per process). Block (group, chunk c, row b) takes up to ATT_G query heads that
  * share one kv head, so each K row and V element is loaded once for all of them (GQA: 8B has 4 heads per kv
  * head). Its 8 warps own keys t0 + w + 8i and load ATT_KB of them at once, so each phase waits one round trip:
- * scores s = q.k * scale (lanes over head_dim, float4 loads; the heads' butterflies done four at a time) into
+ * scores s = q.k * scale (lanes over head_dim, float4 loads; the heads' butterflies done four at a time, for
+ * ATT_KI keys at once) into
  * shared memory; per head m_c = max s, l_c = sum exp(s - m_c) (lane partials over keys in order, butterfly), and
  * o_c = sum_t exp(s_t - m_c) v_t (each warp its keys in order, the 8 warp partials added in a fixed tree; an f32
  * cache's V rows come through shared memory by cp.async, issued with K's loads, so their round trip overlaps the
@@ -19,9 +20,10 @@
  * Fused merge (a given workspace whose tickets fit, n_split <= MEMRA_CUDA_ATT_FUSE): no combine kernel; each
  * chunk block takes a ticket for its (row, head group) after its partials, and the block that takes the last
  * one merges its heads (att_merge_group: the combine's arithmetic in fewer round trips) and zeroes the ticket.
- * Same operations in the same order: the combine kernel's bits. It saves the combine's launch (0.85 us a layer of
- * the 8B step while every row fits one chunk, run 119) but its merge, one block per head group instead of one
- * per head, costs more once rows span chunks (+0.94 us a layer at 2000 keys): off by default.
+ * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
+ * but its merge, one block per head group instead of one per head, costs more once rows span many chunks (+0.94
+ * us a layer at 2000 keys, run 119): by default only caches of up to 16 chunks (1024 keys) take it (run 139: the
+ * 8B step 46 us faster at 8 keys, 22 at 960).
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
