@@ -36,8 +36,8 @@ extern "C" {
 #define KRN_CUDA_ATT_MIN_CHUNK 64
 #define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* run 28: 8B bf16 at 200 / 900 keys, 12 / 11 % less device time than 256 */
 /* The largest chunk count whose merge runs fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE; see krn_cuda_attention.cu).
- * 16: caches of up to 1024 keys (the runtime's default) launch no combine kernel. Run 138 (8B bf16 step, PP-1): 41 us
- * a step less at an 8-token prompt, the same at 900 keys; run 119 saw 30 us more at 2000 keys (33 chunks: combine). */
+ * 16: caches of up to 1024 keys (the runtime's default) launch no combine kernel. Run 139 (8B bf16 step, PP-1): 46 us
+ * a step less at an 8-token prompt, 22 at 960 keys; run 119 saw 30 us more at 2000 keys (33 chunks: the combine). */
 #define KRN_CUDA_ATT_FUSE_DEFAULT 16
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
