@@ -245,8 +245,8 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     const int c = blockIdx.y, b = blockIdx.z;
     /* p and seq[b] before the wait: step inputs, final here (att_prefetch says why), so the wait is followed by the
      * loads of q and K at once, not by two dependent loads first */
-    const int p = att_pos(pos, b, n_ctx), sb = seq[b];
-    if (c * ck > p)
+    const int p = att_pos(pos, b, n_ctx), sb = seq[b], t0 = c * ck;
+    if (t0 > p)
         return; /* a chunk past the row's position: its slot is free at once, not after the wait (the grid completes
                  * only after chunk 0's blocks, which wait) */
     if (pf)
@@ -264,7 +264,6 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     __shared__ float sc[ATT_G][KRN_CUDA_ATT_CHUNK], ex[ATT_G][KRN_CUDA_ATT_CHUNK];
     __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
-    const int t0 = c * ck;
     const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
     const int kv_dim = n_head_kv * hd;
     const size_t cache0 = (size_t)sb * n_ctx * kv_dim + (size_t)kvh * hd;
@@ -403,7 +402,8 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
                 part[g][d4] = acc[g][j]; /* over the lane's own V slots only, read above (program order) */
         }
     __syncthreads(); /* publishes every warp's part, l_sh[] and m_sh[] */
-    /* ceil(2^32 / hd): __umulhi(e, hd_inv) == e / hd for every e < 2^16 and hd <= 256 (checked exhaustively) */
+    /* ceil(2^32 / hd): e * hd_inv / 2^32 = e / hd + e * (hd_inv * hd - 2^32) / (hd * 2^32), an excess below 1 / hd
+     * while e * (hd_inv * hd - 2^32) < 2^32 (here < 2^10 * 2^8), so __umulhi(e, hd_inv) == e / hd */
     const unsigned hd_inv = 0xffffffffu / (unsigned)hd + 1u;
 #pragma unroll 2 /* two (head, dim) pairs a thread at head_dim 128: their loads and stores overlap */
     for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
