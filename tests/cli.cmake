@@ -83,7 +83,8 @@ memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/sp
 memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH} 2)
 # memra-bench pp-scaling with device-fed steps (warm-up token + fed step, then each next step fed on the device):
-# PP-2 decodes the tokens PP-1 does, and host, device and fed greedy decode the same tokens; --kernel-trace is refused on the CPU backend (or in a build without CUPTI)
+# PP-2 decodes the tokens PP-1 does, and host, device and fed greedy decode the same tokens; --kernel-trace is
+# refused on the CPU backend (or in a build without CUPTI)
 memra_cli(cli_bench_pp_scaling_fed_same_tokens unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --seqs 2 --tokens 6 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_fed_same_tokens PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
