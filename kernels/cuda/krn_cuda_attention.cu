@@ -90,12 +90,36 @@ typedef struct att_rope {
     float freq_base, freq_scale;
 } att_rope;
 
-/* The lane's 4 dims at d0 (a multiple of 4) of a head rotated at position p, in place: normal rope pairs
- * (2i, 2i + 1) lie inside the float4; neox pairs (i, i + half) lie in the lane xor half / 4 (DPL 1) or in the
- * lane's other float4 (DPL 2, half = 128). The angle of each pair is krn_rope_angle's, the rotation
- * krn_rope_rot's: rope_store's bits. Requires att_rope_fits. All lanes must call it (shuffles). */
+/* The angles of the lane's dims, sine and cosine per dim slot 4 j + u (dim d0 + u of float4 j, d0 = 4 lane + 128 j):
+ * normal rope's pair (2i, 2i + 1) in the even slot, neox's pair of each dim (its index below half) in every slot.
+ * krn_rope_angle's (rope_store's) bits, at most 2 (normal) or 4 (neox) per float4 instead of one per head and
+ * pair: each is a precise powf and sincosf, about 700 instructions (run 143: taken per head after the wait, they
+ * made the call 14 us longer). No loads: taken before the PDL wait. Requires att_rope_fits. */
 template <int DPL>
-static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], int lane, int hd, int p, const att_rope &r) {
+static __device__ __forceinline__ void att_rope_angles(float (&sn)[4 * DPL], float (&cs)[4 * DPL], int lane, int hd,
+                                                       int p, const att_rope &r) {
+    const int half = r.n_rot / 2;
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d0 = 4 * lane + 4 * KRN_WARP * j;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int d = d0 + u, k = 4 * j + u;
+            sn[k] = 0.f, cs[k] = 1.f;
+            if ((r.neox || (u & 1) == 0) && d < r.n_rot && d0 < hd)
+                krn_rope_angle(r.neox ? (d < half ? d : d - half) : d / 2, p, r.n_rot, r.freq_base, r.freq_scale,
+                               &sn[k], &cs[k]);
+        }
+    }
+}
+
+/* The lane's 4 dims at d0 (a multiple of 4) of a head rotated by att_rope_angles' angles, in place: normal rope
+ * pairs (2i, 2i + 1) lie inside the float4; neox pairs (i, i + half) lie in the lane xor half / 4 (DPL 1) or in
+ * the lane's other float4 (DPL 2, half = 128). The rotation is krn_rope_rot's: rope_store's bits. Requires
+ * att_rope_fits. All lanes must call it (shuffles). */
+template <int DPL>
+static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float (&sn)[4 * DPL],
+                                                 const float (&cs)[4 * DPL], int lane, int hd, const att_rope &r) {
     const int half = r.n_rot / 2;
     float4 y[DPL];
 #pragma unroll
@@ -104,14 +128,9 @@ static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], int lane, int
         float v[4] = {x[j].x, x[j].y, x[j].z, x[j].w}, o[4] = {v[0], v[1], v[2], v[3]};
         if (!r.neox) {
 #pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = (d0 + u) / 2;
-                if (d0 + u < r.n_rot && d0 < hd) {
-                    float sn, cs;
-                    krn_rope_angle(i, p, r.n_rot, r.freq_base, r.freq_scale, &sn, &cs);
-                    krn_rope_rot(v[u], v[u + 1], sn, cs, &o[u], &o[u + 1]);
-                }
-            }
+            for (int u = 0; u < 4; u += 2)
+                if (d0 + u < r.n_rot && d0 < hd)
+                    krn_rope_rot(v[u], v[u + 1], sn[4 * j + u], cs[4 * j + u], &o[u], &o[u + 1]);
         } else {
             float w[4]; /* the partners' values: dims d0 + u +- half */
             if constexpr (DPL == 1) {
@@ -129,9 +148,8 @@ static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], int lane, int
                 const int d = d0 + u;
                 if (d < r.n_rot && d0 < hd) {
                     const bool first = d < half;
-                    float sn, cs, x0, x1;
-                    krn_rope_angle(first ? d : d - half, p, r.n_rot, r.freq_base, r.freq_scale, &sn, &cs);
-                    krn_rope_rot(first ? v[u] : w[u], first ? w[u] : v[u], sn, cs, &x0, &x1);
+                    float x0, x1;
+                    krn_rope_rot(first ? v[u] : w[u], first ? w[u] : v[u], sn[4 * j + u], cs[4 * j + u], &x0, &x1);
                     o[u] = first ? x0 : x1;
                 }
             }
@@ -333,6 +351,9 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     const bool own_p = ROPE && p_raw >= 0 && p_raw < n_ctx && c == p_raw / ck;
     if (pf)
         att_prefetch(kc, vc, p, sb, n_head_kv, hd, n_ctx, ck, c, kvh);
+    float rsn[ROPE ? 4 * DPL : 1], rcs[ROPE ? 4 * DPL : 1]; /* ROPE: the lane's angles, before the wait */
+    if constexpr (ROPE)
+        att_rope_angles<DPL>(rsn, rcs, (int)threadIdx.x % KRN_WARP, hd, p_raw, r);
     krn_pdl_enter_early(early);
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
@@ -373,9 +394,9 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
         }
 #pragma unroll
         for (int g = 0; g < ATT_G; g++)
-            att_rope4<DPL>(qv[g], lane, hd, p_raw, r);
+            att_rope4<DPL>(qv[g], rsn, rcs, lane, hd, r);
         if (own_p) { /* block-uniform */
-            att_rope4<DPL>(kn, lane, hd, p_raw, r);
+            att_rope4<DPL>(kn, rsn, rcs, lane, hd, r);
 #pragma unroll
             for (int j = 0; j < DPL; j++) {
                 ksub[j] = kv_pack4<KV>(kn[j]);
