@@ -90,27 +90,23 @@ typedef struct att_rope {
     float freq_base, freq_scale;
 } att_rope;
 
-/* The angles of the lane's dims, sine and cosine per dim slot 4 j + u (dim d0 + u of float4 j, d0 = 4 lane + 128 j):
- * normal rope's pair (2i, 2i + 1) in the even slot, neox's pair of each dim (its index below half) in every slot.
- * krn_rope_angle's (rope_store's) bits, at most 2 (normal) or 4 (neox) per float4 instead of one per head and
+/* The angles rope turns a head's dims by, (sine, cosine) in ang[s * 32 + l] for dim slot s = 4 j + u of lane l
+ * (dim 4 l + 128 j + u): normal rope's pair (2i, 2i + 1) in the even slot, neox's pair of each dim (its index below
+ * half) in every slot; krn_rope_angle's (rope_store's) bits. One per thread of the block, not per lane, head and
  * pair: each is a precise powf and sincosf, about 700 instructions (run 143: taken per head after the wait, they
- * made the call 14 us longer). No loads: taken before the PDL wait. Requires att_rope_fits. */
+ * made the call 14 us longer). No loads: taken before the PDL wait. Ends with a barrier. Requires att_rope_fits. */
 template <int DPL>
-static __device__ __forceinline__ void att_rope_angles(float (&sn)[4 * DPL], float (&cs)[4 * DPL], int lane, int hd,
-                                                       int p, const att_rope &r) {
+static __device__ __forceinline__ void att_rope_angles(float2 *ang, int hd, int p, const att_rope &r) {
     const int half = r.n_rot / 2;
-#pragma unroll
-    for (int j = 0; j < DPL; j++) {
-        const int d0 = 4 * lane + 4 * KRN_WARP * j;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int d = d0 + u, k = 4 * j + u;
-            sn[k] = 0.f, cs[k] = 1.f;
-            if ((r.neox || (u & 1) == 0) && d < r.n_rot && d0 < hd)
-                krn_rope_angle(r.neox ? (d < half ? d : d - half) : d / 2, p, r.n_rot, r.freq_base, r.freq_scale,
-                               &sn[k], &cs[k]);
-        }
+    for (int t = threadIdx.x; t < 4 * DPL * KRN_WARP; t += ATT_THREADS) {
+        const int s = t / KRN_WARP, l = t % KRN_WARP, d0 = 4 * l + 4 * KRN_WARP * (s / 4), d = d0 + s % 4;
+        float sn = 0.f, cs = 1.f;
+        if ((r.neox || s % 2 == 0) && d < r.n_rot && d0 < hd)
+            krn_rope_angle(r.neox ? (d < half ? d : d - half) : d / 2, p, r.n_rot, r.freq_base, r.freq_scale, &sn,
+                           &cs);
+        ang[t] = make_float2(sn, cs);
     }
+    __syncthreads();
 }
 
 /* The lane's 4 dims at d0 (a multiple of 4) of a head rotated by att_rope_angles' angles, in place: normal rope
@@ -118,8 +114,8 @@ static __device__ __forceinline__ void att_rope_angles(float (&sn)[4 * DPL], flo
  * the lane's other float4 (DPL 2, half = 128). The rotation is krn_rope_rot's: rope_store's bits. Requires
  * att_rope_fits. All lanes must call it (shuffles). */
 template <int DPL>
-static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float (&sn)[4 * DPL],
-                                                 const float (&cs)[4 * DPL], int lane, int hd, const att_rope &r) {
+static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float2 *ang, int lane, int hd,
+                                                 const att_rope &r) {
     const int half = r.n_rot / 2;
     float4 y[DPL];
 #pragma unroll
@@ -129,8 +125,10 @@ static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float (
         if (!r.neox) {
 #pragma unroll
             for (int u = 0; u < 4; u += 2)
-                if (d0 + u < r.n_rot && d0 < hd)
-                    krn_rope_rot(v[u], v[u + 1], sn[4 * j + u], cs[4 * j + u], &o[u], &o[u + 1]);
+                if (d0 + u < r.n_rot && d0 < hd) {
+                    const float2 a = ang[(4 * j + u) * KRN_WARP + lane];
+                    krn_rope_rot(v[u], v[u + 1], a.x, a.y, &o[u], &o[u + 1]);
+                }
         } else {
             float w[4]; /* the partners' values: dims d0 + u +- half */
             if constexpr (DPL == 1) {
@@ -148,8 +146,9 @@ static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float (
                 const int d = d0 + u;
                 if (d < r.n_rot && d0 < hd) {
                     const bool first = d < half;
+                    const float2 a = ang[(4 * j + u) * KRN_WARP + lane];
                     float x0, x1;
-                    krn_rope_rot(first ? v[u] : w[u], first ? w[u] : v[u], sn[4 * j + u], cs[4 * j + u], &x0, &x1);
+                    krn_rope_rot(first ? v[u] : w[u], first ? w[u] : v[u], a.x, a.y, &x0, &x1);
                     o[u] = first ? x0 : x1;
                 }
             }
@@ -330,7 +329,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
  * group. Each head's lane partials, butterflies, key order per warp and warp-order sums are those of the head
  * alone, so a head's bits do not depend on the grouping (tests/gpu_kernels.c). */
 template <typename KV, int OT, int DPL, bool FUSE, bool ROPE>
-__global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? (FUSE ? 3 : 0) : 4)
+__global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(KV) == 4 ? (FUSE ? 3 : 0) : 4)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
@@ -351,9 +350,9 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     const bool own_p = ROPE && p_raw >= 0 && p_raw < n_ctx && c == p_raw / ck;
     if (pf)
         att_prefetch(kc, vc, p, sb, n_head_kv, hd, n_ctx, ck, c, kvh);
-    float rsn[ROPE ? 4 * DPL : 1], rcs[ROPE ? 4 * DPL : 1]; /* ROPE: the lane's angles, before the wait */
+    __shared__ float2 ang[ROPE ? 4 * DPL * KRN_WARP : 1]; /* ROPE: rope's angles, before the wait */
     if constexpr (ROPE)
-        att_rope_angles<DPL>(rsn, rcs, (int)threadIdx.x % KRN_WARP, hd, p_raw, r);
+        att_rope_angles<DPL>(ang, hd, p_raw, r);
     krn_pdl_enter_early(early);
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
@@ -384,42 +383,46 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     R ksub[DPL], vsub[DPL]; /* own_p: key p's K and V as the cache will hold them */
-    if constexpr (ROPE) {
-        float4 kn[DPL], vn[DPL];
+    float4 kn[ROPE ? DPL : 1], vn[ROPE ? DPL : 1]; /* own_p: the row's k and v, loaded with q */
+    if constexpr (ROPE)
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d = 4 * lane + 4 * KRN_WARP * j;
             kn[j] = own_p && d < hd ? *(const float4 *)(r.k + (size_t)kvh * hd + d) : make_float4(0.f, 0.f, 0.f, 0.f);
             vn[j] = own_p && d < hd ? *(const float4 *)(r.v + (size_t)kvh * hd + d) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-#pragma unroll
-        for (int g = 0; g < ATT_G; g++)
-            att_rope4<DPL>(qv[g], rsn, rcs, lane, hd, r);
-        if (own_p) { /* block-uniform */
-            att_rope4<DPL>(kn, rsn, rcs, lane, hd, r);
-#pragma unroll
-            for (int j = 0; j < DPL; j++) {
-                ksub[j] = kv_pack4<KV>(kn[j]);
-                vsub[j] = kv_pack4<KV>(vn[j]);
-            }
-            if (grp == 0 && warp == 0) /* the cache's row p: read by later steps only (this grid's own K/V loads
-                                        * skip it) */
-#pragma unroll
-                for (int j = 0; j < DPL; j++) {
-                    const int d = 4 * lane + 4 * KRN_WARP * j;
-                    if (d < hd) {
-                        *(R *)((KV *)kc + cache0 + (size_t)p * kv_dim + d) = ksub[j];
-                        *(R *)((KV *)vc + cache0 + (size_t)p * kv_dim + d) = vsub[j];
-                    }
-                }
-        }
-    }
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
         R kr[ATT_KB][DPL];
         att_load_rows<KV, DPL>(kr, kb, t0, i0, Lc, kv_dim, hd, lane);
         if constexpr (VST) /* V's first batch now, into shared memory: its round trip overlaps the scores */
             if (i0 == warp)
                 att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, Lc, kv_dim, hd, lane);
+        if constexpr (ROPE)
+            if (i0 == warp) { /* rope once, after the first batch's loads are issued: its arithmetic waits on q's
+                               * round trip while theirs runs (before the loop, the cache store below would hold
+                               * the K loads behind it: one round trip more, run 144) */
+#pragma unroll
+                for (int g = 0; g < ATT_G; g++)
+                    att_rope4<DPL>(qv[g], ang, lane, hd, r);
+                if (own_p) { /* block-uniform */
+                    att_rope4<DPL>(kn, ang, lane, hd, r);
+#pragma unroll
+                    for (int j = 0; j < DPL; j++) {
+                        ksub[j] = kv_pack4<KV>(kn[j]);
+                        vsub[j] = kv_pack4<KV>(vn[j]);
+                    }
+                    if (grp == 0 && warp == 0) /* the cache's row p: read by later steps only (this grid's own K/V
+                                                * loads skip it: Lc) */
+#pragma unroll
+                        for (int j = 0; j < DPL; j++) {
+                            const int d = 4 * lane + 4 * KRN_WARP * j;
+                            if (d < hd) {
+                                *(R *)((KV *)kc + cache0 + (size_t)p * kv_dim + d) = ksub[j];
+                                *(R *)((KV *)vc + cache0 + (size_t)p * kv_dim + d) = vsub[j];
+                            }
+                        }
+                }
+            }
         if constexpr (ROPE)
 #pragma unroll
             for (int k = 0; k < ATT_KB; k++)
