@@ -182,10 +182,10 @@ typedef struct krn_rope_store {
     float freq_base, freq_scale;
 } krn_rope_store;
 int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
-/* EXPERIMENT (branch wip-att-rope): krn_rope_store_async(s, a) then krn_attention_t_async over a's q, cache, seq,
- * pos and shape into out (out_t), with the workspace ws (as krn_attention_ws_async). One op, so that CUDA can do
- * both in one kernel at B = 1 (kernels/cuda/krn_cuda.h, krn_cuda_rope_attention_async); the CPU composes the two.
- * The same bits either way. a->q and a->k hold unspecified values afterwards (rotated or not). */
+/* krn_rope_store_async(s, a) then krn_attention_t_async over a's q, cache, seq, pos and shape into out (out_t),
+ * with the workspace ws (as krn_attention_ws_async). One op, so that CUDA can do both in one kernel at B = 1
+ * (kernels/cuda/krn_cuda.h, krn_cuda_rope_attention_async); the CPU composes the two. The same bits either way.
+ * Returns 0 or either op's code; a->q and a->k hold unspecified values afterwards (rotated or not). */
 int krn_rope_attention_t_async(dev_stream *s, void *out, int out_t, const krn_rope_store *a, float *ws,
                                size_t ws_bytes);
 

@@ -32,7 +32,15 @@
  * out is of an activation type OT (f32, f16, bf16): both stores of a result (the chunk kernel's for a row of
  * one chunk, the combine's) round the f32 value o / l to OT (krn_act_of); the workspace stays f32. So a 16-bit
  * out holds the f32 out's values rounded to nearest even.
- * Shared mutable state: att_fused_calls (process-wide, relaxed atomic: a count, ordering nothing). */
+ * Rope inside (krn_cuda_rope_attention_async, B = 1, MEMRA_CUDA_ATT_ROPE): the chunk kernel takes q and the row's
+ * k and v as the q/k/v GEMV wrote them. Before its PDL wait each block takes rope's angles, one per thread into
+ * shared memory; after it, each warp turns its q heads (and, in the chunk holding the row's position p, the row's
+ * k) once its first K loads are issued, takes key p's K and V from registers, and warp 0 of that chunk's first
+ * head group stores them into the cache for later steps. Rope's angle and rotation are rope_store's
+ * (krn_cuda_rope.cuh), and key p's K and V are rounded to the cache's type as kv_store rounds them, so the bits
+ * are those of rope_store then attention. It saves rope_store's launch and its round trip through q and the cache.
+ * Shared mutable state: att_fused_calls, att_rope_calls (process-wide, relaxed atomics: counts, ordering
+ * nothing). */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_rope.cuh"
@@ -80,7 +88,7 @@ template <> __device__ __forceinline__ uint2 kv_pack4<__nv_bfloat16>(float4 v) {
     return make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
 }
 
-/* The fused rope (EXPERIMENT, branch wip-att-rope; krn_cuda_rope_attention_async, B = 1): the q/k/v GEMV's raw k
+/* Rope inside attention (krn_cuda_rope_attention_async, B = 1): the q/k/v GEMV's raw k
  * and v rows and rope's parameters. The chunk kernel then rotates its own q heads and the row's k in registers,
  * uses the row's k and v for key p instead of loading them from the cache, and the chunk holding p (head group 0)
  * stores them there: rope_store's work, without its launch. */
@@ -678,13 +686,14 @@ static int att_pf(void) {
 }
 
 /* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
- * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT. A merge in one block per (row, head group) reads
- * all of its heads' partials alone, so once rows span chunks the combine kernel's wider grid (a block per head,
- * not per group of up to 4) wins (run 119). */
-static int att_fuse(void) {
+ * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT, or KRN_CUDA_ATT_FUSE_ROPE_DEFAULT when rope runs in
+ * the chunk kernel (rope). A merge in one block per (row, head group) reads all of its heads' partials alone, so
+ * once rows span chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
+static int att_fuse(int rope) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
-    return krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, KRN_CUDA_ATT_FUSE_DEFAULT, &cache);
+    const int v = krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, -1, &cache); /* -1: unset */
+    return v >= 0 ? v : rope ? KRN_CUDA_ATT_FUSE_ROPE_DEFAULT : KRN_CUDA_ATT_FUSE_DEFAULT;
 }
 
 static_assert(KRN_ATT_WS_TICKETS % 4 == 0, "the partials after the tickets stay 16-byte aligned");
@@ -847,7 +856,7 @@ static int att_run(void *cuda_stream, void *out, int out_t, const float *q, cons
     const size_t ws_bytes = krn_attention_ws_split_bytes(B, n_head, head_dim, n_split);
     const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
     /* fused merge: only with a given workspace (its tickets come zeroed); one ticket per (row, head group) */
-    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse() &&
+    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse(r != NULL) &&
                      n_split <= ATT_FUSE_MAX_NC;
     const cudaError_t ce = own ? cudaMallocAsync((void **)&ws, ws_bytes, st) : (ws = given, cudaSuccess);
     if (ce != cudaSuccess) {
@@ -884,8 +893,9 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
 
 static uint64_t att_rope_calls = 0; /* krn_cuda_rope_attention_fused_count (relaxed: a count, ordering nothing) */
 
-/* EXPERIMENT (branch wip-att-rope): MEMRA_CUDA_ATT_ROPE: 1 (default here) rope inside the attention kernel at
- * B = 1 where att_rope_fits; 0 the two ops. */
+/* MEMRA_CUDA_ATT_ROPE: 1 (the default) rope inside the attention kernel at B = 1 where att_rope_fits; 0 the two
+ * ops (rope_store, then attention). Runs 147-148 (8B bf16 step, PP-1): 22 us a step less at an 8-token prompt, 58
+ * at 960 keys (each with its merge default); the same tokens. */
 static int att_rope_door(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 1};
