@@ -407,8 +407,8 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
                 att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, Lc, kv_dim, hd, lane);
         if constexpr (ROPE)
             if (i0 == warp) { /* rope once, after the first batch's loads are issued: its arithmetic waits on q's
-                               * round trip while theirs runs (before the loop, the cache store below would hold
-                               * the K loads behind it: one round trip more, run 144) */
+                               * round trip while theirs runs (before the loop, it and the cache store below would
+                               * keep the K loads behind that round trip) */
 #pragma unroll
                 for (int g = 0; g < ATT_G; g++)
                     att_rope4<DPL>(qv[g], ang, lane, hd, r);
@@ -894,8 +894,8 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
 static uint64_t att_rope_calls = 0; /* krn_cuda_rope_attention_fused_count (relaxed: a count, ordering nothing) */
 
 /* MEMRA_CUDA_ATT_ROPE: 1 (the default) rope inside the attention kernel at B = 1 where att_rope_fits; 0 the two
- * ops (rope_store, then attention). Runs 147-148 (8B bf16 step, PP-1): 22 us a step less at an 8-token prompt, 58
- * at 960 keys (each with its merge default); the same tokens. */
+ * ops (rope_store, then attention). Run 147 (8B bf16 step, PP-1): 22 us a step less at an 8-token prompt, 58 at
+ * 960 keys (each with its merge default; run 149, a slower GPU: 9 at 8 tokens); the same tokens. */
 static int att_rope_door(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 1};
