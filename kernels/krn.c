@@ -232,6 +232,23 @@ int krn_rope_store_async(dev_stream *s, const krn_rope_store *a)
     DISPATCH(s, rope_store, a);
 }
 
+int krn_rope_attention_t_async(dev_stream *s, void *out, int out_t, const krn_rope_store *a, float *ws,
+                               size_t ws_bytes)
+{
+    if (!a)
+        return MEMRA_E_INVAL;
+#if KRN_CUDA
+    if (on_cuda(s) && out && krn_act_type_ok(out_t) && a->B > 0 &&
+        krn_act_out_ok(out, out_t, a->q, (size_t)a->B * a->n_head * a->head_dim))
+        return krn_cuda_rope_attention_t(s, out, out_t, a, ws, ws_bytes); /* it checks the rest, as both ops do */
+#endif
+    int rc = krn_rope_store_async(s, a);
+    if (rc == 0)
+        rc = krn_attention_t_async(s, out, out_t, a->q, &a->cache, a->seq, a->pos, a->B, a->n_head, a->n_head_kv,
+                                   a->head_dim, a->n_ctx, ws, ws_bytes);
+    return rc;
+}
+
 int krn_attention_async(dev_stream *s, float *out, const float *q, const krn_kv_cache *c, const int32_t *seq,
                         const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx)
 {

@@ -182,6 +182,12 @@ typedef struct krn_rope_store {
     float freq_base, freq_scale;
 } krn_rope_store;
 int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
+/* krn_rope_store_async(s, a) then krn_attention_t_async over a's q, cache, seq, pos and shape into out (out_t),
+ * with the workspace ws (as krn_attention_ws_async). One op, so that CUDA can do both in one kernel at B = 1
+ * (kernels/cuda/krn_cuda.h, krn_cuda_rope_attention_async); the CPU composes the two. The same bits either way.
+ * Returns 0 or either op's code; a->q and a->k hold unspecified values afterwards (rotated or not). */
+int krn_rope_attention_t_async(dev_stream *s, void *out, int out_t, const krn_rope_store *a, float *ws,
+                               size_t ws_bytes);
 
 /* Causal GQA attention: out (B, n_head*head_dim); row b attends with q[b] over the cache c[seq[b], 0..pos[b]]
  * (inclusive); query head h reads kv head h / (n_head / n_head_kv). Scale 1/sqrt(head_dim), f32 softmax. */

@@ -175,9 +175,8 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
                                 .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
                                 .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
                                 .freq_scale = hp->rope_freq_scale };
-    ENQ(krn_rope_store_async(s, &rs), "rope q, k + kv_store");
-    ENQ(krn_attention_t_async(s, att, at, sc->q, kvc, seq, pos, B, hp->n_head, hp->n_head_kv, hp->head_dim,
-                              kv->n_ctx, sc->att_ws, sc->att_ws_bytes), "attention");
+    /* rope q, k + kv_store, then attention (on CUDA at B = 1 one kernel: krn_rope_attention_t_async) */
+    ENQ(krn_rope_attention_t_async(s, att, at, &rs, sc->att_ws, sc->att_ws_bytes), "rope + kv_store + attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
     ENQ(matmul_input(sc, s, &L->wo, att, B, q_dim, &in), "x8 of attention");
     ENQ(krn_matmul_acc_x_async(s, x, &L->wo, &in, B), "attn_output + residual"); /* x (B, n_embd) */

@@ -39,6 +39,10 @@ extern "C" {
  * 16: caches of up to 1024 keys (the runtime's default) launch no combine kernel. Run 139 (8B bf16 step, PP-1): 46 us
  * a step less at an 8-token prompt, 22 at 960 keys; run 119 saw 30 us more at 2000 keys (33 chunks: the combine). */
 #define KRN_CUDA_ATT_FUSE_DEFAULT 16
+/* ... and when rope runs inside the chunk kernel (krn_cuda_rope_attention_async): never. Runs 147-148 (8B bf16 step,
+ * PP-1, rope inside): the combine kernel 23 us a step faster at an 8-token prompt and 26 at 960 keys than the fused
+ * merge (at 128 registers; 74 and 140 held to 80, with spills). */
+#define KRN_CUDA_ATT_FUSE_ROPE_DEFAULT 0
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
 
@@ -105,6 +109,14 @@ int krn_cuda_attention_async(void *cuda_stream, float *out, const float *q, cons
 int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c,
                                 const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv,
                                 int head_dim, int n_ctx, float *ws, size_t ws_bytes, dev_err *err);
+/* krn_cuda_rope_store_async then krn_cuda_attention_ws_async (a's q, cache, seq, pos, shape), with rope's work
+ * done inside the attention kernel at B = 1 (MEMRA_CUDA_ATT_ROPE): each block turns its own q heads and the row's
+ * k in registers, and the chunk holding the row's position stores k and v. The same bits as the two ops; a's q and
+ * k are then left unrotated (nothing reads them after attention). Other shapes take the two ops. */
+int krn_cuda_rope_attention_async(void *cuda_stream, void *out, int out_t, const krn_rope_store *a, float *ws,
+                                  size_t ws_bytes, dev_err *err);
+/* Liveness counter: krn_cuda_rope_attention_async calls that ran rope inside the attention kernel. */
+uint64_t krn_cuda_rope_attention_fused_count(void);
 /* Liveness counter: attention calls whose merge ran fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE) since the
  * process started, all streams. */
 uint64_t krn_cuda_attention_fused_count(void);
@@ -154,6 +166,8 @@ int krn_cuda_kv_store(dev_stream *s, const krn_kv_cache *c, const float *k, cons
 int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,
                          const int32_t *seq, const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim,
                          int n_ctx, float *ws, size_t ws_bytes);
+int krn_cuda_rope_attention_t(dev_stream *s, void *out, int out_t, const krn_rope_store *a, float *ws,
+                              size_t ws_bytes);
 int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 /* krn_matmul_swiglu_x_async's fused GEMV when it applies (*done = 1; see kernels/krn.h), else *done = 0 and
  * nothing is enqueued (the caller composes the two ops). */

@@ -32,9 +32,18 @@
  * out is of an activation type OT (f32, f16, bf16): both stores of a result (the chunk kernel's for a row of
  * one chunk, the combine's) round the f32 value o / l to OT (krn_act_of); the workspace stays f32. So a 16-bit
  * out holds the f32 out's values rounded to nearest even.
- * Shared mutable state: att_fused_calls (process-wide, relaxed atomic: a count, ordering nothing). */
+ * Rope inside (krn_cuda_rope_attention_async, B = 1, MEMRA_CUDA_ATT_ROPE): the chunk kernel takes q and the row's
+ * k and v as the q/k/v GEMV wrote them. Before its PDL wait each block takes rope's angles, one per thread into
+ * shared memory; after it, each warp turns its q heads (and, in the chunk holding the row's position p, the row's
+ * k) once its first K loads are issued, takes key p's K and V from registers, and warp 0 of that chunk's first
+ * head group stores them into the cache for later steps. Rope's angle and rotation are rope_store's
+ * (krn_cuda_rope.cuh), and key p's K and V are rounded to the cache's type as kv_store rounds them, so the bits
+ * are those of rope_store then attention. It saves rope_store's launch and its round trip through q and the cache.
+ * Shared mutable state: att_fused_calls, att_rope_calls (process-wide, relaxed atomics: counts, ordering
+ * nothing). */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_rope.cuh"
 
 #define ATT_THREADS 256 /* 8 warps */
 #define ATT_WARPS (ATT_THREADS / KRN_WARP)
@@ -66,6 +75,99 @@ template <> __device__ __forceinline__ float4 kv_wide<__nv_bfloat16>(uint2 u) {
                  b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
     return make_float4(a.x, a.y, b.x, b.y);
 }
+/* Four f32 values rounded to the cache's type and packed as a load of kv_ld4 gives them (kv_put's rounding: to
+ * nearest even), so kv_wide of the result is what attention reads back once they are stored. */
+template <typename KV> static __device__ __forceinline__ typename kv_raw<KV>::T kv_pack4(float4 v);
+template <> __device__ __forceinline__ float4 kv_pack4<float>(float4 v) { return v; }
+template <> __device__ __forceinline__ uint2 kv_pack4<__half>(float4 v) {
+    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    return make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+}
+template <> __device__ __forceinline__ uint2 kv_pack4<__nv_bfloat16>(float4 v) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(const unsigned *)&a, *(const unsigned *)&b);
+}
+
+/* Rope inside attention (krn_cuda_rope_attention_async, B = 1): the q/k/v GEMV's raw k
+ * and v rows and rope's parameters. The chunk kernel then rotates its own q heads and the row's k in registers,
+ * uses the row's k and v for key p instead of loading them from the cache, and the chunk holding p (head group 0)
+ * stores them there: rope_store's work, without its launch. */
+typedef struct att_rope {
+    const float *k, *v; /* (kv_dim) each: the row's k and v as the GEMV wrote them */
+    int n_rot, neox;
+    float freq_base, freq_scale;
+} att_rope;
+
+/* The angles rope turns a head's dims by, (sine, cosine) in ang[s * 32 + l] for dim slot s = 4 j + u of lane l
+ * (dim 4 l + 128 j + u): normal rope's pair (2i, 2i + 1) in the even slot, neox's pair of each dim (its index below
+ * half) in every slot; krn_rope_angle's (rope_store's) bits. One per thread of the block, not per lane, head and
+ * pair: each is a precise powf and sincosf, about 700 instructions (run 143: taken per head after the wait, they
+ * made the call 14 us longer). No loads: taken before the PDL wait. Ends with a barrier. Requires att_rope_fits. */
+template <int DPL>
+static __device__ __forceinline__ void att_rope_angles(float2 *ang, int hd, int p, const att_rope &r) {
+    const int half = r.n_rot / 2;
+    for (int t = threadIdx.x; t < 4 * DPL * KRN_WARP; t += ATT_THREADS) {
+        const int s = t / KRN_WARP, l = t % KRN_WARP, d0 = 4 * l + 4 * KRN_WARP * (s / 4), d = d0 + s % 4;
+        float sn = 0.f, cs = 1.f;
+        if ((r.neox || s % 2 == 0) && d < r.n_rot && d0 < hd)
+            krn_rope_angle(r.neox ? (d < half ? d : d - half) : d / 2, p, r.n_rot, r.freq_base, r.freq_scale, &sn,
+                           &cs);
+        ang[t] = make_float2(sn, cs);
+    }
+    __syncthreads();
+}
+
+/* The lane's 4 dims at d0 (a multiple of 4) of a head rotated by att_rope_angles' angles, in place: normal rope
+ * pairs (2i, 2i + 1) lie inside the float4; neox pairs (i, i + half) lie in the lane xor half / 4 (DPL 1) or in
+ * the lane's other float4 (DPL 2, half = 128). The rotation is krn_rope_rot's: rope_store's bits. Requires
+ * att_rope_fits. All lanes must call it (shuffles). */
+template <int DPL>
+static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float2 *ang, int lane, int hd,
+                                                 const att_rope &r) {
+    const int half = r.n_rot / 2;
+    float4 y[DPL];
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d0 = 4 * lane + 4 * KRN_WARP * j;
+        float v[4] = {x[j].x, x[j].y, x[j].z, x[j].w}, o[4] = {v[0], v[1], v[2], v[3]};
+        if (!r.neox) {
+#pragma unroll
+            for (int u = 0; u < 4; u += 2)
+                if (d0 + u < r.n_rot && d0 < hd) {
+                    const float2 a = ang[(4 * j + u) * KRN_WARP + lane];
+                    krn_rope_rot(v[u], v[u + 1], a.x, a.y, &o[u], &o[u + 1]);
+                }
+        } else {
+            float w[4]; /* the partners' values: dims d0 + u +- half */
+            if constexpr (DPL == 1) {
+                const int nx = half / 4; /* a power of two (att_rope_fits) */
+                w[0] = __shfl_xor_sync(0xffffffffu, v[0], nx);
+                w[1] = __shfl_xor_sync(0xffffffffu, v[1], nx);
+                w[2] = __shfl_xor_sync(0xffffffffu, v[2], nx);
+                w[3] = __shfl_xor_sync(0xffffffffu, v[3], nx);
+            } else {
+                const float4 ot = x[j ^ 1];
+                w[0] = ot.x, w[1] = ot.y, w[2] = ot.z, w[3] = ot.w;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int d = d0 + u;
+                if (d < r.n_rot && d0 < hd) {
+                    const bool first = d < half;
+                    const float2 a = ang[(4 * j + u) * KRN_WARP + lane];
+                    float x0, x1;
+                    krn_rope_rot(first ? v[u] : w[u], first ? w[u] : v[u], a.x, a.y, &x0, &x1);
+                    o[u] = first ? x0 : x1;
+                }
+            }
+        }
+        y[j] = make_float4(o[0], o[1], o[2], o[3]);
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; j++)
+        x[j] = y[j];
+}
+
 /* Row b's position clamped into [0, n_ctx) (the contract: attention clamps pos, kv_store drops the row). */
 static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_ctx) {
     const int p = pos[b];
@@ -234,12 +336,12 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
  * grp; att_chunk_launch's grouping leaves no group empty): every K row and V element is loaded once for the
  * group. Each head's lane partials, butterflies, key order per warp and warp-order sums are those of the head
  * alone, so a head's bits do not depend on the grouping (tests/gpu_kernels.c). */
-template <typename KV, int OT, int DPL, bool FUSE>
-__global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? (FUSE ? 3 : 0) : 4)
+template <typename KV, int OT, int DPL, bool FUSE, bool ROPE>
+__global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(KV) == 4 ? (FUSE ? 3 : 0) : 4)
     att_chunk_kernel(krn_act_e<OT> *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                      const KV *__restrict__ kc, const KV *__restrict__ vc, const int32_t *__restrict__ seq,
                      const int32_t *__restrict__ pos, int n_head, int n_head_kv, int hd, int n_ctx, int n_split,
-                     float scale, int ck, int pf, int ngrp, int early, unsigned *__restrict__ tk) {
+                     float scale, int ck, int pf, int ngrp, int early, unsigned *__restrict__ tk, att_rope r) {
     const int G = n_head / n_head_kv, kvh = blockIdx.x / ngrp, grp = blockIdx.x % ngrp;
     const int gsz = (G + ngrp - 1) / ngrp, h0 = kvh * G + grp * gsz, gn = min(gsz, G - grp * gsz);
     const int c = blockIdx.y, b = blockIdx.z;
@@ -249,8 +351,16 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     if (t0 > p)
         return; /* a chunk past the row's position: its slot is free at once, not after the wait (the grid completes
                  * only after chunk 0's blocks, which wait) */
+    /* ROPE (B = 1): rope turns q and k by the row's position as given (rope_store's rule), and the row's k and v go
+     * into the cache only at a position inside it; the chunk holding that position then takes key p from the
+     * registers (own_p), not from the cache, which this kernel is writing */
+    const int p_raw = ROPE ? pos[b] : 0;
+    const bool own_p = ROPE && p_raw >= 0 && p_raw < n_ctx && c == p_raw / ck;
     if (pf)
         att_prefetch(kc, vc, p, sb, n_head_kv, hd, n_ctx, ck, c, kvh);
+    __shared__ float2 ang[ROPE ? 4 * DPL * KRN_WARP : 1]; /* ROPE: rope's angles, before the wait */
+    if constexpr (ROPE)
+        att_rope_angles<DPL>(ang, hd, p_raw, r);
     krn_pdl_enter_early(early);
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
@@ -265,6 +375,7 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
     __shared__ __align__(16) unsigned char wbuf[ATT_WARPS][WB];
     __shared__ float l_sh[ATT_G], m_sh[ATT_G];
     const int t1 = min(t0 + ck, p + 1), L = t1 - t0;
+    const int Lc = own_p ? L - 1 : L; /* keys read from the cache: key p (the last, L - 1) comes from registers */
     const int kv_dim = n_head_kv * hd;
     const size_t cache0 = (size_t)sb * n_ctx * kv_dim + (size_t)kvh * hd;
     const KV *kb = kc + cache0, *vb = vc + cache0;
@@ -279,12 +390,54 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
             qv[g][j] = g < gn && d < hd ? *(const float4 *)(q + ((size_t)b * n_head + h0 + g) * hd + d)
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
         }
+    R ksub[DPL], vsub[DPL]; /* own_p: key p's K and V as the cache will hold them */
+    float4 kn[ROPE ? DPL : 1], vn[ROPE ? DPL : 1]; /* own_p: the row's k and v, loaded with q */
+    if constexpr (ROPE)
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d = 4 * lane + 4 * KRN_WARP * j;
+            kn[j] = own_p && d < hd ? *(const float4 *)(r.k + (size_t)kvh * hd + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            vn[j] = own_p && d < hd ? *(const float4 *)(r.v + (size_t)kvh * hd + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     for (int i0 = warp; i0 < L; i0 += ATT_WARPS * ATT_KB) {
         R kr[ATT_KB][DPL];
-        att_load_rows<KV, DPL>(kr, kb, t0, i0, L, kv_dim, hd, lane);
+        att_load_rows<KV, DPL>(kr, kb, t0, i0, Lc, kv_dim, hd, lane);
         if constexpr (VST) /* V's first batch now, into shared memory: its round trip overlaps the scores */
             if (i0 == warp)
-                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
+                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, Lc, kv_dim, hd, lane);
+        if constexpr (ROPE)
+            if (i0 == warp) { /* rope once, after the first batch's loads are issued: its arithmetic waits on q's
+                               * round trip while theirs runs (before the loop, it and the cache store below would
+                               * keep the K loads behind that round trip) */
+#pragma unroll
+                for (int g = 0; g < ATT_G; g++)
+                    att_rope4<DPL>(qv[g], ang, lane, hd, r);
+                if (own_p) { /* block-uniform */
+                    att_rope4<DPL>(kn, ang, lane, hd, r);
+#pragma unroll
+                    for (int j = 0; j < DPL; j++) {
+                        ksub[j] = kv_pack4<KV>(kn[j]);
+                        vsub[j] = kv_pack4<KV>(vn[j]);
+                    }
+                    if (grp == 0 && warp == 0) /* the cache's row p: read by later steps only (this grid's own K/V
+                                                * loads skip it: Lc) */
+#pragma unroll
+                        for (int j = 0; j < DPL; j++) {
+                            const int d = 4 * lane + 4 * KRN_WARP * j;
+                            if (d < hd) {
+                                *(R *)((KV *)kc + cache0 + (size_t)p * kv_dim + d) = ksub[j];
+                                *(R *)((KV *)vc + cache0 + (size_t)p * kv_dim + d) = vsub[j];
+                            }
+                        }
+                }
+            }
+        if constexpr (ROPE)
+#pragma unroll
+            for (int k = 0; k < ATT_KB; k++)
+                if (own_p && i0 + ATT_WARPS * k == L - 1)
+#pragma unroll
+                    for (int j = 0; j < DPL; j++)
+                        kr[k][j] = ksub[j];
 #pragma unroll
         for (int k0 = 0; k0 < ATT_KB; k0 += ATT_KI) { /* ATT_KI keys' butterflies interleaved */
             float s[ATT_KI][ATT_G], t[ATT_KI];
@@ -364,10 +517,24 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : sizeof(KV) == 4 ? 
         R vr[VST ? 1 : ATT_KB][DPL];
         if constexpr (VST) {
             if (i0 != warp) /* later batches (chunks of more than ATT_WARPS * ATT_KB keys): staged now */
-                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, L, kv_dim, hd, lane);
+                att_stage_rows<DPL>((float4 *)wbuf[warp], vb, t0, i0, Lc, kv_dim, hd, lane);
             att_stage_wait();
+            if constexpr (ROPE) /* key p's V into the lane's own slot (it reads back only its own: no barrier) */
+#pragma unroll
+                for (int k = 0; k < ATT_KB; k++)
+                    if (own_p && i0 + ATT_WARPS * k == L - 1)
+#pragma unroll
+                        for (int j = 0; j < DPL; j++)
+                            ((R *)wbuf[warp])[(k * DPL + j) * KRN_WARP + lane] = vsub[j];
         } else {
-            att_load_rows<KV, DPL>(vr, vb, t0, i0, L, kv_dim, hd, lane);
+            att_load_rows<KV, DPL>(vr, vb, t0, i0, Lc, kv_dim, hd, lane);
+            if constexpr (ROPE)
+#pragma unroll
+                for (int k = 0; k < ATT_KB; k++)
+                    if (own_p && i0 + ATT_WARPS * k == L - 1)
+#pragma unroll
+                        for (int j = 0; j < DPL; j++)
+                            vr[k][j] = vsub[j];
         }
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
@@ -519,13 +686,14 @@ static int att_pf(void) {
 }
 
 /* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
- * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT. A merge in one block per (row, head group) reads
- * all of its heads' partials alone, so once rows span chunks the combine kernel's wider grid (a block per head,
- * not per group of up to 4) wins (run 119). */
-static int att_fuse(void) {
+ * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT, or KRN_CUDA_ATT_FUSE_ROPE_DEFAULT when rope runs in
+ * the chunk kernel (rope). A merge in one block per (row, head group) reads all of its heads' partials alone, so
+ * once rows span chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
+static int att_fuse(int rope) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
-    return krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, KRN_CUDA_ATT_FUSE_DEFAULT, &cache);
+    const int v = krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, -1, &cache); /* -1: unset */
+    return v >= 0 ? v : rope ? KRN_CUDA_ATT_FUSE_ROPE_DEFAULT : KRN_CUDA_ATT_FUSE_DEFAULT;
 }
 
 static_assert(KRN_ATT_WS_TICKETS % 4 == 0, "the partials after the tickets stay 16-byte aligned");
@@ -551,64 +719,82 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
  * (tk: the tickets) or not (NULL). Two instantiations, so the merge's registers never cost the unfused kernel
  * occupancy; the fused one at DPL 1 is held to the unfused one's registers by its __launch_bounds__ (3 blocks an SM
  * over an f32 cache, 4 over 16-bit: 80 and 64 registers, and 2 and 8 spill instructions, sm_90 ptxas of CUDA 13). */
-template <int OT, int DPL, bool FUSE>
-static void att_chunk_launch_f(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+template <int OT, int DPL, bool FUSE, bool ROPE>
+static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk,
+                               const att_rope &r) {
     /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in) */
     const int early = krn_cuda_pdl_early(FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
     if (c->type == KRN_F16)
-        krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q, (const __half *)c->k,
-            (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early, tk);
+        krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
+            (const __half *)c->k, (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
+            att_pf(), ngrp, early, tk, r);
     else if (c->type == KRN_BF16)
-        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q,
+        krn_launch(att_chunk_kernel<__nv_bfloat16, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
             (const __nv_bfloat16 *)c->k, (const __nv_bfloat16 *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx,
-            n_split, scale, ck, att_pf(), ngrp, early, tk);
+            n_split, scale, ck, att_pf(), ngrp, early, tk, r);
     else
-        krn_launch(att_chunk_kernel<float, OT, DPL, FUSE>, grid, ATT_THREADS, 0, st, out, ws, q, (const float *)c->k,
-            (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck, att_pf(), ngrp, early, tk);
+        krn_launch(att_chunk_kernel<float, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
+            (const float *)c->k, (const float *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
+            att_pf(), ngrp, early, tk, r);
+}
+template <int OT, int DPL, bool FUSE>
+static void att_chunk_launch_f(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
+                               const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk,
+                               const att_rope *r) {
+    if (r)
+        att_chunk_launch_r<OT, DPL, FUSE, true>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx,
+                                                n_split, scale, ck, ngrp, tk, *r);
+    else
+        att_chunk_launch_r<OT, DPL, FUSE, false>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx,
+                                                 n_split, scale, ck, ngrp, tk, att_rope{});
 }
 template <int OT, int DPL>
 static void att_chunk_launch_d(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk,
+                               const att_rope *r) {
     if (tk)
         att_chunk_launch_f<OT, DPL, true>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split,
-                                          scale, ck, ngrp, tk);
+                                          scale, ck, ngrp, tk, r);
     else
         att_chunk_launch_f<OT, DPL, false>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split,
-                                           scale, ck, ngrp, NULL);
+                                           scale, ck, ngrp, NULL, r);
 }
 
 /* att_chunk_kernel for the cache's element type, out of type OT */
 template <int OT>
 static void att_chunk_launch_t(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk) {
+                               int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk,
+                               const att_rope *r) {
     if (hd <= 4 * KRN_WARP)
         att_chunk_launch_d<OT, 1>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
-                                  ngrp, tk);
+                                  ngrp, tk, r);
     else
         att_chunk_launch_d<OT, 2>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,
-                                  ngrp, tk);
+                                  ngrp, tk, r);
 }
 
 /* att_chunk_kernel for out's type over the grid (kv head x group, chunk, row): ceil(G / ATT_G) groups of a kv
  * head's G query heads, as even as they come (8B: G = 4, one group; 70B: G = 8, two of 4; G = 6: two of 3). */
 static void att_chunk_launch(const krn_kv_cache *c, int B, cudaStream_t st, void *out, int out_t, float *ws,
                              const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
-                             int hd, int n_ctx, int n_split, float scale, int ck, unsigned *tk) {
+                             int hd, int n_ctx, int n_split, float scale, int ck, unsigned *tk,
+                             const att_rope *r) {
     const int G = n_head / n_head_kv, ngrp = (G + ATT_G - 1) / ATT_G;
     const dim3 grid((unsigned)(n_head_kv * ngrp), (unsigned)n_split, (unsigned)B);
     if (out_t == KRN_F16)
         att_chunk_launch_t<KRN_F16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck, ngrp, tk);
+                                    ck, ngrp, tk, r);
     else if (out_t == KRN_BF16)
         att_chunk_launch_t<KRN_BF16>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                     ck, ngrp, tk);
+                                     ck, ngrp, tk, r);
     else
         att_chunk_launch_t<KRN_F32>(c, grid, st, out, ws, q, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale,
-                                    ck, ngrp, tk);
+                                    ck, ngrp, tk, r);
 }
 
 /* att_combine_kernel for out's type */
@@ -626,10 +812,10 @@ static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out,
                    ck, early);
 }
 
-extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q,
-                                           const krn_kv_cache *c, const int32_t *seq, const int32_t *pos, int B,
-                                           int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
-                                           size_t given_bytes, dev_err *err) {
+/* krn_cuda_attention_ws_async, with rope's work fused in when r is given (krn_cuda_rope_attention_async). */
+static int att_run(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c, const int32_t *seq,
+                   const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
+                   size_t given_bytes, const att_rope *r, dev_err *err) {
     if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_attention: B=%d n_head=%d n_head_kv=%d n_ctx=%d (need B >= 0, n_ctx > 0, "
@@ -663,14 +849,14 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
                            n_ctx, n_split, ck);
     if (n_split == 1) {
         att_chunk_launch(c, B, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck,
-                         NULL);
+                         NULL, r);
         return krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel)");
     }
     float *ws = NULL;
     const size_t ws_bytes = krn_attention_ws_split_bytes(B, n_head, head_dim, n_split);
     const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
     /* fused merge: only with a given workspace (its tickets come zeroed); one ticket per (row, head group) */
-    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse() &&
+    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse(r != NULL) &&
                      n_split <= ATT_FUSE_MAX_NC;
     const cudaError_t ce = own ? cudaMallocAsync((void **)&ws, ws_bytes, st) : (ws = given, cudaSuccess);
     if (ce != cudaSuccess) {
@@ -682,7 +868,7 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
     int rc;
     float *part = ws + KRN_ATT_WS_TICKETS; /* the partials, after the tickets */
     att_chunk_launch(c, B, st, out, out_t, part, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, n_split, scale,
-                     ck, fuse ? (unsigned *)ws : NULL);
+                     ck, fuse ? (unsigned *)ws : NULL, r);
     rc = krn_cuda_launch_check(err, "krn_cuda_attention (att_chunk_kernel, split)");
     if (rc == 0 && fuse)
         __atomic_fetch_add(&att_fused_calls, 1, __ATOMIC_RELAXED);
@@ -695,4 +881,64 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
      * which st orders after these kernels too) */
     const int frc = own ? krn_cuda_call_check(err, cudaFreeAsync(ws, st), "krn_cuda_attention: cudaFreeAsync") : 0;
     return rc ? rc : frc;
+}
+
+extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out_t, const float *q,
+                                           const krn_kv_cache *c, const int32_t *seq, const int32_t *pos, int B,
+                                           int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
+                                           size_t given_bytes, dev_err *err) {
+    return att_run(cuda_stream, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, given, given_bytes,
+                   NULL, err);
+}
+
+static uint64_t att_rope_calls = 0; /* krn_cuda_rope_attention_fused_count (relaxed: a count, ordering nothing) */
+
+/* MEMRA_CUDA_ATT_ROPE: 1 (the default) rope inside the attention kernel at B = 1 where att_rope_fits; 0 the two
+ * ops (rope_store, then attention). Run 147 (8B bf16 step, PP-1): 22 us a step less at an 8-token prompt, 58 at
+ * 960 keys (each with its merge default; run 149, a slower GPU: 9 at 8 tokens); the same tokens. */
+static int att_rope_door(void) {
+    static int cache = KRN_TUNE_UNREAD;
+    static const int allowed[] = {0, 1};
+    return krn_cuda_tune_or("MEMRA_CUDA_ATT_ROPE", allowed, 2, 1, &cache);
+}
+
+/* Whether the chunk kernel can do rs's rope itself: one row (rows of one call may share a sequence, and a row
+ * reads the keys the earlier rows store), and pairs att_rope4 reaches: normal rope always (its pairs lie in a
+ * lane's float4); neox when a pair's two dims sit in lanes xor n_rot / 8 (a power of two, DPL 1 dims) or in the
+ * lane's two float4s (n_rot = head_dim = 256). */
+static int att_rope_fits(const krn_rope_store *rs) {
+    if (!att_rope_door() || rs->B != 1 || rs->n_rot <= 0 || rs->n_rot % 2 || rs->n_rot > rs->head_dim)
+        return 0;
+    if (!rs->neox)
+        return 1;
+    const int nx = rs->n_rot / 8;
+    return (rs->head_dim <= 4 * KRN_WARP && rs->n_rot % 8 == 0 && (nx & (nx - 1)) == 0) ||
+           (rs->head_dim == 8 * KRN_WARP && rs->n_rot == rs->head_dim);
+}
+
+extern "C" int krn_cuda_rope_attention_async(void *cuda_stream, void *out, int out_t, const krn_rope_store *rs,
+                                             float *ws, size_t ws_bytes, dev_err *err) {
+    if (!rs)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: NULL rope arguments");
+    if (!att_rope_fits(rs)) { /* the two ops */
+        const int rc = krn_cuda_rope_store_async(cuda_stream, rs, err);
+        return rc ? rc
+                  : krn_cuda_attention_ws_async(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B,
+                                                rs->n_head, rs->n_head_kv, rs->head_dim, rs->n_ctx, ws, ws_bytes, err);
+    }
+    if (!rs->k || !rs->v || !krn_cuda_aligned(rs->k, 16) || !krn_cuda_aligned(rs->v, 16))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: k and v must be given, 16-byte aligned");
+    if (!(rs->freq_base > 0.0f) || !(rs->freq_scale > 0.0f) || (rs->neox != 0 && rs->neox != 1))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: freq_base=%g freq_scale=%g neox=%d (need "
+                           "> 0, > 0, 0 or 1)", (double)rs->freq_base, (double)rs->freq_scale, rs->neox);
+    const att_rope r = {rs->k, rs->v, rs->n_rot, rs->neox, rs->freq_base, rs->freq_scale};
+    const int rc = att_run(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B, rs->n_head,
+                           rs->n_head_kv, rs->head_dim, rs->n_ctx, ws, ws_bytes, &r, err);
+    if (rc == 0)
+        __atomic_fetch_add(&att_rope_calls, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+extern "C" uint64_t krn_cuda_rope_attention_fused_count(void) {
+    return __atomic_load_n(&att_rope_calls, __ATOMIC_RELAXED);
 }

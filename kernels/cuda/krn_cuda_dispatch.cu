@@ -170,6 +170,11 @@ extern "C" int krn_cuda_attention_t(dev_stream *s, void *out, int out_t, const f
                                       ws_bytes, NULL));
 }
 
+extern "C" int krn_cuda_rope_attention_t(dev_stream *s, void *out, int out_t, const krn_rope_store *a, float *ws,
+                                         size_t ws_bytes) {
+    ADAPT(krn_cuda_rope_attention_async(st, out, out_t, a, ws, ws_bytes, NULL));
+}
+
 extern "C" int krn_cuda_matmul_swiglu_x(dev_stream *s, void *y, int yt, const krn_weight *Wg, const krn_weight *Wu,
                                         const krn_mm_x *x, int B, int *done) {
     *done = 0;

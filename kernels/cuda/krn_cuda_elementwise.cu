@@ -5,6 +5,7 @@
  * Shared mutable state: none. */
 #include <math.h>
 #include "kernels/cuda/krn_cuda_util.cuh"
+#include "kernels/cuda/krn_cuda_rope.cuh"
 
 #define EW_THREADS 256   /* threads per block of the element-wise kernels */
 #define ROW_THREADS 256  /* threads per row of rmsnorm (8 warps) */
@@ -150,20 +151,17 @@ static __device__ __forceinline__ void kv_put(void *cache, int type, size_t i, f
 }
 
 /* ---- rope: one thread per rotated pair ---- */
-/* Rotate pair i of head xh (row b at position p); returns the pair's indices. Shared by rope and rope_store
- * so both give the same bits. */
+/* Rotate pair i of head xh (row b at position p); returns the pair's indices. Shared by rope and rope_store,
+ * and its arithmetic (krn_cuda_rope.cuh) with the attention kernel that rotates q and k itself, so all give the
+ * same bits. */
 static __device__ __forceinline__ void rope_pair(float *xh, int i, int p, int n_rot, float freq_base,
                                                  float freq_scale, int neox, int *i0, int *i1) {
     const int half = n_rot / 2;
-    const float inv_freq = powf(freq_base, -(float)(2 * i) / (float)n_rot);
-    const float theta = (float)p * freq_scale * inv_freq;
     float s, c;
-    sincosf(theta, &s, &c);
+    krn_rope_angle(i, p, n_rot, freq_base, freq_scale, &s, &c);
     *i0 = neox ? i : 2 * i;
     *i1 = neox ? i + half : 2 * i + 1;
-    const float a = xh[*i0], bv = xh[*i1];
-    xh[*i0] = a * c - bv * s;
-    xh[*i1] = a * s + bv * c;
+    krn_rope_rot(xh[*i0], xh[*i1], s, c, &xh[*i0], &xh[*i1]);
 }
 
 __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ pos, int B, int n_heads,
