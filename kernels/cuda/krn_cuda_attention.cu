@@ -724,8 +724,11 @@ static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
                                int hd, int n_ctx, int n_split, float scale, int ck, int ngrp, unsigned *tk,
                                const att_rope &r) {
-    /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in) */
-    const int early = krn_cuda_pdl_early(FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
+    /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in);
+     * with rope inside it waits on the q/k/v GEMV as rope_store did, so it takes rope_store's (an early trigger
+     * there would let the next kernel's blocks in during that GEMV: for the fused merge, the o GEMV's, taking its
+     * SM slots and HBM; run 147's 23 us, by our reading, to be measured by gpu-check attearly) */
+    const int early = krn_cuda_pdl_early(ROPE ? KRN_EARLY_ROPE : FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
     if (c->type == KRN_F16)
         krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
             (const __half *)c->k, (const __half *)c->v, seq, pos, n_head, n_head_kv, hd, n_ctx, n_split, scale, ck,

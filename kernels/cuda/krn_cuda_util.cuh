@@ -266,7 +266,8 @@ void krn_cuda_leave(int prev);
  * "MEMRA_PDL"): only the combine's gains; the others lose, swiglu's most. */
 enum {
     KRN_EARLY_ATT_COMBINE = 1, /* lets the o GEMV's blocks in during attention */
-    KRN_EARLY_ROPE = 2,        /* rope_store: attention's blocks during the q/k/v GEMV */
+    KRN_EARLY_ROPE = 2,        /* rope_store, or attention with rope inside: the next kernel's blocks during the
+                                * q/k/v GEMV */
     KRN_EARLY_NORM = 4,        /* rmsnorm: the q/k/v or gate/up GEMV's blocks during the o or down GEMV */
     KRN_EARLY_SWIGLU = 8,      /* the down GEMV's blocks during gate/up */
     KRN_EARLY_ATT_CHUNK = 16,  /* the combine's blocks during rope_store */
