@@ -168,6 +168,19 @@ static __device__ __forceinline__ void att_rope4(float4 (&x)[DPL], const float2 
         x[j] = y[j];
 }
 
+/* Rope inside: the batch of rows i0 + 8k (k < ATT_KB) with key p, the chunk's last (L - 1), taken from sub (its
+ * K or V as the cache will hold it) where the chunk holds p (own_p), not from the cache it is not yet in. */
+template <typename R, int DPL>
+static __device__ __forceinline__ void att_put_p(R (&rows)[ATT_KB][DPL], const R (&sub)[DPL], bool own_p, int i0,
+                                                 int L) {
+#pragma unroll
+    for (int k = 0; k < ATT_KB; k++)
+        if (own_p && i0 + ATT_WARPS * k == L - 1)
+#pragma unroll
+            for (int j = 0; j < DPL; j++)
+                rows[k][j] = sub[j];
+}
+
 /* Row b's position clamped into [0, n_ctx) (the contract: attention clamps pos, kv_store drops the row). */
 static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_ctx) {
     const int p = pos[b];
@@ -432,12 +445,7 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
                 }
             }
         if constexpr (ROPE)
-#pragma unroll
-            for (int k = 0; k < ATT_KB; k++)
-                if (own_p && i0 + ATT_WARPS * k == L - 1)
-#pragma unroll
-                    for (int j = 0; j < DPL; j++)
-                        kr[k][j] = ksub[j];
+            att_put_p<R, DPL>(kr, ksub, own_p, i0, L);
 #pragma unroll
         for (int k0 = 0; k0 < ATT_KB; k0 += ATT_KI) { /* ATT_KI keys' butterflies interleaved */
             float s[ATT_KI][ATT_G], t[ATT_KI];
@@ -529,12 +537,7 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
         } else {
             att_load_rows<KV, DPL>(vr, vb, t0, i0, Lc, kv_dim, hd, lane);
             if constexpr (ROPE)
-#pragma unroll
-                for (int k = 0; k < ATT_KB; k++)
-                    if (own_p && i0 + ATT_WARPS * k == L - 1)
-#pragma unroll
-                        for (int j = 0; j < DPL; j++)
-                            vr[k][j] = vsub[j];
+                att_put_p<R, DPL>(vr, vsub, own_p, i0, L);
         }
 #pragma unroll
         for (int k = 0; k < ATT_KB; k++) {
