@@ -23,7 +23,7 @@
  * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
  * but its merge, one block per head group instead of one per head, costs more once rows span many chunks (+0.94
  * us a layer at 2000 keys, run 119): by default only caches of up to 16 chunks (1024 keys) take it (run 139: the
- * 8B step 46 us faster at 8 keys, 22 at 960).
+ * 8B step 46 us faster at 8 keys, 22 at 960), and none with rope inside (KRN_CUDA_ATT_FUSE_ROPE_DEFAULT).
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
