@@ -192,7 +192,8 @@ static __device__ __forceinline__ int att_pos(const int32_t *pos, int b, int n_c
  * and the values' loads after the wait hit L2 instead of HBM. pos and seq are final before the wait (the stage's
  * frame copy wrote them before the walk's first kernel, and no kernel writes them), so the chunk kernel reads them
  * there; rows before p were written by earlier steps or by the predecessor (a prime chunk's own rows): a prefetch
- * of a line being written reads nothing into a result. Key row p, written right now by rope_store, is skipped. */
+ * of a line being written reads nothing into a result. Key row p, written right now by rope_store (or, rope
+ * inside, by this kernel), is skipped. */
 template <typename KV>
 static __device__ __forceinline__ void att_prefetch(const KV *kc, const KV *vc, int p, int sb, int n_head_kv, int hd,
                                                     int n_ctx, int ck, int c, int kvh) {
@@ -721,7 +722,9 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
 /* att_chunk_kernel for the cache's element type, out of type OT, DPL float4s of head_dim per lane, the merge fused
  * (tk: the tickets) or not (NULL). Two instantiations, so the merge's registers never cost the unfused kernel
  * occupancy; the fused one at DPL 1 is held to the unfused one's registers by its __launch_bounds__ (3 blocks an SM
- * over an f32 cache, 4 over 16-bit: 80 and 64 registers, and 2 and 8 spill instructions, sm_90 ptxas of CUDA 13). */
+ * over an f32 cache, 4 over 16-bit: 80 and 64 registers, and 2 and 8 spill instructions, sm_90 ptxas of CUDA 13).
+ * With rope inside (ROPE) both are held to 2 blocks an SM at DPL 1, up to 128 registers and no spills (the fused
+ * one held to 80 spilled and lost 74 us a step, run 148); the 8B grid has 128 blocks, one an SM anyway. */
 template <int OT, int DPL, bool FUSE, bool ROPE>
 static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
@@ -926,20 +929,20 @@ extern "C" int krn_cuda_rope_attention_async(void *cuda_stream, void *out, int o
                                              float *ws, size_t ws_bytes, dev_err *err) {
     if (!rs)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: NULL rope arguments");
-    if (!att_rope_fits(rs)) { /* the two ops */
+    if (!att_rope_fits(rs)) { /* the two ops (a shape att_rope_fits refuses may be one rope_store refuses too) */
         const int rc = krn_cuda_rope_store_async(cuda_stream, rs, err);
         return rc ? rc
                   : krn_cuda_attention_ws_async(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B,
                                                 rs->n_head, rs->n_head_kv, rs->head_dim, rs->n_ctx, ws, ws_bytes, err);
     }
-    if (!rs->k || !rs->v || !krn_cuda_aligned(rs->k, 16) || !krn_cuda_aligned(rs->v, 16))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: k and v must be given, 16-byte aligned");
-    if (!(rs->freq_base > 0.0f) || !(rs->freq_scale > 0.0f) || (rs->neox != 0 && rs->neox != 1))
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: freq_base=%g freq_scale=%g neox=%d (need "
-                           "> 0, > 0, 0 or 1)", (double)rs->freq_base, (double)rs->freq_scale, rs->neox);
-    const att_rope r = {rs->k, rs->v, rs->n_rot, rs->neox, rs->freq_base, rs->freq_scale};
-    const int rc = att_run(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B, rs->n_head,
-                           rs->n_head_kv, rs->head_dim, rs->n_ctx, ws, ws_bytes, &r, err);
+    int rc = krn_cuda_rope_store_check(rs, err); /* rope_store's arguments, rope_store's answers */
+    if (rc != 0)
+        return rc;
+    if (!krn_cuda_aligned(rs->k, 16) || !krn_cuda_aligned(rs->v, 16))
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: k and v must be 16-byte aligned");
+    const att_rope r = {rs->k, rs->v, rs->n_rot, rs->neox != 0, rs->freq_base, rs->freq_scale}; /* neox: any nonzero */
+    rc = att_run(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B, rs->n_head, rs->n_head_kv,
+                 rs->head_dim, rs->n_ctx, ws, ws_bytes, &r, err);
     if (rc == 0)
         __atomic_fetch_add(&att_rope_calls, 1, __ATOMIC_RELAXED);
     return rc;

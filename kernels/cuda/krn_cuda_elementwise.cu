@@ -233,7 +233,7 @@ __global__ void rope_store_kernel(krn_rope_store a, int early) {
     kv_put(cache, a.cache.type, ((size_t)a.seq[b] * a.n_ctx + p) * kv_dim + e, src[(size_t)b * kv_dim + e]);
 }
 
-extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_err *err) {
+int krn_cuda_rope_store_check(const krn_rope_store *a, dev_err *err) {
     if (!a || a->B < 0 || a->n_head <= 0 || a->n_head_kv <= 0 || a->head_dim <= 0 || a->n_rot <= 0 ||
         a->n_rot > a->head_dim || a->n_rot % 2 != 0 || a->n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
@@ -251,6 +251,13 @@ extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store
     if (!krn_kv_type_ok(a->cache.type))
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_store: cache type %d (allowed: f32, f16, bf16)",
                            a->cache.type);
+    return 0;
+}
+
+extern "C" int krn_cuda_rope_store_async(void *cuda_stream, const krn_rope_store *a, dev_err *err) {
+    const int rc = krn_cuda_rope_store_check(a, err);
+    if (rc != 0 || a->B == 0)
+        return rc;
     const size_t half = (size_t)a->n_rot / 2, kv_dim = (size_t)a->n_head_kv * a->head_dim;
     const size_t n = (size_t)a->B * (a->n_head * half + a->n_head_kv * half +
                                      (size_t)a->n_head_kv * (a->head_dim - a->n_rot) + kv_dim);
