@@ -681,12 +681,11 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
     free(q); free(kc); free(vc); free(got);
 }
 
-
-/* krn_cuda_rope_attention_async (rope inside the attention kernel at B = 1) gives
- * the bits of rope_store then attention: the output and both whole caches, byte for byte, over f32/f16/bf16 caches,
- * normal and neox rope, full and partial rotation, head_dim 64 / 128 / 256 (DPL 1 and 2), positions at chunk
- * edges, the last and one past the cache (rotated, not stored, attention clamped). A shape att_rope_fits refuses
- * (neox at n_rot / 8 = 10) takes the two ops; the liveness counter says which ran. */
+/* krn_cuda_rope_attention_async (rope inside the attention kernel at B = 1) gives the bits of rope_store then
+ * attention: the output and both whole caches, byte for byte, over f32/f16/bf16 caches, normal and neox rope, full
+ * and partial rotation, head_dim 64 / 128 / 256 (DPL 1 and 2), positions at chunk edges, the last and one past the
+ * cache (rotated, not stored, attention clamped). A shape att_rope_fits refuses (neox at n_rot / 8 = 10) takes the
+ * two ops; the liveness counter says which ran. */
 static void test_attention_rope_has_the_bits_of_the_two_ops(void **state) {
     (void)state;
     static const struct { int hd, nh, nkv, n_rot, neox, fused; } cfg[] = {
