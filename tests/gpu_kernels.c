@@ -681,88 +681,97 @@ static void test_attention_fused_merge_reuses_its_tickets(void **state) {
     free(q); free(kc); free(vc); free(got);
 }
 
+/* One case of the test below: the output and both caches of the two ops and of the one op, byte for byte. */
+struct rope_att_cfg { int hd, nh, nkv, n_rot, neox, fused; };
+static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ctx, int p) {
+    const int n_seq = 2;
+    const int hd = c->hd, nh = c->nh, nkv = c->nkv, kvd = nkv * hd;
+    const size_t nq = (size_t)nh * hd, nc = (size_t)n_seq * n_ctx * kvd, eb = krn_kv_elem_bytes(type);
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * kvd);
+    float *v = malloc(sizeof(float) * kvd), *kc = malloc(sizeof(float) * nc);
+    float *vc = malloc(sizeof(float) * nc);
+    cuda_ref_rand_floats(q, nq);
+    cuda_ref_rand_floats(k, kvd);
+    cuda_ref_rand_floats(v, kvd);
+    cuda_ref_rand_floats(kc, nc);
+    cuda_ref_rand_floats(vc, nc);
+    const int32_t seq[1] = {1}, pos[1] = {p};
+    float *out[2];
+    unsigned char *caches[2][2];
+    const size_t wb = krn_attention_ws_bytes(1, nh, hd, n_ctx);
+    const uint64_t f0 = krn_cuda_rope_attention_fused_count();
+    for (int arm = 0; arm < 2; arm++) { /* 0: the two ops, 1: the one op */
+        float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(k, sizeof(float) * kvd);
+        float *dv = dupload(v, sizeof(float) * kvd);
+        void *dkc = upload_cache(kc, nc, type), *dvc = upload_cache(vc, nc, type);
+        int32_t *ds = dupload(seq, sizeof seq), *dp = dupload(pos, sizeof pos);
+        float *dout = dalloc(sizeof(float) * nq), *ws = dalloc(wb);
+        dfill(dout, 0xFF, sizeof(float) * nq);
+        dfill(ws, 0xFF, wb);
+        dfill(ws, 0, KRN_ATT_WS_TICKETS * sizeof(uint32_t));
+        const krn_rope_store rs = {.q = dq, .k = dk, .v = dv, .cache = {dkc, dvc, type}, .seq = ds,
+                                   .pos = dp, .B = 1, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+                                   .n_rot = c->n_rot, .neox = c->neox, .n_ctx = n_ctx,
+                                   .freq_base = 10000.0f, .freq_scale = 1.0f};
+        dev_err err = {0};
+        int rc;
+        if (arm == 0) {
+            rc = krn_cuda_rope_store_async(g_s1, &rs, &err);
+            if (rc == 0)
+                rc = krn_cuda_attention_ws_async(g_s1, dout, KRN_F32, dq, &rs.cache, ds, dp, 1, nh, nkv,
+                                                 hd, n_ctx, ws, wb, &err);
+        } else {
+            rc = krn_cuda_rope_attention_async(g_s1, dout, KRN_F32, &rs, ws, wb, &err);
+        }
+        if (rc != 0)
+            fail_msg("rope + attention arm %d: rc %d: %s", arm, rc, err.msg);
+        CK(cudaStreamSynchronize(g_s1));
+        out[arm] = malloc(sizeof(float) * nq);
+        download(out[arm], dout, sizeof(float) * nq);
+        for (int w = 0; w < 2; w++) {
+            caches[arm][w] = malloc(nc * eb);
+            download(caches[arm][w], w ? dvc : dkc, nc * eb);
+        }
+        assert_tickets_zero(ws, "rope + attention");
+        cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dkc); cudaFree(dvc); cudaFree(ds);
+        cudaFree(dp); cudaFree(dout); cudaFree(ws);
+    }
+    assert_int_equal(krn_cuda_rope_attention_fused_count() - f0, (uint64_t)c->fused);
+    if (memcmp(out[0], out[1], sizeof(float) * nq) != 0)
+        fail_msg("rope + attention: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: out differs", hd, c->n_rot,
+                 c->neox, type, n_ctx, p);
+    for (int w = 0; w < 2; w++)
+        if (memcmp(caches[0][w], caches[1][w], nc * eb) != 0)
+            fail_msg("rope + attention: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: the %s cache differs", hd,
+                     c->n_rot, c->neox, type, n_ctx, p, w ? "V" : "K");
+    for (int arm = 0; arm < 2; arm++) {
+        free(out[arm]);
+        free(caches[arm][0]);
+        free(caches[arm][1]);
+    }
+    free(q); free(k); free(v); free(kc); free(vc);
+}
+
 /* krn_cuda_rope_attention_async (rope inside the attention kernel at B = 1) gives the bits of rope_store then
  * attention: the output and both whole caches, byte for byte, over f32/f16/bf16 caches, normal and neox rope, full
  * and partial rotation, head_dim 64 / 128 / 256 (DPL 1 and 2), positions at chunk edges, the last and one past the
- * cache (rotated, not stored, attention clamped). A shape att_rope_fits refuses (neox at n_rot / 8 = 10) takes the
- * two ops; the liveness counter says which ran. */
+ * cache (rotated, not stored, attention clamped), in caches of 4 and of 18 chunks (ctest gpu_kernels_att_fuse,
+ * MEMRA_CUDA_ATT_FUSE=64, merges those 18 in the chunk kernel: with rope inside 16 a round trip and a tail, without
+ * 8). A shape att_rope_fits refuses (neox at n_rot / 8 = 10) takes the two ops; the liveness counter says which
+ * ran. */
 static void test_attention_rope_has_the_bits_of_the_two_ops(void **state) {
     (void)state;
-    static const struct { int hd, nh, nkv, n_rot, neox, fused; } cfg[] = {
+    static const struct rope_att_cfg cfg[] = {
         {128, 8, 2, 128, 0, 1}, {128, 8, 2, 128, 1, 1}, {64, 4, 2, 64, 1, 1}, {64, 4, 2, 32, 0, 1},
         {256, 4, 1, 256, 1, 1}, {128, 12, 2, 64, 1, 1}, {80, 6, 2, 80, 1, 0}};
     static const int types[] = {KRN_F32, KRN_F16, KRN_BF16};
-    static const int poss[] = {0, 5, 63, 64, 100, 199, 200};
-    const int n_ctx = 200, n_seq = 2;
-    for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++)
-        for (int ti = 0; ti < 3; ti++)
-            for (size_t pi = 0; pi < sizeof poss / sizeof poss[0]; pi++) {
-                const int hd = cfg[ci].hd, nh = cfg[ci].nh, nkv = cfg[ci].nkv, kvd = nkv * hd, type = types[ti];
-                const size_t nq = (size_t)nh * hd, nc = (size_t)n_seq * n_ctx * kvd, eb = krn_kv_elem_bytes(type);
-                float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * kvd);
-                float *v = malloc(sizeof(float) * kvd), *kc = malloc(sizeof(float) * nc);
-                float *vc = malloc(sizeof(float) * nc);
-                cuda_ref_rand_floats(q, nq);
-                cuda_ref_rand_floats(k, kvd);
-                cuda_ref_rand_floats(v, kvd);
-                cuda_ref_rand_floats(kc, nc);
-                cuda_ref_rand_floats(vc, nc);
-                const int32_t seq[1] = {1}, pos[1] = {poss[pi]};
-                float *out[2];
-                unsigned char *caches[2][2];
-                const size_t wb = krn_attention_ws_bytes(1, nh, hd, n_ctx);
-                const uint64_t f0 = krn_cuda_rope_attention_fused_count();
-                for (int arm = 0; arm < 2; arm++) { /* 0: the two ops, 1: the one op */
-                    float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(k, sizeof(float) * kvd);
-                    float *dv = dupload(v, sizeof(float) * kvd);
-                    void *dkc = upload_cache(kc, nc, type), *dvc = upload_cache(vc, nc, type);
-                    int32_t *ds = dupload(seq, sizeof seq), *dp = dupload(pos, sizeof pos);
-                    float *dout = dalloc(sizeof(float) * nq), *ws = dalloc(wb);
-                    dfill(dout, 0xFF, sizeof(float) * nq);
-                    dfill(ws, 0xFF, wb);
-                    dfill(ws, 0, KRN_ATT_WS_TICKETS * sizeof(uint32_t));
-                    const krn_rope_store rs = {.q = dq, .k = dk, .v = dv, .cache = {dkc, dvc, type}, .seq = ds,
-                                               .pos = dp, .B = 1, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
-                                               .n_rot = cfg[ci].n_rot, .neox = cfg[ci].neox, .n_ctx = n_ctx,
-                                               .freq_base = 10000.0f, .freq_scale = 1.0f};
-                    dev_err err = {0};
-                    int rc;
-                    if (arm == 0) {
-                        rc = krn_cuda_rope_store_async(g_s1, &rs, &err);
-                        if (rc == 0)
-                            rc = krn_cuda_attention_ws_async(g_s1, dout, KRN_F32, dq, &rs.cache, ds, dp, 1, nh, nkv,
-                                                             hd, n_ctx, ws, wb, &err);
-                    } else {
-                        rc = krn_cuda_rope_attention_async(g_s1, dout, KRN_F32, &rs, ws, wb, &err);
-                    }
-                    if (rc != 0)
-                        fail_msg("rope + attention arm %d: rc %d: %s", arm, rc, err.msg);
-                    CK(cudaStreamSynchronize(g_s1));
-                    out[arm] = malloc(sizeof(float) * nq);
-                    download(out[arm], dout, sizeof(float) * nq);
-                    for (int w = 0; w < 2; w++) {
-                        caches[arm][w] = malloc(nc * eb);
-                        download(caches[arm][w], w ? dvc : dkc, nc * eb);
-                    }
-                    assert_tickets_zero(ws, "rope + attention");
-                    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dkc); cudaFree(dvc); cudaFree(ds);
-                    cudaFree(dp); cudaFree(dout); cudaFree(ws);
-                }
-                assert_int_equal(krn_cuda_rope_attention_fused_count() - f0, (uint64_t)cfg[ci].fused);
-                if (memcmp(out[0], out[1], sizeof(float) * nq) != 0)
-                    fail_msg("rope + attention: hd %d n_rot %d neox %d type %d pos %d: out differs", hd,
-                             cfg[ci].n_rot, cfg[ci].neox, type, poss[pi]);
-                for (int w = 0; w < 2; w++)
-                    if (memcmp(caches[0][w], caches[1][w], nc * eb) != 0)
-                        fail_msg("rope + attention: hd %d n_rot %d neox %d type %d pos %d: the %s cache differs", hd,
-                                 cfg[ci].n_rot, cfg[ci].neox, type, poss[pi], w ? "V" : "K");
-                for (int arm = 0; arm < 2; arm++) {
-                    free(out[arm]);
-                    free(caches[arm][0]);
-                    free(caches[arm][1]);
-                }
-                free(q); free(k); free(v); free(kc); free(vc);
-            }
+    static const struct { int n_ctx, n_pos, pos[7]; } ctxs[] = {{200, 7, {0, 5, 63, 64, 100, 199, 200}},
+                                                               {1100, 3, {1023, 1024, 1099}}};
+    for (size_t xi = 0; xi < sizeof ctxs / sizeof ctxs[0]; xi++)
+        for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++)
+            for (int ti = 0; ti < 3; ti++)
+                for (int pi = 0; pi < ctxs[xi].n_pos; pi++)
+                    rope_attention_case(&cfg[ci], types[ti], ctxs[xi].n_ctx, ctxs[xi].pos[pi]);
 }
 
 /* A block takes up to 4 query heads of one kv head (GQA groups of G = 4, 6 -> two of 3, 13 -> 4+4+4+1); a head's

@@ -37,12 +37,10 @@ extern "C" {
 #define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* run 28: 8B bf16 at 200 / 900 keys, 12 / 11 % less device time than 256 */
 /* The largest chunk count whose merge runs fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE; see krn_cuda_attention.cu).
  * 16: caches of up to 1024 keys (the runtime's default) launch no combine kernel. Run 139 (8B bf16 step, PP-1): 46 us
- * a step less at an 8-token prompt, 22 at 960 keys; run 119 saw 30 us more at 2000 keys (33 chunks: the combine). */
+ * a step less at an 8-token prompt, 22 at 960 keys; run 119 saw 30 us more at 2000 keys (33 chunks: the combine).
+ * With rope inside the chunk kernel (run 151): 18 us less at 8 tokens, 3 more at 960 keys (its merge loads 16 chunks
+ * a round trip; with 8, run 147, the combine won by 23 and 26). */
 #define KRN_CUDA_ATT_FUSE_DEFAULT 16
-/* ... and when rope runs inside the chunk kernel (krn_cuda_rope_attention_async): never. Runs 147-148 (8B bf16 step,
- * PP-1, rope inside): the combine kernel 23 us a step faster at an 8-token prompt and 26 at 960 keys than the fused
- * merge (at 128 registers; 74 and 140 held to 80, with spills). */
-#define KRN_CUDA_ATT_FUSE_ROPE_DEFAULT 0
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
 

@@ -23,7 +23,7 @@
  * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
  * but its merge, one block per head group instead of one per head, costs more once rows span many chunks (+0.94
  * us a layer at 2000 keys, run 119): by default only caches of up to 16 chunks (1024 keys) take it (run 139: the
- * 8B step 46 us faster at 8 keys, 22 at 960), and none with rope inside (KRN_CUDA_ATT_FUSE_ROPE_DEFAULT).
+ * 8B step 46 us faster at 8 keys, 22 at 960; with rope inside, run 151, 18 faster at 8 keys, 3 slower at 960).
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
@@ -286,10 +286,10 @@ static __device__ __forceinline__ F *att_ws_head(F *ws, int b, int h, int n_head
  * (nc <= ATT_FUSE_MAX_NC: eight a lane): M = max m_c (exact in any order); e_c = e^(m_c - M) into es[g][c]; Ls as
  * krn_block_sum forms it in the combine (thread c's fmaf(l_c, e_c, 0), each 32 chunks' butterfly, those added in
  * order from 0; its empty warps add zeros, exactly). Then each (head, dim) pair sums o_c[d] e_c over c in order
- * (the combine's tile walk), eight loads in flight. ws through L2 (ld.global.cg): other blocks of this grid
- * wrote it. */
+ * (the combine's tile walk), NP pairs a thread, NP x MB loads in flight. ws through L2 (ld.global.cg): other blocks
+ * of this grid wrote it. */
 #define ATT_FUSE_MAX_NC 256 /* chunks the fused merge takes (es is the chunk kernel's sc: ATT_G x 256) */
-template <int OT>
+template <int OT, int NP, int MB>
 static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict__ out, const float *ws, int p, int b,
                                                        int h0, int gn, int n_head, int hd, int n_split, int ck,
                                                        float (*es)[KRN_CUDA_ATT_CHUNK], float *ls) {
@@ -326,23 +326,45 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
             ls[g] = Ls;
     }
     __syncthreads(); /* publishes es[][] and ls[] */
-    for (int e = threadIdx.x; e < gn * hd; e += ATT_THREADS) {
-        const int gg = e / hd, d = e - gg * hd;
-        const float *wd = att_ws_head(ws, b, h0 + gg, n_head, n_split, hd) + d;
-        float o = 0.0f;
+    /* NP (head, dim) pairs a thread at once, MB chunks of each per round trip. With rope inside (128 registers):
+     * 2 x 16, so the 8B's 4 x 128 pairs at 16 chunks take one round trip, not four (run 150: those four cost the
+     * fused path 27 us a step at 960 keys); the other kernels, held to 64-80 registers, keep 1 x 8 (no spills) */
+    const int ne = gn * hd;
+    for (int e0 = threadIdx.x; e0 < ne; e0 += NP * ATT_THREADS) {
+        const float *w[NP];
+        int gg[NP], ee[NP];
+#pragma unroll
+        for (int i = 0; i < NP; i++) { /* a pair past ne repeats the first's loads and is not stored */
+            ee[i] = e0 + i * ATT_THREADS < ne ? e0 + i * ATT_THREADS : e0;
+            gg[i] = ee[i] / hd;
+            w[i] = att_ws_head(ws, b, h0 + gg[i], n_head, n_split, hd) + (ee[i] - gg[i] * hd);
+        }
+        float o[NP];
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            o[i] = 0.0f;
         int c = 0;
-        for (; c + 8 <= nc; c += 8) {
-            float v[8];
+        for (; c + MB <= nc; c += MB) {
+            float v[NP][MB];
 #pragma unroll
-            for (int k = 0; k < 8; k++) /* all loads first: one round trip */
-                v[k] = __ldcg(wd + (size_t)(c + k) * stride);
+            for (int k = 0; k < MB; k++) /* all loads first: one round trip */
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                o = fmaf(v[k], es[gg][c + k], o);
+                for (int i = 0; i < NP; i++)
+                    v[i][k] = __ldcg(w[i] + (size_t)(c + k) * stride);
+#pragma unroll
+            for (int k = 0; k < MB; k++) /* each pair's chunks in order, as the combine adds them */
+#pragma unroll
+                for (int i = 0; i < NP; i++)
+                    o[i] = fmaf(v[i][k], es[gg[i]][c + k], o[i]);
         }
         for (; c < nc; c++)
-            o = fmaf(__ldcg(wd + (size_t)c * stride), es[gg][c], o);
-        out[((size_t)b * n_head + h0 + gg) * hd + d] = krn_act_of<OT>(o / ls[gg]);
+#pragma unroll
+            for (int i = 0; i < NP; i++)
+                o[i] = fmaf(__ldcg(w[i] + (size_t)c * stride), es[gg[i]][c], o[i]);
+#pragma unroll
+        for (int i = 0; i < NP; i++)
+            if (i == 0 || e0 + i * ATT_THREADS < ne)
+                out[((size_t)b * n_head + h0 + gg[i]) * hd + (ee[i] - gg[i] * hd)] = krn_act_of<OT>(o[i] / ls[gg[i]]);
     }
 }
 
@@ -614,7 +636,7 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
     __syncthreads(); /* publishes last; sc is free (its last reads were above) */
     if (!last)
         return;
-    att_merge_group<OT>(out, ws, p, b, h0, gn, n_head, hd, n_split, ck, sc, ls);
+    att_merge_group<OT, ROPE ? 2 : 1, ROPE ? 16 : 8>(out, ws, p, b, h0, gn, n_head, hd, n_split, ck, sc, ls);
 }
 
 /* Merge the chunks 0 .. pos[b]/ck of (b = blockIdx.y, h = blockIdx.x): M = max m_c (block max, exact);
@@ -690,14 +712,14 @@ static int att_pf(void) {
 }
 
 /* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
- * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT, or KRN_CUDA_ATT_FUSE_ROPE_DEFAULT when rope runs in
- * the chunk kernel (rope). A merge in one block per (row, head group) reads all of its heads' partials alone, so
- * once rows span chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
-static int att_fuse(int rope) {
+ * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT, with rope inside the chunk kernel or not. A merge
+ * in one block per (row, head group) reads all of its heads' partials alone, so once rows span chunks the combine
+ * kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
+static int att_fuse(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
     const int v = krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, -1, &cache); /* -1: unset */
-    return v >= 0 ? v : rope ? KRN_CUDA_ATT_FUSE_ROPE_DEFAULT : KRN_CUDA_ATT_FUSE_DEFAULT;
+    return v >= 0 ? v : KRN_CUDA_ATT_FUSE_DEFAULT;
 }
 
 static_assert(KRN_ATT_WS_TICKETS % 4 == 0, "the partials after the tickets stay 16-byte aligned");
@@ -733,7 +755,7 @@ static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st
     /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in);
      * with rope inside it waits on the q/k/v GEMV as rope_store did, so it takes rope_store's (an early trigger
      * there would let the next kernel's blocks in during that GEMV: for the fused merge, the o GEMV's, taking its
-     * SM slots and HBM; run 147's 23 us, by our reading, to be measured by gpu-check attearly) */
+     * SM slots and HBM: run 150, the fused merge 39 us a step slower with rope_store's early bit on) */
     const int early = krn_cuda_pdl_early(ROPE ? KRN_EARLY_ROPE : FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
     if (c->type == KRN_F16)
         krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
@@ -865,7 +887,7 @@ static int att_run(void *cuda_stream, void *out, int out_t, const float *q, cons
     const size_t ws_bytes = krn_attention_ws_split_bytes(B, n_head, head_dim, n_split);
     const int own = !(given && given_bytes >= ws_bytes); /* the caller's (a stage's scratch), or one per call */
     /* fused merge: only with a given workspace (its tickets come zeroed); one ticket per (row, head group) */
-    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse(r != NULL) &&
+    const int fuse = !own && (size_t)B * n_head <= KRN_ATT_WS_TICKETS && n_split <= att_fuse() &&
                      n_split <= ATT_FUSE_MAX_NC;
     const cudaError_t ce = own ? cudaMallocAsync((void **)&ws, ws_bytes, st) : (ws = given, cudaSuccess);
     if (ce != cudaSuccess) {
