@@ -718,8 +718,7 @@ static int att_pf(void) {
 static int att_fuse(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
-    const int v = krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, -1, &cache); /* -1: unset */
-    return v >= 0 ? v : KRN_CUDA_ATT_FUSE_DEFAULT;
+    return krn_cuda_tune_or("MEMRA_CUDA_ATT_FUSE", allowed, 4, KRN_CUDA_ATT_FUSE_DEFAULT, &cache);
 }
 
 static_assert(KRN_ATT_WS_TICKETS % 4 == 0, "the partials after the tickets stay 16-byte aligned");
