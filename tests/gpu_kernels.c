@@ -871,16 +871,18 @@ static void test_swiglu_add_and_add_bias_match_reference(void **state) {
 /* n = 49159 (scalar loop) and 128256 (the 8B vocabulary: float4 loads, unrolled part and remainder) */
 static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
     (void)state;
-    const int ns[2] = {49152 + 7, 128256};
-    for (int k = 0; k < 2; k++) {
+    /* the argmax kernel cuts a row into 8 slices, one a block of its cluster: 7 and 12 leave some empty */
+    const int ns[4] = {49152 + 7, 128256, 7, 12};
+    for (int k = 0; k < 4; k++) {
         const int B = 6, n = ns[k];
         const size_t t = (size_t)B * n;
         float *x = malloc(sizeof(float) * t);
         cuda_ref_rand_floats(x, t);
-        /* row 0: max 5.0 at n-900 and at 5 -> 5; row 1: all equal -> 0; row 2: NaN first, max at n-1;
+        /* row 0: max 5.0 at far and at 5 -> 5; row 1: all equal -> 0; row 2: NaN first, max at n-1;
          * row 3: random, max found on the host; row 4: -inf everywhere but NaNs, a tie of 7.0 in the last
          * float4s (remainder) -> the lower one; row 5: only -inf and NaN -> -1 */
-        x[0 * (size_t)n + n - 900] = 5.0f;
+        const int far = n > 1000 ? n - 900 : n - 2; /* another slice than 5's, where the row has several */
+        x[0 * (size_t)n + far] = 5.0f;
         x[0 * (size_t)n + 5] = 5.0f;
         for (int i = 0; i < n; i++)
             x[1 * (size_t)n + i] = 0.25f, x[4 * (size_t)n + i] = x[5 * (size_t)n + i] = i % 3 ? -INFINITY : NAN;

@@ -303,4 +303,29 @@ static inline void krn_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t
     }
 }
 
+/* krn_launch with thread block clusters of `cluster` blocks along x (grid.x a multiple of it; sm_90). */
+template <typename... KArgs, typename... Args>
+static inline void krn_launch_cluster(void (*k)(KArgs...), unsigned grid_x, unsigned cluster, dim3 block, size_t smem,
+                                      cudaStream_t st, Args... args) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = cluster;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    unsigned na = 1;
+    if (krn_cuda_pdl_take()) {
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        na = 2;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid_x);
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    (void)cudaLaunchKernelEx(&cfg, k, (KArgs)args...);
+}
+
 #endif
