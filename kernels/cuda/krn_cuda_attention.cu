@@ -23,7 +23,9 @@
  * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
  * but its merge, one block per head group instead of one per head, costs more once rows span many chunks (+0.94
  * us a layer at 2000 keys, run 119): by default only caches of up to 16 chunks (1024 keys) take it (run 139: the
- * 8B step 46 us faster at 8 keys, 22 at 960; with rope inside, run 151, 18 faster at 8 keys, 3 slower at 960).
+ * 8B step 46 us faster at 8 keys, 22 at 960; with rope inside, run 151, 18 faster at 8 keys, 3 slower at 960;
+ * run 156-157: 22 faster at 8 keys, where no row merges, 5 / 19 / 26 slower at 200 / 500 / 900 keys: the merge's
+ * reads go through one SM a head group, and more loads in flight made it slower, docs/cuda-kernels.md).
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
