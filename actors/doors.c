@@ -22,7 +22,8 @@ act_pp_config act_pp_config_default(void)
 act_pp_seams act_pp_seams_default(void)
 {
     act_pp_seams s = {.overlap = 0, .batch_pp = 1, .allow_unsplit_batch = 0, .spec_pp = 1,
-                      .prime_pp = 1, .prime_pipe = 1, .pdl = 1, .graph = 0, .markers = 1, .same_device_pipe = 0};
+                      .prime_pp = 1, .prime_pipe = 1, .pdl = 1, .graph = 0, .markers = 1, .same_device_pipe = 0,
+                      .keys = 1};
     return s;
 }
 
@@ -224,6 +225,7 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
         {"MEMRA_PP_GRAPH", offsetof(act_pp_seams, graph)},
         {"MEMRA_PP_SAME_DEVICE_PIPE", offsetof(act_pp_seams, same_device_pipe)},
         {"MEMRA_PP_MARKERS", offsetof(act_pp_seams, markers)},
+        {"MEMRA_PP_KEYS", offsetof(act_pp_seams, keys)},
     };
     act_pp_seams s = *seams;
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {

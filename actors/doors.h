@@ -2,8 +2,8 @@
  * meaning, default, valid values and when it is read). Two kinds, as DESIGN.md §5 fixes:
  *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
  *    created, by the creating thread, and override the API config field by field;
- *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH) are read by the
- *    thread that SUBMITS a step, on every step, never memoized (the seed's rule: gates A/B both arms in one
+ *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, KEYS) are read by
+ *    the thread that SUBMITS a step, on every step, never memoized (the seed's rule: gates A/B both arms in one
  *    process); the snapshot travels inside the step's messages. Actor threads never call getenv.
  * Every invalid value is refused with a message naming the variable, the value and what is allowed (where
  * the seed's pp_cuts answers "door shut" on a bad list, we refuse: a silent fallback hides typos). */
@@ -41,6 +41,8 @@ typedef struct act_pp_seams {
     int markers;             /* MEMRA_PP_MARKERS: device-side walk markers (liveness counters, busy %) (1) */
     int same_device_pipe;    /* MEMRA_PP_SAME_DEVICE_PIPE: allow steps in flight with 2+ stage streams on one
                               * CUDA device (0; the seed's refusal stays until the x100 soak passes) */
+    int keys;                /* MEMRA_PP_KEYS: attention's grid spans a bound on the step's positions, not the
+                              * whole cache (1; pp_keys) */
 } act_pp_seams;
 
 /* The door-shut config: stages 0, even split, primary placement, shard 1, slots 2, streams 1. */

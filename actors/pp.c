@@ -24,6 +24,24 @@ act_pp_params act_pp_default_params(void)
     return p;
 }
 
+int act_pp_keys_bound(const int32_t *pos, int B, int n_ctx)
+{
+    int top = 0; /* the rows' largest position + 1 */
+    for (int b = 0; b < B; b++)
+        top = pos[b] + 1 > top ? pos[b] + 1 : top;
+    if (top >= n_ctx)
+        return 0;
+    int k = ACT_PP_KEYS_MIN;
+    while (k < top)
+        k *= 2; /* k < 2 * top <= 2 * n_ctx: no overflow */
+    return k < n_ctx ? k : 0;
+}
+
+int pp_keys(const act_pp *rt, const pp_rec *rec)
+{
+    return rec->seams.keys ? act_pp_keys_bound(rec->pos, rec->B, rt->n_ctx) : 0;
+}
+
 size_t pp_fill_meta(const act_pp *rt, const pp_rec *rec, void *host)
 {
     const size_t xb = (size_t)rec->B * (size_t)rt->n_embd * sizeof(float), tb = (size_t)rec->B * sizeof(int32_t);

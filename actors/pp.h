@@ -113,6 +113,12 @@ void act_pp_destroy(act_pp *rt);
 int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
 int act_pp_feeds(const act_pp *rt);             /* 1 when fed steps are allowed (act_pp_params.feed) */
 int act_pp_n_ctx(const act_pp *rt);             /* positions per sequence */
+/* The bound on a step's positions pos[0..B-1] (each in 0..n_ctx-1) that its walk passes to attention
+ * (mdl_forward_layers_async's keys, MEMRA_PP_KEYS): the smallest power of two, at least ACT_PP_KEYS_MIN, above
+ * every position; 0 (no bound: the cache's n_ctx) once that reaches n_ctx. Powers of two, so that a stage
+ * captures at most log2(n_ctx / ACT_PP_KEYS_MIN) + 1 graphs per (B, PDL) as its contexts grow. */
+#define ACT_PP_KEYS_MIN 64
+int act_pp_keys_bound(const int32_t *pos, int B, int n_ctx);
 int act_pp_n_seq(const act_pp *rt);             /* KV sequence slots */
 /* 1 when a second step in flight would be refused right now (CUDA, two or more stage streams on one
  * device, MEMRA_PP_SAME_DEVICE_PIPE off in the seams as the environment sets them now). */

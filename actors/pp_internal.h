@@ -37,7 +37,7 @@
 enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED };
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
-#define PP_GRAPH_SLOTS 8  /* MEMRA_PP_GRAPH: captured walks per stage, one per batch size B */
+#define PP_GRAPH_SLOTS 32 /* MEMRA_PP_GRAPH: captured walks per stage, one per (B, PDL, pp_keys) */
 
 typedef struct pp_rec pp_rec;
 typedef struct pp_stage pp_stage;
@@ -111,8 +111,8 @@ struct pp_stage {
     void *staging[PP_STAGING_RING]; /* stage 0: pinned upload buffers */
     dev_event *staging_ev[PP_STAGING_RING];
     int staging_next;
-    struct { int B, pdl; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per
-                                                                  * (B, MEMRA_PDL) */
+    struct { int B, pdl, keys; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per
+                                                                        * (B, MEMRA_PDL, pp_keys) */
     int n_graph;
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
@@ -220,6 +220,9 @@ int pp_inflight_add(act_pp *rt, int delta);
 
 /* A stage's (or the reference arm's) scratch on d, with attention's workspace reserved for rt->n_ctx. */
 mdl_scratch *pp_scratch_new(act_pp *rt, dev_device *d, dev_err *err);
+
+/* act_pp_keys_bound of step rec's positions, or 0 with MEMRA_PP_KEYS=0 in the step's seams. */
+int pp_keys(const act_pp *rt, const pp_rec *rec);
 
 /* Fill a host frame [x | pos | seq] for rec's rows (embedding rows gathered on the host). */
 int pp_fill_frame(act_pp *rt, const pp_rec *rec, void *host, dev_err *err);

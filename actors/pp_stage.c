@@ -267,19 +267,20 @@ int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d,
 }
 
 /* The walk's layers [fence[s], fence[s+1]) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph)
- * on a backend with graphs: the first step of each batch size B is captured as a graph (nothing runs
- * during the capture) and every step of that B, the first too, is one graph launch. A graph is valid for
- * all steps of its B: its kernels read x, pos and seq from this stage's frame, the KV cache and the scratch,
- * whose addresses never change, and nothing else per step. Markers stay outside (stage_run). Capture
+ * on a backend with graphs: the first step of each (batch size B, PDL, keys bound) is captured as a graph
+ * (nothing runs during the capture) and every such step, the first too, is one graph launch. A graph is valid
+ * for all steps of its key: its kernels read x, pos and seq from this stage's frame, the KV cache and the
+ * scratch, whose addresses never change, and nothing else per step (pp_keys: a bound, so every step under it
+ * may replay the graph captured for it). Markers stay outside (stage_run). Capture
  * unsupported (CPU) or failed: eager, and this stage stops trying. Actor thread only. */
 static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq,
                         dev_err *err)
 {
     act_pp *rt = st->rt;
-    const int l0 = rt->fence[st->s], l1 = rt->fence[st->s + 1];
+    const int l0 = rt->fence[st->s], l1 = rt->fence[st->s + 1], keys = pp_keys(rt, rec);
     if (rec->seams.graph && !st->graph_off) {
         for (int i = 0; i < st->n_graph; i++)
-            if (st->graph[i].B == rec->B && st->graph[i].pdl == rec->seams.pdl) {
+            if (st->graph[i].B == rec->B && st->graph[i].pdl == rec->seams.pdl && st->graph[i].keys == keys) {
                 atomic_fetch_add(&rt->ctr.graph_replays, 1);
                 int r = dev_graph_launch_async(st->graph[i].g, st->stream);
                 return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
@@ -289,7 +290,7 @@ static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos,
             dev_graph *g = NULL;
             if (dev_stream_capture_begin(st->stream, &ce) == 0) {
                 int r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
-                                                 l0, l1, err);
+                                                 keys, l0, l1, err);
                 int rc = dev_stream_capture_end(st->stream, &g, &ce); /* ends the capture on every path */
                 if (r) {
                     dev_graph_destroy(g);
@@ -298,6 +299,7 @@ static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos,
                 if (rc == 0) {
                     st->graph[st->n_graph].B = rec->B;
                     st->graph[st->n_graph].pdl = rec->seams.pdl;
+                    st->graph[st->n_graph].keys = keys;
                     st->graph[st->n_graph].g = g;
                     st->n_graph++;
                     atomic_fetch_add(&rt->ctr.graph_captures, 1);
@@ -309,7 +311,8 @@ static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos,
             st->graph_off = 1; /* nothing ran during the failed capture: run the walk eagerly below */
         }
     }
-    return mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, l0, l1, err);
+    return mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, keys, l0, l1,
+                                    err);
 }
 
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last.

@@ -122,7 +122,8 @@ static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float
                 (r = dev_copy_d2d_async(s, rt->ref_frame, rt->ref_slot, fb)) != 0)
                 return dev_err_set(err, r, "one-stream seam: boundary copy failed");
         }
-        if ((r = mdl_forward_layers_async(rt->model, kv, rt->ref_scratch, s, x, pos, seq, rec->B, l0, l1, err)) != 0)
+        if ((r = mdl_forward_layers_async(rt->model, kv, rt->ref_scratch, s, x, pos, seq, rec->B, pp_keys(rt, rec), l0,
+                                          l1, err)) != 0)
             return r;
     }
     if (rec->out_rows > 0) {

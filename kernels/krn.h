@@ -180,6 +180,10 @@ typedef struct krn_rope_store {
     const int32_t *seq, *pos;     /* (B,) device values */
     int B, n_head, n_head_kv, head_dim, n_rot, neox, n_ctx;
     float freq_base, freq_scale;
+    int keys; /* attention only (krn_rope_attention_t_async): 0, or a bound the caller guarantees, every row's
+               * pos < keys <= n_ctx; CUDA then splits keys, not n_ctx, into chunks (fewer blocks, and a
+               * row of one chunk needs no merge). Same bits whatever it is. A row at or past it attends to
+               * keys below it only (memory-safe, and wrong: the caller's breach) */
 } krn_rope_store;
 int krn_rope_store_async(dev_stream *s, const krn_rope_store *a);
 /* krn_rope_store_async(s, a) then krn_attention_t_async over a's q, cache, seq, pos and shape into out (out_t),

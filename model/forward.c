@@ -150,7 +150,7 @@ static int matmul_input(mdl_scratch *sc, dev_stream *s, const krn_weight *W, con
 
 /* One transformer block on rows x (B, n_embd), in place. */
 static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
-                         const int32_t *pos, const int32_t *seq, int B, int il, dev_err *err)
+                         const int32_t *pos, const int32_t *seq, int B, int keys, int il, dev_err *err)
 {
     const mdl_hparams *hp = &m->hp;
     const mdl_layer *L = &m->layers[il];
@@ -174,7 +174,7 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
                                 .pos = pos, .B = B, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                                 .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
                                 .n_ctx = kv->n_ctx, .freq_base = hp->rope_freq_base,
-                                .freq_scale = hp->rope_freq_scale };
+                                .freq_scale = hp->rope_freq_scale, .keys = keys };
     /* rope q, k + kv_store, then attention (on CUDA at B = 1 one kernel: krn_rope_attention_t_async) */
     ENQ(krn_rope_attention_t_async(s, att, at, &rs, sc->att_ws, sc->att_ws_bytes), "rope + kv_store + attention");
     /* x += Wo att   (the residual add fused into the GEMV's store) */
@@ -192,7 +192,7 @@ static int layer_forward(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_st
 }
 
 int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
-                             const int32_t *pos, const int32_t *seq, int B, int l0, int l1, dev_err *err)
+                             const int32_t *pos, const int32_t *seq, int B, int keys, int l0, int l1, dev_err *err)
 {
     if (!m || !kv || !sc || !s || !x || !pos || !seq)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: model, kv, scratch, stream, x, pos "
@@ -206,8 +206,11 @@ int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, de
     if (kv->n_layer != m->hp.n_layer)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: the KV cache has %d layers, the "
                            "model %d", kv->n_layer, m->hp.n_layer);
+    if (keys < 0 || keys > kv->n_ctx)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: keys = %d; allowed 0 (no bound) or a "
+                           "bound on the rows' positions in 1..%d (the KV cache's n_ctx)", keys, kv->n_ctx);
     for (int il = l0; il < l1; il++) {
-        int rc = layer_forward(m, kv, sc, s, x, pos, seq, B, il, err);
+        int rc = layer_forward(m, kv, sc, s, x, pos, seq, B, keys, il, err);
         if (rc)
             return rc;
     }

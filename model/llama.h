@@ -133,11 +133,13 @@ int mdl_scratch_max_rows(const mdl_scratch *sc);
 
 /* Enqueue layers [l0, l1) on s. x (B, n_embd) device, in/out (the residual stream); pos, seq (B,) int32
  * device: row b is token position pos[b] of sequence seq[b] (its K/V go to the cache there and it attends
- * over [0, pos[b]]). B <= the scratch's max_rows. Returns at once; errors: MEMRA_E_INVAL (shape, range),
- * or the enqueue error of an op. Host-side arguments are checked here; device-side pos/seq are the
- * caller's contract (0 <= pos < n_ctx, 0 <= seq < n_seq). */
+ * over [0, pos[b]]). B <= the scratch's max_rows. keys: 0, or a bound on the rows' positions the caller
+ * knows from its host copy, every pos[b] < keys <= n_ctx (krn_rope_store.keys: on CUDA attention's grid
+ * then spans keys, not n_ctx; the same bits either way). Returns at once; errors: MEMRA_E_INVAL (shape,
+ * range), or the enqueue error of an op. Host-side arguments are checked here; device-side pos/seq are the
+ * caller's contract (0 <= pos < n_ctx, pos < keys when keys > 0, 0 <= seq < n_seq). */
 int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
-                             const int32_t *pos, const int32_t *seq, int B, int l0, int l1, dev_err *err);
+                             const int32_t *pos, const int32_t *seq, int B, int keys, int l0, int l1, dev_err *err);
 
 /* Enqueue output_norm + lm_head: x (B, n_embd) device -> logits (B, n_vocab) device. x is not modified. */
 int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, const float *x, float *logits,

@@ -696,11 +696,11 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
     cuda_ref_rand_floats(kc, nc);
     cuda_ref_rand_floats(vc, nc);
     const int32_t seq[1] = {1}, pos[1] = {p};
-    float *out[2];
-    unsigned char *caches[2][2];
+    float *out[3];
+    unsigned char *caches[3][2];
     const size_t wb = krn_attention_ws_bytes(1, nh, hd, n_ctx);
     const uint64_t f0 = krn_cuda_rope_attention_fused_count();
-    for (int arm = 0; arm < 2; arm++) { /* 0: the two ops, 1: the one op */
+    for (int arm = 0; arm < 3; arm++) { /* 0: the two ops, 1: the one op, 2: the one op with the bound keys = p + 1 */
         float *dq = dupload(q, sizeof(float) * nq), *dk = dupload(k, sizeof(float) * kvd);
         float *dv = dupload(v, sizeof(float) * kvd);
         void *dkc = upload_cache(kc, nc, type), *dvc = upload_cache(vc, nc, type);
@@ -709,7 +709,7 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
         dfill(dout, 0xFF, sizeof(float) * nq);
         dfill(ws, 0xFF, wb);
         dfill(ws, 0, KRN_ATT_WS_TICKETS * sizeof(uint32_t));
-        const krn_rope_store rs = {.q = dq, .k = dk, .v = dv, .cache = {dkc, dvc, type}, .seq = ds,
+        krn_rope_store rs = {.q = dq, .k = dk, .v = dv, .cache = {dkc, dvc, type}, .seq = ds,
                                    .pos = dp, .B = 1, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
                                    .n_rot = c->n_rot, .neox = c->neox, .n_ctx = n_ctx,
                                    .freq_base = 10000.0f, .freq_scale = 1.0f};
@@ -721,6 +721,7 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
                 rc = krn_cuda_attention_ws_async(g_s1, dout, KRN_F32, dq, &rs.cache, ds, dp, 1, nh, nkv,
                                                  hd, n_ctx, ws, wb, &err);
         } else {
+            rs.keys = arm == 2 && p < n_ctx ? p + 1 : 0; /* a grid of the row's chunks only (one past: none) */
             rc = krn_cuda_rope_attention_async(g_s1, dout, KRN_F32, &rs, ws, wb, &err);
         }
         if (rc != 0)
@@ -736,15 +737,17 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
         cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dkc); cudaFree(dvc); cudaFree(ds);
         cudaFree(dp); cudaFree(dout); cudaFree(ws);
     }
-    assert_int_equal(krn_cuda_rope_attention_fused_count() - f0, (uint64_t)c->fused);
-    if (memcmp(out[0], out[1], sizeof(float) * nq) != 0)
-        fail_msg("rope + attention: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: out differs", hd, c->n_rot,
-                 c->neox, type, n_ctx, p);
-    for (int w = 0; w < 2; w++)
-        if (memcmp(caches[0][w], caches[1][w], nc * eb) != 0)
-            fail_msg("rope + attention: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: the %s cache differs", hd,
-                     c->n_rot, c->neox, type, n_ctx, p, w ? "V" : "K");
-    for (int arm = 0; arm < 2; arm++) {
+    assert_int_equal(krn_cuda_rope_attention_fused_count() - f0, 2 * (uint64_t)c->fused);
+    for (int arm = 1; arm < 3; arm++) {
+        if (memcmp(out[0], out[arm], sizeof(float) * nq) != 0)
+            fail_msg("rope + attention arm %d: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: out differs", arm, hd,
+                     c->n_rot, c->neox, type, n_ctx, p);
+        for (int w = 0; w < 2; w++)
+            if (memcmp(caches[0][w], caches[arm][w], nc * eb) != 0)
+                fail_msg("rope + attention arm %d: hd %d n_rot %d neox %d type %d n_ctx %d pos %d: the %s cache "
+                         "differs", arm, hd, c->n_rot, c->neox, type, n_ctx, p, w ? "V" : "K");
+    }
+    for (int arm = 0; arm < 3; arm++) {
         free(out[arm]);
         free(caches[arm][0]);
         free(caches[arm][1]);
@@ -758,7 +761,8 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
  * cache (rotated, not stored, attention clamped), in caches of 4 and of 18 chunks (ctest gpu_kernels_att_fuse,
  * MEMRA_CUDA_ATT_FUSE=64, merges those 18 in the chunk kernel: with rope inside 16 a round trip and a tail, without
  * 8). A shape att_rope_fits refuses (neox at n_rot / 8 = 10) takes the two ops; the liveness counter says which
- * ran. */
+ * ran. A third arm gives the one op the bound keys = pos + 1 (krn_rope_store.keys: a grid of the row's chunks, one
+ * chunk needing no merge): the same bits again. */
 static void test_attention_rope_has_the_bits_of_the_two_ops(void **state) {
     (void)state;
     static const struct rope_att_cfg cfg[] = {

@@ -541,11 +541,11 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
     assert_int_equal(dev_copy_h2d_async(s0, x0, x_h, sizeof x_h), 0);
     assert_int_equal(dev_copy_h2d_async(s0, ps0, possq, sizeof possq), 0);
     assert_int_equal(dev_copy_h2d_async(s1, ps1, possq, sizeof possq), 0);
-    assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x0, ps0, ps0 + T, T, 0, a, &err), 0);
+    assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x0, ps0, ps0 + T, T, 0, 0, a, &err), 0);
     assert_int_equal(dev_event_record_async(ev, s0), 0);
     assert_int_equal(dev_stream_wait_event_async(s1, ev), 0); /* ordered by ev: stage 0 wrote x0 before it */
     assert_int_equal(dev_copy_peer_async(s1, x1, d1, x0, d0, sizeof x_h), 0);
-    assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x1, ps1, ps1 + T, T, a, L, &err), 0);
+    assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x1, ps1, ps1 + T, T, 0, a, L, &err), 0);
     assert_int_equal(mdl_forward_head_async(m, sc1, s1, x1, lg, T, &err), 0);
     assert_int_equal(dev_copy_d2h_async(s1, got, lg, sizeof got), 0);
     assert_int_equal(dev_stream_sync(s1, &err), 0);
@@ -638,7 +638,7 @@ static void test_a_stage_that_skips_its_event_wait_is_reported_as_a_race(void **
         dev_race_reset(p);
         assert_int_equal(dev_copy_h2d_async(s0, x, x_h, sizeof x_h), 0);
         assert_int_equal(dev_copy_h2d_async(s0, ps, ps_h, sizeof ps_h), 0);
-        assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x, ps, ps + T, T, 0, 1, &err), 0);
+        assert_int_equal(mdl_forward_layers_async(m, kv, sc0, s0, x, ps, ps + T, T, 0, 0, 1, &err), 0);
         assert_int_equal(dev_event_record_async(ev, s0), 0);
         if (wait) { /* ordered by ev: stage 0 wrote x (and the layer-0 cache) before it */
             assert_int_equal(dev_stream_wait_event_async(s1, ev), 0);
@@ -646,7 +646,7 @@ static void test_a_stage_that_skips_its_event_wait_is_reported_as_a_race(void **
             assert_int_equal(dev_host_fn_async(s0, post_sem, &sem), 0);
             assert_int_equal(dev_host_fn_async(s1, wait_sem, &sem), 0);
         }
-        assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x, ps, ps + T, T, 1, L, &err), 0);
+        assert_int_equal(mdl_forward_layers_async(m, kv, sc1, s1, x, ps, ps + T, T, 0, 1, L, &err), 0);
         dev_stream_sync(s1, NULL);
         dev_stream_sync(s0, NULL);
         if (wait)

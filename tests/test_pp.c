@@ -96,6 +96,26 @@ static void expect_pass(const char *what, act_gate_arm arm, int steps)
         fail_msg("%s: %s gate failed: %s", what, act_gate_arm_name(arm), r.msg);
 }
 
+/* The keys bound each step's walk passes to attention (MEMRA_PP_KEYS): a power of two from 64 above every row's
+ * position, none (0) once it would reach the cache. */
+static void test_keys_bound_is_a_power_of_two_above_every_position(void **state)
+{
+    (void)state;
+    const struct {
+        int32_t pos[3];
+        int B, n_ctx, want;
+    } t[] = {
+        {{0}, 1, 1024, 64},          {{63}, 1, 1024, 64},       {{64}, 1, 1024, 128},
+        {{5, 200, 17}, 3, 1024, 256}, {{511}, 1, 1024, 512},    {{512}, 1, 1024, 0},
+        {{1000}, 1, 1024, 0},         {{511}, 1, 513, 512},      {{10}, 1, 64, 0},
+        {{3, 9}, 2, 100, 64},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (act_pp_keys_bound(t[i].pos, t[i].B, t[i].n_ctx) != t[i].want)
+            fail_msg("case %zu: act_pp_keys_bound = %d, want %d", i,
+                     act_pp_keys_bound(t[i].pos, t[i].B, t[i].n_ctx), t[i].want);
+}
+
 static void test_door_shut_stages_one_and_unsplit_arm_give_identical_logits(void **state)
 {
     (void)state;
@@ -573,6 +593,7 @@ static void test_bad_rows_and_doors_are_refused_with_a_message(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys_bound_is_a_power_of_two_above_every_position),
         cmocka_unit_test(test_door_shut_stages_one_and_unsplit_arm_give_identical_logits),
         cmocka_unit_test(test_a_gate_with_the_door_shut_fails_as_vacuous),
         cmocka_unit_test(test_eager_and_replay_gates_pass_for_two_to_eight_stages),

@@ -296,7 +296,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
                                                        int h0, int gn, int n_head, int hd, int n_split, int ck,
                                                        float (*es)[KRN_CUDA_ATT_CHUNK], float *ls) {
     static_assert(KRN_CUDA_ATT_CHUNK >= ATT_FUSE_MAX_NC && ATT_FUSE_MAX_NC == 8 * KRN_WARP, "es and the lanes' 8");
-    const int nc = p / ck + 1, stride = hd + 2;
+    const int nc = min(p / ck + 1, n_split), stride = hd + 2; /* n_split: a row past the caller's keys bound */
     const int lane = threadIdx.x % KRN_WARP, g = threadIdx.x / KRN_WARP;
     if (g < gn) {
         const float *w0 = att_ws_head(ws, b, h0 + g, n_head, n_split, hd);
@@ -621,14 +621,15 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
     }
     if (!FUSE || p < ck)
         return; /* the combine kernel merges (or this block wrote out itself) */
-    /* Fused merge: the ticket of (row b, this head group) counts the row's p / ck + 1 chunk blocks */
+    /* Fused merge: the ticket of (row b, this head group) counts the row's p / ck + 1 chunk blocks (at most the
+     * grid's n_split: a row past the caller's keys bound still takes every ticket, so the last one zeroes it) */
     __shared__ unsigned last;
     __shared__ float ls[ATT_G];
     __syncthreads(); /* every thread's partial stores are issued before thread 0's fence */
     if (threadIdx.x == 0) {
         unsigned *t = tk + (size_t)b * gridDim.x + blockIdx.x;
         krn_fence_acq_rel_gpu(); /* release: this block's partials are visible device-wide before its ticket */
-        last = atomicAdd(t, 1u) == (unsigned)(p / ck);
+        last = atomicAdd(t, 1u) == (unsigned)min(p / ck, n_split - 1);
         if (last) {
             *t = 0; /* all the row's chunk blocks have taken theirs; the next call's come after this grid (stream
                      * order, or the PDL wait of every kernel in between) */
@@ -657,7 +658,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int p = att_pos(pos, b, n_ctx); /* a step input, final before the wait (att_prefetch) */
     krn_pdl_enter_early(early); /* even a row of one chunk waits: o's wait covers attention through this grid's */
     __shared__ float red[32], tile[ATT_TILE], es[ATT_THREADS];
-    const int nc = p / ck + 1;
+    const int nc = min(p / ck + 1, n_split); /* n_split: a row past the caller's keys bound */
     if (nc == 1)
         return; /* the chunk kernel wrote out itself (same bits: e^0 = 1, M = m, Ls = l) */
     const int stride = hd + 2;
@@ -846,8 +847,8 @@ static void att_combine_launch(int out_t, dim3 grid, cudaStream_t st, void *out,
 
 /* krn_cuda_attention_ws_async, with rope's work fused in when r is given (krn_cuda_rope_attention_async). */
 static int att_run(void *cuda_stream, void *out, int out_t, const float *q, const krn_kv_cache *c, const int32_t *seq,
-                   const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
-                   size_t given_bytes, const att_rope *r, dev_err *err) {
+                   const int32_t *pos, int B, int n_head, int n_head_kv, int head_dim, int n_ctx, int keys,
+                   float *given, size_t given_bytes, const att_rope *r, dev_err *err) {
     if (B < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || n_ctx <= 0)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_attention: B=%d n_head=%d n_head_kv=%d n_ctx=%d (need B >= 0, n_ctx > 0, "
@@ -875,7 +876,12 @@ static int att_run(void *cuda_stream, void *out, int out_t, const float *q, cons
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: B=%d n_head=%d (at most 65535 each)", B, n_head);
     cudaStream_t st = (cudaStream_t)cuda_stream;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    const int ck = att_chunk(), n_split = (n_ctx + ck - 1) / ck;
+    if (keys < 0 || keys > n_ctx)
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: keys=%d (allowed: 0, or a bound on the rows' "
+                           "positions in 1..n_ctx=%d)", keys, n_ctx);
+    /* the chunks a row can reach: of the caller's bound on the positions, else of the cache (the layout's n_ctx
+     * stays the cache's either way; only the grid and the workspace's stride shrink) */
+    const int ck = att_chunk(), span = keys > 0 ? keys : n_ctx, n_split = (span + ck - 1) / ck;
     if (n_split > 65535) /* the chunk is a grid dimension of at most 65535 */
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: n_ctx=%d is %d chunks of %d keys (at most 65535)",
                            n_ctx, n_split, ck);
@@ -919,8 +925,8 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
                                            const krn_kv_cache *c, const int32_t *seq, const int32_t *pos, int B,
                                            int n_head, int n_head_kv, int head_dim, int n_ctx, float *given,
                                            size_t given_bytes, dev_err *err) {
-    return att_run(cuda_stream, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, given, given_bytes,
-                   NULL, err);
+    return att_run(cuda_stream, out, out_t, q, c, seq, pos, B, n_head, n_head_kv, head_dim, n_ctx, 0, given,
+                   given_bytes, NULL, err);
 }
 
 static uint64_t att_rope_calls = 0; /* krn_cuda_rope_attention_fused_count (relaxed: a count, ordering nothing) */
@@ -955,8 +961,8 @@ extern "C" int krn_cuda_rope_attention_async(void *cuda_stream, void *out, int o
     if (!att_rope_fits(rs)) { /* the two ops (a shape att_rope_fits refuses may be one rope_store refuses too) */
         const int rc = krn_cuda_rope_store_async(cuda_stream, rs, err);
         return rc ? rc
-                  : krn_cuda_attention_ws_async(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B,
-                                                rs->n_head, rs->n_head_kv, rs->head_dim, rs->n_ctx, ws, ws_bytes, err);
+                  : att_run(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B, rs->n_head,
+                            rs->n_head_kv, rs->head_dim, rs->n_ctx, rs->keys, ws, ws_bytes, NULL, err);
     }
     int rc = krn_cuda_rope_store_check(rs, err); /* rope_store's arguments, rope_store's answers */
     if (rc != 0)
@@ -965,7 +971,7 @@ extern "C" int krn_cuda_rope_attention_async(void *cuda_stream, void *out, int o
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_rope_attention: k and v must be 16-byte aligned");
     const att_rope r = {rs->k, rs->v, rs->n_rot, rs->neox != 0, rs->freq_base, rs->freq_scale}; /* neox: any nonzero */
     rc = att_run(cuda_stream, out, out_t, rs->q, &rs->cache, rs->seq, rs->pos, rs->B, rs->n_head, rs->n_head_kv,
-                 rs->head_dim, rs->n_ctx, ws, ws_bytes, &r, err);
+                 rs->head_dim, rs->n_ctx, rs->keys, ws, ws_bytes, &r, err);
     if (rc == 0)
         __atomic_fetch_add(&att_rope_calls, 1, __ATOMIC_RELAXED);
     return rc;

@@ -71,8 +71,14 @@ int model_rig_rows(model_rig *r, const int32_t *tokens, const int32_t *seq, cons
     const int whole[1] = { r->n_layer };
     if (!cuts)
         cuts = whole;
+    int keys = 0; /* the rows' bound, as the pipeline passes it (mdl_forward_layers_async) */
+    for (int b = 0; b < B; b++)
+        keys = pos[b] + 1 > keys ? pos[b] + 1 : keys;
+    if (keys > mdl_kv_n_ctx(r->kv))
+        keys = 0;
     for (int l0 = 0, i = 0; l0 < r->n_layer; l0 = cuts[i++])
-        if ((rc = mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, l0, cuts[i], err)))
+        if ((rc = mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, keys, l0,
+                                           cuts[i], err)))
             return rc;
     if ((rc = mdl_forward_head_async(r->m, r->sc, r->s, r->x_d, r->logits_d, B, err)))
         return rc;

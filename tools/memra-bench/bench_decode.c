@@ -98,7 +98,7 @@ int bench_decode(int argc, char **argv)
         if (mdl_embed_rows(m, toks, B, x_h, &err) || dev_copy_h2d_async(s, x_d, x_h, sizeof(float) * B * hp->n_embd) ||
             dev_copy_h2d_async(s, pos_d, pos_h, sizeof(int32_t) * B) ||
             dev_copy_h2d_async(s, seq_d, ids_h, sizeof(int32_t) * B) ||
-            mdl_forward_layers_async(m, kv, sc, s, x_d, pos_d, seq_d, B, 0, hp->n_layer, &err) ||
+            mdl_forward_layers_async(m, kv, sc, s, x_d, pos_d, seq_d, B, i + B, 0, hp->n_layer, &err) ||
             (i + B == P && mdl_forward_head_async(m, sc, s, x_d + (size_t)(B - 1) * hp->n_embd, logits_d, 1, &err)) ||
             (i + B == P && krn_argmax_async(s, am_d, logits_d, 1, hp->n_vocab)) ||
             (i + B == P && dev_copy_d2h_async(s, tok_h, am_d, sizeof(int32_t))) || dev_stream_sync(s, &err))
@@ -110,7 +110,7 @@ int bench_decode(int argc, char **argv)
         ids_h[0] = 0;
         if (mdl_embed_rows(m, tok_h, 1, x_h, &err) || dev_copy_h2d_async(s, x_d, x_h, sizeof(float) * hp->n_embd) ||
             dev_copy_h2d_async(s, pos_d, pos_h, sizeof(int32_t)) || dev_copy_h2d_async(s, seq_d, ids_h, sizeof(int32_t)) ||
-            mdl_forward_layers_async(m, kv, sc, s, x_d, pos_d, seq_d, 1, 0, hp->n_layer, &err) ||
+            mdl_forward_layers_async(m, kv, sc, s, x_d, pos_d, seq_d, 1, P + t + 1, 0, hp->n_layer, &err) ||
             mdl_forward_head_async(m, sc, s, x_d, logits_d, 1, &err) || krn_argmax_async(s, am_d, logits_d, 1, hp->n_vocab) ||
             dev_copy_d2h_async(s, tok_h, am_d, sizeof(int32_t)) || dev_stream_sync(s, &err))
             goto out;
