@@ -8,7 +8,7 @@ if(TARGET gpu_kernels)
 endif()
 
 # gpu_kernels' attention tests once more with the chunks' merge fused into the chunk kernel wherever a workspace is
-# given (MEMRA_CUDA_ATT_FUSE=64; the default, 16, fuses up to 16 chunks): test_attention_fused_merge_reuses_its_tickets
+# given (MEMRA_CUDA_ATT_FUSE=64; the default, 0, never fuses): test_attention_fused_merge_reuses_its_tickets
 # (63 chunks) and the given-workspace rows then hold the fused merge to the combine kernel's bits.
 if(TARGET gpu_kernels)
   add_test(NAME gpu_kernels_att_fuse COMMAND gpu_kernels)
@@ -16,8 +16,7 @@ if(TARGET gpu_kernels)
     ENVIRONMENT "MEMRA_CUDA_ATT_FUSE=64;GPU_KERNELS_ONLY=test_attention*;MEMRA_BACKEND=cpu")
 endif()
 
-# ... and with the combine kernel at every chunk count (MEMRA_CUDA_ATT_FUSE=0), the path the default takes only past
-# 16 chunks.
+# ... and with the combine kernel at every chunk count (MEMRA_CUDA_ATT_FUSE=0, the default, set here explicitly).
 if(TARGET gpu_kernels)
   add_test(NAME gpu_kernels_att_combine COMMAND gpu_kernels)
   set_tests_properties(gpu_kernels_att_combine PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77

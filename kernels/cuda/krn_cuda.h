@@ -36,11 +36,11 @@ extern "C" {
 #define KRN_CUDA_ATT_MIN_CHUNK 64
 #define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* run 28: 8B bf16 at 200 / 900 keys, 12 / 11 % less device time than 256 */
 /* The largest chunk count whose merge runs fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE; see krn_cuda_attention.cu).
- * 16: caches of up to 1024 keys (the runtime's default) launch no combine kernel. Run 139 (8B bf16 step, PP-1): 46 us
- * a step less at an 8-token prompt, 22 at 960 keys; run 119 saw 30 us more at 2000 keys (33 chunks: the combine).
- * With rope inside the chunk kernel (run 151): 18 us less at 8 tokens, 3 more at 960 keys (its merge loads 16 chunks
- * a round trip; with 8, run 147, the combine won by 23 and 26). */
-#define KRN_CUDA_ATT_FUSE_DEFAULT 16
+ * 0: never, the combine kernel merges. The fused merge saves the combine's launch, which pays only while rows fit one
+ * chunk, and there the caller's keys bound (krn_rope_store.keys) skips the merge itself: with it the 8B step takes
+ * 3862.7 us with the combine against 3863.2 fused at an 8-token prompt, 3977.3 against 3984.1 at 200 keys (run 161);
+ * at 500 and 900 keys the fused merge lost 19 and 26 us (run 156). 16 was the default from run 139 to run 160. */
+#define KRN_CUDA_ATT_FUSE_DEFAULT 0
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256
 

@@ -21,11 +21,15 @@
  * chunk block takes a ticket for its (row, head group) after its partials, and the block that takes the last
  * one merges its heads (att_merge_group: the combine's arithmetic in fewer round trips) and zeroes the ticket.
  * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
- * but its merge, one block per head group instead of one per head, costs more once rows span many chunks (+0.94
- * us a layer at 2000 keys, run 119): by default only caches of up to 16 chunks (1024 keys) take it (run 139: the
- * 8B step 46 us faster at 8 keys, 22 at 960; with rope inside, run 151, 18 faster at 8 keys, 3 slower at 960;
- * run 156-157: 22 faster at 8 keys, where no row merges, 5 / 19 / 26 slower at 200 / 500 / 900 keys: the merge's
- * reads go through one SM a head group, and more loads in flight made it slower, docs/cuda-kernels.md).
+ * but its merge, one block per head group instead of one per head, costs more once rows span chunks (runs 156-157:
+ * 5 / 19 / 26 us a step slower at 200 / 500 / 900 keys: the merge's reads go through one SM a head group, and more
+ * loads in flight made it slower, docs/cuda-kernels.md). Where rows fit one chunk the caller's keys bound (below)
+ * skips the merge anyway, so by default the combine kernel merges (MEMRA_CUDA_ATT_FUSE).
+ * Keys bound (krn_rope_store.keys, from the pipeline's host positions): the chunks are cut from [0, keys), not
+ * [0, n_ctx), so the grid and the workspace's stride shrink and a step whose rows all sit in chunk 0 takes the
+ * one-chunk path (no workspace, no merge). Chunk boundaries are the same, and so are the bits. A row at or past
+ * the bound (the caller's breach) attends to the chunks below it only: the merge's chunk count is clamped to the
+ * grid, so it reads no partial that was not written and every ticket still comes back to zero.
  * Chunk boundaries depend only on key positions, never on the GPU or on n_ctx: deterministic.
  * Workspace (split path only): the caller's (a stage's scratch, krn_attention_ws_async), else one
  * cudaMallocAsync/cudaFreeAsync per call on the caller's stream, ordered by it. Its first KRN_ATT_WS_TICKETS
@@ -714,8 +718,8 @@ static int att_pf(void) {
     return !krn_cuda_tune("MEMRA_CUDA_NO_ATT_PREFETCH", allowed, 2, &off);
 }
 
-/* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(n_ctx / chunk)
- * is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT, with rope inside the chunk kernel or not. A merge
+/* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(keys or n_ctx /
+ * chunk) is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT (0), with rope inside the chunk kernel or not. A merge
  * in one block per (row, head group) reads all of its heads' partials alone, so once rows span chunks the combine
  * kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
 static int att_fuse(void) {
