@@ -710,9 +710,9 @@ static void rope_attention_case(const struct rope_att_cfg *c, int type, int n_ct
         dfill(ws, 0xFF, wb);
         dfill(ws, 0, KRN_ATT_WS_TICKETS * sizeof(uint32_t));
         krn_rope_store rs = {.q = dq, .k = dk, .v = dv, .cache = {dkc, dvc, type}, .seq = ds,
-                                   .pos = dp, .B = 1, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
-                                   .n_rot = c->n_rot, .neox = c->neox, .n_ctx = n_ctx,
-                                   .freq_base = 10000.0f, .freq_scale = 1.0f};
+                             .pos = dp, .B = 1, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
+                             .n_rot = c->n_rot, .neox = c->neox, .n_ctx = n_ctx,
+                             .freq_base = 10000.0f, .freq_scale = 1.0f};
         dev_err err = {0};
         int rc;
         if (arm == 0) {
@@ -885,7 +885,7 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
         /* row 0: max 5.0 at far and at 5 -> 5; row 1: all equal -> 0; row 2: NaN first, max at n-1;
          * row 3: random, max found on the host; row 4: -inf everywhere but NaNs, a tie of 7.0 in the last
          * float4s (remainder) -> the lower one; row 5: only -inf and NaN -> -1 */
-        const int far = n > 1000 ? n - 900 : n - 2; /* another slice than 5's, where the row has several */
+        const int far = n > 1000 ? n - 900 : n - 1; /* in another slice than 5's */
         x[0 * (size_t)n + far] = 5.0f;
         x[0 * (size_t)n + 5] = 5.0f;
         for (int i = 0; i < n; i++)

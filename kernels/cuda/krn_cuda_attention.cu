@@ -718,10 +718,10 @@ static int att_pf(void) {
     return !krn_cuda_tune("MEMRA_CUDA_NO_ATT_PREFETCH", allowed, 2, &off);
 }
 
-/* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split = ceil(keys or n_ctx /
- * chunk) is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT (0), with rope inside the chunk kernel or not. A merge
- * in one block per (row, head group) reads all of its heads' partials alone, so once rows span chunks the combine
- * kernel's wider grid (a block per head, not per group of up to 4) wins (run 119). */
+/* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split (of its keys bound,
+ * else of n_ctx) is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT (0), with rope inside the chunk kernel
+ * or not. A merge in one block per (row, head group) reads all of its heads' partials alone, so once rows span
+ * chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (runs 119, 156). */
 static int att_fuse(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
@@ -887,8 +887,8 @@ static int att_run(void *cuda_stream, void *out, int out_t, const float *q, cons
      * stays the cache's either way; only the grid and the workspace's stride shrink) */
     const int ck = att_chunk(), span = keys > 0 ? keys : n_ctx, n_split = (span + ck - 1) / ck;
     if (n_split > 65535) /* the chunk is a grid dimension of at most 65535 */
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: n_ctx=%d is %d chunks of %d keys (at most 65535)",
-                           n_ctx, n_split, ck);
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_attention: %d keys (n_ctx %d, keys %d) are %d chunks of %d "
+                           "(at most 65535)", span, n_ctx, keys, n_split, ck);
     if (n_split == 1) {
         att_chunk_launch(c, B, st, out, out_t, NULL, q, seq, pos, n_head, n_head_kv, head_dim, n_ctx, 1, scale, ck,
                          NULL, r);

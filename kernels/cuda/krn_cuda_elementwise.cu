@@ -503,7 +503,7 @@ extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *d
     if (B > INT32_MAX / AM_CLUSTER)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_argmax: B=%d rows (at most %d)", B, INT32_MAX / AM_CLUSTER);
     const int vec = n % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    krn_launch_cluster(argmax_kernel, (unsigned)B * AM_CLUSTER, AM_CLUSTER, AM_THREADS, 0, (cudaStream_t)cuda_stream,
-                       out, dup, x, n, vec);
+    krn_launch_ex(argmax_kernel, dim3((unsigned)B * AM_CLUSTER), AM_THREADS, 0, (cudaStream_t)cuda_stream, AM_CLUSTER,
+                  out, dup, x, n, vec);
     return krn_cuda_launch_check(err, "krn_cuda_argmax");
 }

@@ -281,51 +281,45 @@ int krn_cuda_pdl_early(int bit);
 int krn_cuda_pdl_take(void);
 void krn_cuda_pdl_foreign_launched(void);
 
-/* Launch k<<<grid, block, smem, st>>>(args), with the programmatic-stream-serialization attribute when
- * krn_cuda_pdl_take says so. Errors surface through cudaGetLastError (krn_cuda_launch_check). */
+/* Launch k<<<grid, block, smem, st>>>(args) in clusters of `cluster` blocks along x (1: none; else grid.x a
+ * multiple of it, sm_90), with the programmatic-stream-serialization attribute when krn_cuda_pdl_take says so.
+ * Without either attribute, a plain launch. Errors surface through cudaGetLastError (krn_cuda_launch_check). */
 template <typename... KArgs, typename... Args>
-static inline void krn_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                              Args... args) {
-    if (krn_cuda_pdl_take()) {
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = block;
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        (void)cudaLaunchKernelEx(&cfg, k, (KArgs)args...);
-    } else {
-        k<<<grid, block, smem, st>>>((KArgs)args...);
-    }
-}
-
-/* krn_launch with thread block clusters of `cluster` blocks along x (grid.x a multiple of it; sm_90). */
-template <typename... KArgs, typename... Args>
-static inline void krn_launch_cluster(void (*k)(KArgs...), unsigned grid_x, unsigned cluster, dim3 block, size_t smem,
-                                      cudaStream_t st, Args... args) {
+static inline void krn_launch_ex(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                 unsigned cluster, Args... args) {
     cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cluster;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    unsigned na = 1;
+    unsigned na = 0;
+    if (cluster > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = cluster;
+        at[na].val.clusterDim.y = 1;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
     if (krn_cuda_pdl_take()) {
-        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[1].val.programmaticStreamSerializationAllowed = 1;
-        na = 2;
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    if (na == 0) {
+        k<<<grid, block, smem, st>>>((KArgs)args...);
+        return;
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid_x);
+    cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
     cfg.numAttrs = na;
     (void)cudaLaunchKernelEx(&cfg, k, (KArgs)args...);
+}
+
+/* krn_launch_ex without clusters: every kernel but argmax's. */
+template <typename... KArgs, typename... Args>
+static inline void krn_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                              Args... args) {
+    krn_launch_ex(k, grid, block, smem, st, 1, args...);
 }
 
 #endif

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "actors/pp.h"
 #include "kernels/krn.h"
 
 int model_rig_open(model_rig *r, dev_platform *p, const char *path, dev_device *const *layer_dev, int n_seq,
@@ -71,11 +72,7 @@ int model_rig_rows(model_rig *r, const int32_t *tokens, const int32_t *seq, cons
     const int whole[1] = { r->n_layer };
     if (!cuts)
         cuts = whole;
-    int keys = 0; /* the rows' bound, as the pipeline passes it (mdl_forward_layers_async) */
-    for (int b = 0; b < B; b++)
-        keys = pos[b] + 1 > keys ? pos[b] + 1 : keys;
-    if (keys > mdl_kv_n_ctx(r->kv))
-        keys = 0;
+    const int keys = act_pp_keys_bound(pos, B, mdl_kv_n_ctx(r->kv)); /* the rows' bound, as the pipeline's */
     for (int l0 = 0, i = 0; l0 < r->n_layer; l0 = cuts[i++])
         if ((rc = mdl_forward_layers_async(r->m, r->kv, r->sc, r->s, r->x_d, r->pos_d, r->seq_d, B, keys, l0,
                                            cuts[i], err)))
