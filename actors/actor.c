@@ -291,6 +291,18 @@ void act_actor_destroy(act_actor *a)
     free(a);
 }
 
+void act_actors_destroy(act_actor *const *a, int n)
+{
+    for (int i = 0; i < n; i++) /* pills first: a peer still running may send to any of them */
+        if (a[i])
+            act_actor_stop(a[i]);
+    for (int i = 0; i < n; i++) /* pthread_join: each thread's last send happens-before the frees below */
+        if (a[i])
+            act_actor_join(a[i], NULL);
+    for (int i = 0; i < n; i++)
+        act_actor_destroy(a[i]); /* stopped and joined: only frees */
+}
+
 const char *act_actor_name(const act_actor *a)
 {
     return a->name;

@@ -105,9 +105,17 @@ int act_actor_error(const act_actor *a, dev_err *out);
 int act_actor_fail(act_actor *a, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Stop (if needed), join (if started), discard leftovers, free everything. NULL is a no-op. Must not be
- * called from a's own handler (it would join itself). Ordering: as act_actor_join. No thread may use a
- * (send included) once destroy has begun; messages of a's free list still held elsewhere die with it. */
+ * called from a's own handler (it would join itself). Ordering: as act_actor_join. Every send to a must
+ * have returned, ordered before this call (a sender still inside act_send touches a's mailbox after its
+ * message became visible, so "handled" is not enough); messages of a's free list held elsewhere die with
+ * it. Actors that send to one another cannot meet this one at a time: use act_actors_destroy. */
 void act_actor_destroy(act_actor *a);
+
+/* Destroy n actors that may send to one another: stop all, join all, then free all. Once every thread
+ * is joined no sender is left inside act_send, so no mailbox dies under a post; a send into an actor
+ * already stopped is refused and its message goes back to a free list still alive. NULL entries are
+ * skipped. Same rules as act_actor_destroy otherwise (no other thread may send to any of them). */
+void act_actors_destroy(act_actor *const *a, int n);
 
 const char *act_actor_name(const act_actor *a);
 act_mailbox *act_actor_mailbox(act_actor *a);

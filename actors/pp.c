@@ -114,9 +114,7 @@ static int stage_init(act_pp *rt, int s, dev_err *err)
 
 static void stage_fini(act_pp *rt, pp_stage *st)
 {
-    if (st->actor)
-        act_actor_destroy(st->actor);
-    if (st->stream)
+    if (st->stream) /* the stage's actor is gone already (act_pp_destroy): nothing enqueues here any more */
         dev_stream_sync(st->stream, NULL);
     for (int i = 0; i < st->n_graph; i++) /* no replay pending: the stream is synced */
         dev_graph_destroy(st->graph[i].g);
@@ -344,8 +342,12 @@ void act_pp_destroy(act_pp *rt)
         act_pp_drain(rt, NULL);
     if (rt->plat && rt->jitter_hook_set) /* only this runtime's hook: the platform may serve others */
         dev_set_op_hook(rt->plat, NULL, NULL);
-    if (rt->rb_actor)
-        act_actor_destroy(rt->rb_actor);
+    /* Stages send tokens forward, credits back, feeds to stage 0 and records to the readback actor: all of
+     * them at once, or a stage still inside act_send could post into a mailbox already freed. */
+    act_actor *actors[ACT_PP_MAX_STAGES + 1] = { rt->rb_actor };
+    for (int s = 0; rt->stage && s < rt->N; s++)
+        actors[1 + s] = rt->stage[s].actor;
+    act_actors_destroy(actors, 1 + (rt->stage ? rt->N : 0));
     for (int s = 0; rt->stage && s < rt->N; s++)
         stage_fini(rt, &rt->stage[s]);
     if (rt->rb_stream)
