@@ -42,13 +42,21 @@ void act_future_destroy(act_future *f)
     }
 }
 
-/* Publish the outcome written by the claimer. Ordering: release of state=2 carries value/err to waiters. */
+/* Publish the outcome written by the claimer. Ordering: release of state=2 carries value/err to waiters.
+ * Once DONE is stored a waiter may return and free f (it is often on the waiter's stack), so nothing
+ * after that store touches f's memory: the wake count goes first, and the futex wake is a syscall on the
+ * address alone (a dead or reused address costs at most a spurious wake-up, which every wait loop here
+ * takes; glibc's unlock makes the same bet). */
 static void publish(act_future *f)
 {
-    if (atomic_exchange_explicit(&f->state, FUT_DONE, memory_order_acq_rel) == FUT_WAITED) {
-        atomic_fetch_add_explicit(&f->wakes, 1, memory_order_relaxed);
-        act_futex_wake(&f->state, INT32_MAX);
-    }
+    uint32_t s = FUT_PENDING;
+    if (atomic_compare_exchange_strong_explicit(&f->state, &s, FUT_DONE, memory_order_acq_rel,
+                                                memory_order_relaxed))
+        return; /* nobody waits */
+    /* s == WAITED: waiters only move PENDING -> WAITED, so the state is ours until we store DONE */
+    atomic_fetch_add_explicit(&f->wakes, 1, memory_order_relaxed);
+    atomic_store_explicit(&f->state, FUT_DONE, memory_order_release);
+    act_futex_wake(&f->state, INT32_MAX);
 }
 
 int act_future_set(act_future *f, void *value)

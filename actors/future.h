@@ -4,7 +4,8 @@
  *
  * The struct is public so it can be embedded (no malloc per step); its fields are private. Protocol:
  * init -> exactly one of set/fail (later ones return MEMRA_E_STATE) -> any number of waits/queries ->
- * reset (when nobody waits any more) to reuse, or fini.
+ * reset (when nobody waits any more) to reuse, or fini. A waiter whose wait returned may fini or free f
+ * at once: the completer touches f no more once it has published.
  *
  * Ordering: everything the completing thread wrote before act_future_set/fail happens-before the return
  * of every act_future_wait (or act_future_ready == 1) that observes the completion (release/acquire on

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -306,6 +307,33 @@ static void test_future_waiters_sleep_until_another_thread_sets_it(void **state)
     }
     assert_int_equal(atomic_load(&f->wakes), 1); /* one syscall wakes every sleeper */
     act_future_destroy(f);
+}
+
+static void *setter_main(void *p)
+{
+    act_future *f = p;
+    while (atomic_load(&f->state) != 1) /* until the waiter announced it sleeps */
+        sched_yield();
+    static int x = 7;
+    act_future_set(f, &x);
+    return NULL; /* f may be freed already: the setter must not touch it after publishing */
+}
+
+/* The waiter frees the future the moment its wait returns, while the setter is still in act_future_set:
+ * a setter that touched f after storing "done" races with that free (TSan reports it every round). */
+static void test_a_waiter_may_free_the_future_as_soon_as_its_wait_returns(void **state)
+{
+    for (int round = 0; round < 50; round++) {
+        act_future *f = act_future_create(NULL);
+        assert_non_null(f);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, setter_main, f), 0);
+        void *v = NULL;
+        assert_int_equal(act_future_wait(f, &v, NULL), 0);
+        act_future_destroy(f);
+        assert_int_equal(*(int *)v, 7);
+        pthread_join(th, NULL);
+    }
 }
 
 /* ---- actor ---- */
@@ -647,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_future_set_before_wait_returns_the_value_at_once),
         cmocka_unit_test(test_future_second_completion_is_refused_and_the_first_wins),
         cmocka_unit_test(test_future_waiters_sleep_until_another_thread_sets_it),
+        cmocka_unit_test(test_a_waiter_may_free_the_future_as_soon_as_its_wait_returns),
         cmocka_unit_test(test_stop_drains_every_message_sent_before_it),
         cmocka_unit_test(test_handler_error_reaches_the_joiner_and_fails_later_replies),
         cmocka_unit_test(test_handler_error_without_detail_names_the_code_and_kind),
