@@ -21,6 +21,8 @@
  *                  discarded (its reply failed with the stored error, the message freed) until the stop
  *                  pill, so nobody waiting on a reply hangs and producers never block on a dead actor;
  *                ACT_ON_ERROR_CONTINUE: later messages are still handled; the first error stays stored.
+ * A handler that completes m->reply itself and then returns an error clears m->reply first: the waiter
+ * may free the future the moment it completes, so the runtime must not look at it again.
  * The error reaches whoever asks: act_actor_join returns it (code + message), act_actor_error reports it
  * at any time, and message replies (act_future) carry it.
  *
