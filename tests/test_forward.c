@@ -431,6 +431,31 @@ static void test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk(
     unlink(tm.path);
 }
 
+/* The keys bound outside 0..n_ctx is refused, naming the value and the range, before anything is enqueued. */
+static void test_a_keys_bound_outside_the_cache_is_refused_naming_the_range(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q8_0, 0, 31);
+    rig r;
+    rig_open(&r, tm.path, 1, NULL, 1);
+    model_rig *g = &r.r;
+    const int bad[] = { -1, CTX + 1 };
+    for (int i = 0; i < 2; i++) {
+        dev_err err = { 0 };
+        assert_int_equal(mdl_forward_layers_async(g->m, g->kv, g->sc, g->s, g->x_d, g->pos_d, g->seq_d, 1, bad[i],
+                                                  0, L, &err), MEMRA_E_INVAL);
+        char want[96];
+        snprintf(want, sizeof want, "keys = %d; allowed 0 (no bound) or a bound on the rows' positions in 1..%d",
+                 bad[i], CTX);
+        if (!strstr(err.msg, want))
+            fail_msg("got \"%s\", want it to contain \"%s\"", err.msg, want);
+    }
+    assert_int_equal(dev_stream_sync(g->s, NULL), 0); /* nothing was enqueued, nothing failed */
+    rig_close(&r);
+    unlink(tm.path);
+}
+
 /* Prefill of T tokens in one chunk == T single-token steps, bit for bit (each row's ops never depend on the
  * other rows: matmul is a per-row dot, attention a per-row loop over its own cache prefix). */
 static void test_prefill_in_one_chunk_equals_token_by_token_bitwise(void **state)
@@ -686,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_unknown_architecture_is_refused_naming_the_supported_ones),
         cmocka_unit_test(test_a_missing_or_misshaped_tensor_is_refused_naming_it),
         cmocka_unit_test(test_layer_walk_split_at_any_cut_is_bit_identical_to_the_whole_walk),
+        cmocka_unit_test(test_a_keys_bound_outside_the_cache_is_refused_naming_the_range),
         cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
         cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
