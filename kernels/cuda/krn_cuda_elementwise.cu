@@ -403,6 +403,7 @@ extern "C" int krn_cuda_add_bias_async(void *cuda_stream, float *y, const float 
 #define AM_THREADS 1024
 #define AM_UNROLL 4
 #define AM_CLUSTER 8 /* blocks a row: the largest portable cluster */
+static_assert(AM_THREADS / KRN_WARP == KRN_WARP && AM_CLUSTER <= KRN_WARP, "argmax: a warp's lane per candidate");
 static __device__ __forceinline__ void am_merge(float *v, int *i, float ov, int oi) {
     if (ov > *v || (ov == *v && oi < *i)) {
         *v = ov;
@@ -469,7 +470,7 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
     }
     __syncthreads(); /* publishes sv[], si[] */
     if (warp == 0) {
-        bv = sv[lane]; /* AM_THREADS / KRN_WARP == 32: one warp's candidate a lane */
+        bv = sv[lane]; /* one warp's candidate a lane (the static_assert above) */
         bi = si[lane];
         am_warp_merge(&bv, &bi, 16);
     }
