@@ -110,14 +110,15 @@ static void check(int wt, int xt, int yt, int n, int n_in, int B, int fused) {
 
 /* n 70: a unit per warp, 18 blocks, the last one's last 2 warps without a unit; 1030 x 1032: two batches of 4 loads
  * (one of 8), the second clamped; 5000 x 264: one clamped batch per row and more units than one H200 round of warps
- * (blocks per SM x 4 warps x 132 SMs: 3168 with 4 loads per batch, 2112 with 8). */
+ * (blocks per SM x 4 warps x 132 SMs: 3168 with 4 loads per batch, 2112 with 8); 14336 x 264 (the 8B's n_ff): 4
+ * rounds or more, so the grid takes every resident slot and warps walk unequal numbers of units. */
 static void test_fused_gemv_has_the_bits_of_parts_then_swiglu_for_every_float_type(void **state) {
     (void)state;
     static const int wts[] = {KRN_F32, KRN_F16, KRN_BF16}, xts[] = {KRN_F32, KRN_F16, KRN_BF16};
-    static const int shapes[][2] = {{70, 4096}, {1030, 1032}, {5000, 264}};
+    static const int shapes[][2] = {{70, 4096}, {1030, 1032}, {5000, 264}, {14336, 264}};
     for (int w = 0; w < 3; w++)
         for (int x = 0; x < 3; x++)
-            for (int s = 0; s < 3; s++)
+            for (int s = 0; s < 4; s++)
                 check(wts[w], xts[x], xts[x], shapes[s][0], shapes[s][1], 1, 1);
 }
 

@@ -103,15 +103,18 @@ static void test_matmul_matches_reference_for_every_type_shape_and_batch(void **
     static const int Bs[] = {1, 3, 8, 11};
     for (size_t ti = 0; ti < CUDA_REF_N_TYPES; ti++) {
         const cuda_ref_type *t = &CUDA_REF_TYPES[ti];
-        int shapes[6][2];
+        int shapes[7][2];
         int ns = 0;
         if (t->be == 1) {
             /* 97: scalar path; 2144 = 8*268: vector path with a tail; 4096: vector path; 9001 x 1032: more
              * row groups than resident blocks (blocks walk several rows) and a second batch with one step;
              * 3000 x 2144: at B = 1 the 8-loads-per-batch walk (MEMRA_CUDA_MM_DEEP) over several rows per warp,
-             * its last batch partial, against the rows of a batch (4 loads per batch) bit for bit */
-            int s[][2] = {{1, 8}, {7, 97}, {33, 2144}, {5, 4096}, {9001, 1032}, {3000, 2144}};
-            ns = 6;
+             * its last batch partial, against the rows of a batch (4 loads per batch) bit for bit; 12000 x 264:
+             * 3000 groups, 4 rounds or more of every form's resident grid, so the walk takes the whole cap and
+             * blocks walk unequal numbers of groups (9001 x 1032 does so only at B > 1: its rows alone walk an
+             * even grid, against the batch's uneven one, bit for bit) */
+            int s[][2] = {{1, 8}, {7, 97}, {33, 2144}, {5, 4096}, {9001, 1032}, {3000, 2144}, {12000, 264}};
+            ns = 7;
             memcpy(shapes, s, sizeof s);
         } else if (t->be == 32) {
             /* 67 blocks: staged chunks of 32 + 32 + 3 (one warp each); rows not 16-byte aligned */

@@ -262,19 +262,33 @@ static int mm_occupancy(K k, int *cache) {
     return n;
 }
 
-/* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows; 1 a block per row group (the
- * hardware balances blocks over SMs as they finish). A tuning knob for memra-bench; same bits either way. */
+/* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows (mm_grid_blocks); 1 a block per row
+ * group (the hardware balances blocks over SMs as they finish); 2 the resident grid with the groups always spread
+ * evenly (the form before run 165). A tuning knob for memra-bench; same bits every way. */
 static int mm_grid_mode(void) {
     static int cache = KRN_TUNE_UNREAD;
-    static const int allowed[] = {0, 1};
-    return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 2, &cache);
+    static const int allowed[] = {0, 1, 2};
+    return krn_cuda_tune("MEMRA_CUDA_MM_GRID", allowed, 3, &cache);
 }
 
-/* Blocks of kernel k's grid over `groups` groups of MM_WARPS rows (GLU: units): resident blocks walking them
- * (MEMRA_CUDA_MM_GRID 0) or a block per group (1). occ: k's cached occupancy. */
+/* Rounds from which a walk takes the whole resident cap (MEMRA_CUDA_MM_GRID 0). */
+#define MM_FULL_ROUNDS 4
+
+/* Blocks of kernel k's grid over `groups` groups of MM_WARPS rows (GLU: units), occ its cached occupancy.
+ * MEMRA_CUDA_MM_GRID 0: resident blocks walking the groups. A walk of MM_FULL_ROUNDS rounds or more (the GLU's 7
+ * and the head's 61 on the 8B shape) takes every resident slot: blocks then walk one group more or fewer (a
+ * quarter of a walk at most), and those a round short free their slots early for the next kernel's blocks, which
+ * stream their first weights before their PDL wait: -4 to -6 µs an 8B step (runs 164-165, docs/bench/gpu.md).
+ * A shorter walk (q/k/v 3 rounds, o and down 2) spreads the groups evenly (mm_resident_grid): there a block a
+ * round short idles a third to a half of the walk, and the same change cost 3 to 9 µs a step each. */
 template <typename K>
 static int mm_grid_blocks(K k, int *occ, int groups) {
-    const int cap = mm_grid_mode() ? 0 : mm_occupancy(k, occ) * krn_cuda_sm_count();
+    const int mode = mm_grid_mode();
+    if (mode == 1)
+        return mm_resident_grid(groups, 0);
+    const int cap = mm_occupancy(k, occ) * krn_cuda_sm_count();
+    if (mode == 0 && groups > (MM_FULL_ROUNDS - 1) * cap) /* ceil(groups / cap) >= MM_FULL_ROUNDS */
+        return cap;
     return mm_resident_grid(groups, cap);
 }
 
