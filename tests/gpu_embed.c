@@ -3,7 +3,8 @@
  * token outside [0, n_out) gives a row of zeros (y is filled with 0xFF bytes first, so a row never written
  * fails); with PDL on, on a second stream and from a table at an odd address (bytes are read one by one) the
  * bits are the same. The op table routes a CUDA dev_stream to it; bad arguments are refused with a message
- * naming the argument. Random rows: tests/support/cuda_ref.c. Exits 77 (skipped) without a GPU. */
+ * naming the argument. Row lengths of 1 to 16 slices of 256 elements (the kernel's grid.y), and a partial last slice
+ * (288) for the types whose blocks allow it. Random rows: tests/support/cuda_ref.c. Exits 77 (skipped) without a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -96,6 +97,8 @@ static void test_device_rows_have_the_host_dequant_bits_for_every_type(void **st
         check_type(t, 3, 4096, 0);
         check_type(t, 5, 256, 1); /* an odd address: no alignment needed */
         check_type(t, 1, 7 * 256, 2);
+        if (t->be <= 32) /* slices of 256 elements, the last one partial: 32 of 288 */
+            check_type(t, 4, 288, 0);
     }
 }
 

@@ -1,8 +1,10 @@
 /* The embedding gather on CUDA (krn_embed_rows_async): y (B, n) = rows tokens[b] of the table T (GGUF blocks of
- * any type) dequantized to f32; a row of zeros for a token outside [0, T->n_out). One block of EMB_THREADS per
- * row (blockIdx.x = b); thread j computes elements j, j + EMB_THREADS, ... of the row, each on its own from the
- * bytes of that element's GGUF block, read one by one (GGUF blocks are only 2-byte aligned; a gather of B rows
- * is not bandwidth-bound). Writes are coalesced.
+ * any type) dequantized to f32; a row of zeros for a token outside [0, T->n_out). Blocks of EMB_THREADS, a grid
+ * of (B, slices): block (b, s) computes elements i = s * EMB_THREADS + j (j its thread), i + slices * EMB_THREADS,
+ * ... of row b, each on its own from the bytes of that element's GGUF block, read one by one (GGUF blocks are
+ * only 2-byte aligned). A slice per EMB_THREADS elements puts all of a row's loads in flight at once: one block
+ * a row walked it one dependent round trip per EMB_THREADS elements, 7.6 us for the 8B's 4096-element row in
+ * every decode step (docs/bench/gpu.md, run 163's trace). Writes are coalesced.
  *
  * Bits: every element is the value krn_dequant_row gives on the host (kernels/quant_dot.c's header and the
  * deq_* of kernels/quant_dot_body.inc): the same IEEE operations in the same order, each product and sum as
@@ -76,13 +78,14 @@ __global__ void __launch_bounds__(EMB_THREADS) embed_rows_kernel(float *__restri
     krn_pdl_enter(); /* tokens may be the previous kernel's output (the sampled token) */
     const int32_t tok = tokens[blockIdx.x];
     float *yr = y + (size_t)blockIdx.x * n;
+    const int i0 = (int)blockIdx.y * EMB_THREADS + (int)threadIdx.x, step = (int)gridDim.y * EMB_THREADS;
     if (tok < 0 || tok >= n_out) {
-        for (int i = threadIdx.x; i < n; i += EMB_THREADS)
+        for (int i = i0; i < n; i += step)
             yr[i] = 0.0f;
         return;
     }
     const uint8_t *r = table + (size_t)tok * row_bytes;
-    for (int i = threadIdx.x; i < n; i += EMB_THREADS)
+    for (int i = i0; i < n; i += step)
         yr[i] = emb_elem(type, r, i);
 }
 
@@ -112,7 +115,9 @@ extern "C" int krn_cuda_embed_rows_async(void *cuda_stream, float *y, const krn_
     if (!y || !T->data || !tokens)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_embed_rows: %s is NULL (need device pointers)",
                            !y ? "y" : !T->data ? "T->data" : "tokens");
-    krn_launch(embed_rows_kernel, (unsigned)B, EMB_THREADS, 0, (cudaStream_t)cuda_stream, y,
+    const int slices = (T->n_in + EMB_THREADS - 1) / EMB_THREADS; /* grid.y <= 65535: a slice then walks */
+    const dim3 grid((unsigned)B, (unsigned)(slices < 65535 ? slices : 65535));
+    krn_launch(embed_rows_kernel, grid, EMB_THREADS, 0, (cudaStream_t)cuda_stream, y,
                (const uint8_t *)T->data, tokens, T->type, T->n_out, T->n_in, rb);
     return krn_cuda_launch_check(err, "krn_cuda_embed_rows");
 }
