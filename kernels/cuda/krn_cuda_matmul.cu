@@ -278,9 +278,10 @@ static int mm_grid_mode(void) {
  * MEMRA_CUDA_MM_GRID 0: resident blocks walking the groups. A walk of MM_FULL_ROUNDS rounds or more (the GLU's 7
  * and the head's 61 on the 8B shape) takes every resident slot: blocks then walk one group more or fewer (a
  * quarter of a walk at most), and those a round short free their slots early for the next kernel's blocks, which
- * stream their first weights before their PDL wait: -4 to -6 µs an 8B step (runs 164-165, docs/bench/gpu.md).
- * A shorter walk (q/k/v 3 rounds, o and down 2) spreads the groups evenly (mm_resident_grid): there a block a
- * round short idles a third to a half of the walk, and the same change cost 3 to 9 µs a step each. */
+ * stream their first weights before their PDL wait: -4 to -6 µs an 8B step on one H200 (runs 164-165), within
+ * noise on another (run 167; docs/bench/gpu.md). A shorter walk (q/k/v 3 rounds, o and down 2) spreads the
+ * groups evenly (mm_resident_grid): there a block a round short idles a third to a half of the walk, and the
+ * same change cost 3 to 9 µs a step each. */
 template <typename K>
 static int mm_grid_blocks(K k, int *occ, int groups) {
     const int mode = mm_grid_mode();
