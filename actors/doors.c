@@ -23,7 +23,7 @@ act_pp_seams act_pp_seams_default(void)
 {
     act_pp_seams s = {.overlap = 0, .batch_pp = 1, .allow_unsplit_batch = 0, .spec_pp = 1,
                       .prime_pp = 1, .prime_pipe = 1, .pdl = 1, .graph = 0, .markers = 1, .same_device_pipe = 0,
-                      .keys = 1};
+                      .keys = 1, .head_ring = 1};
     return s;
 }
 
@@ -226,6 +226,7 @@ int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
         {"MEMRA_PP_SAME_DEVICE_PIPE", offsetof(act_pp_seams, same_device_pipe)},
         {"MEMRA_PP_MARKERS", offsetof(act_pp_seams, markers)},
         {"MEMRA_PP_KEYS", offsetof(act_pp_seams, keys)},
+        {"MEMRA_PP_HEAD_RING", offsetof(act_pp_seams, head_ring)},
     };
     act_pp_seams s = *seams;
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {

@@ -43,6 +43,8 @@ typedef struct act_pp_seams {
                               * CUDA device (0; the seed's refusal stays until the x100 soak passes) */
     int keys;                /* MEMRA_PP_KEYS: attention's grid spans a bound on the step's positions, not the
                               * whole cache (1; pp_keys) */
+    int head_ring;           /* MEMRA_PP_HEAD_RING: the last stage's head writes a fixed logits buffer when one is
+                              * free, so a graph holds it with the layers (1; actors/pp_head.c) */
 } act_pp_seams;
 
 /* The door-shut config: stages 0, even split, primary placement, shard 1, slots 2, streams 1. */

@@ -311,6 +311,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         goto fail;
     if (!(rt->head_pool = mem_pool_create(last, err)))
         goto fail;
+    if (pp_head_ring_init(rt, last, err) != 0)
+        goto fail;
     if (!(rt->rb_stream = dev_stream_create(last, "readback", err)))
         goto fail;
     if (!(rt->rb_actor = act_actor_create("readback", pp_readback_handle, rt, err)))
@@ -370,6 +372,8 @@ void act_pp_destroy(act_pp *rt)
         mdl_kv_destroy(rt->ref_kv);
     if (rt->head_pool)
         mem_pool_destroy(rt->head_pool);
+    if (rt->stage)
+        pp_head_ring_fini(rt);
     for (int i = 0; rt->feed_ev && i < rt->n_seq; i++)
         if (rt->feed_ev[i])
             dev_event_destroy(rt->feed_ev[i]);

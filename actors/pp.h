@@ -179,6 +179,7 @@ typedef struct act_pp_counters {
     uint64_t graph_captures;       /* MEMRA_PP_GRAPH: stage walks captured as a CUDA graph (one per stage, B) */
     uint64_t graph_replays;        /* MEMRA_PP_GRAPH: stage walks enqueued as one graph launch */
     uint64_t fed_steps;            /* steps whose tokens stage 0 embedded on the device (act_pp_step.feed) */
+    uint64_t head_ring_steps;      /* MEMRA_PP_HEAD_RING: steps whose head wrote one of the fixed logits buffers */
 } act_pp_counters;
 void act_pp_get_counters(const act_pp *rt, act_pp_counters *out);
 

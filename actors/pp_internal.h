@@ -18,6 +18,9 @@
  *   next_id, ref_* (reference arm)     the submitting thread only
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
+ *   head_ring[k].free                  last stage's actor takes (exchange 1 -> 0), readback actor gives
+ *                                      back after its reads of the buffer are enqueued and ev_read is
+ *                                      recorded behind them                                   [atomic]
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
  *                                      step, by its argmax or a copy, then feed_ev[seq]), read by stage 0's
  *                                      stream (the embed) after waiting it */
@@ -37,7 +40,9 @@
 enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED };
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
-#define PP_GRAPH_SLOTS 32 /* MEMRA_PP_GRAPH: captured walks per stage, one per (B, PDL, pp_keys) */
+#define PP_GRAPH_SLOTS 64 /* MEMRA_PP_GRAPH: captured walks per stage, one per pp_graph_key */
+#define PP_HEAD_RING 4      /* MEMRA_PP_HEAD_RING: the last stage's fixed logits buffers (pp_head.c) */
+#define PP_HEAD_RING_ROWS 4 /* output rows a ring buffer holds; a step with more takes pool memory */
 
 typedef struct pp_rec pp_rec;
 typedef struct pp_stage pp_stage;
@@ -65,7 +70,9 @@ struct pp_rec {
     act_pp_seams seams;      /* snapshot read by the submitter for this step */
     int32_t *tokens, *seq, *pos; /* (B,) each, owned */
     act_pending *pending;    /* the step's pending (one reference held by the pipeline) */
-    void *logits_d;          /* pool memory on the last stage's device, freed on the readback stream */
+    void *logits_d;          /* the head's output on the last stage's device: ring buffer head_buf, or pool
+                              * memory (head_buf -1) freed on the readback stream */
+    int head_buf;            /* index in act_pp.head_ring, or -1 */
     _Atomic int failed;      /* a stage could not enqueue its part; later stages pass the token along */
     pp_mark mark[];          /* one per stage */
 };
@@ -90,6 +97,23 @@ struct act_pending {
     act_pending *next_free;  /* pool link [rt->pool_lock] */
 };
 
+/* One of the last stage's fixed logits buffers (MEMRA_PP_HEAD_RING): a step's head and argmax write it on the
+ * last stage's stream (inside the walk's graph under MEMRA_PP_GRAPH: its address never changes), the readback
+ * stream copies the result out of it, and the next step that takes it waits ev_read first. */
+typedef struct pp_head_buf {
+    void *d;                 /* pp_logits_bytes(rt, head_ring_rows, 1) on the last stage's device */
+    dev_event *ev_read;      /* recorded on the readback stream behind its reads of d */
+    _Atomic int free;        /* 1: no step holds it, and its last reads are ordered by ev_read's latest record */
+} pp_head_buf;
+
+/* What a captured walk holds: its layers for (B, PDL, pp_keys), and on the last stage with a ring buffer the head
+ * and the argmax of out_rows rows into that buffer (argmax's duplicate into the feed's slots at dup). */
+typedef struct pp_graph_key {
+    int B, pdl, keys;
+    int head_buf, out_rows, argmax; /* head_buf -1: the layers only (0, 0 and NULL below) */
+    const int32_t *dup;
+} pp_graph_key;
+
 typedef struct pp_item {
     pp_rec *rec;
     int kin;                 /* inbound slot (stage > 0), -1 when the producer passed a failed step */
@@ -111,8 +135,7 @@ struct pp_stage {
     void *staging[PP_STAGING_RING]; /* stage 0: pinned upload buffers */
     dev_event *staging_ev[PP_STAGING_RING];
     int staging_next;
-    struct { int B, pdl, keys; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: the walk's layers per
-                                                                        * (B, MEMRA_PDL, pp_keys) */
+    struct { pp_graph_key key; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: captured walks */
     int n_graph;
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
@@ -143,7 +166,9 @@ struct act_pp {
     mdl_kv *kv;              /* split arm: each layer's cache on its stage's device */
     pp_stage *stage;         /* N stages */
     bnd_boundary **bnd;      /* N-1 boundaries */
-    mem_pool *head_pool;     /* logits memory on the last stage's device */
+    mem_pool *head_pool;     /* logits memory on the last stage's device (steps without a ring buffer) */
+    pp_head_buf head_ring[PP_HEAD_RING];
+    int head_ring_rows;      /* min(max_rows, PP_HEAD_RING_ROWS) */
     dev_stream *rb_stream;   /* dedicated readback stream (last stage's device) */
     act_actor *rb_actor;
     /* unsplit reference arm (and the STREAMS=0 seam): the primary device's stream, lazily built */
@@ -168,7 +193,7 @@ struct act_pp {
     struct {
         _Atomic uint64_t split_steps, pipe_overlaps, unsplit_steps, batch_split_steps, prime_split_chunks,
             prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done, graph_captures,
-            graph_replays, fed_steps;
+            graph_replays, fed_steps, head_ring_steps;
     } ctr;
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;
@@ -214,6 +239,16 @@ static inline const void *pp_result_src(const act_pp *rt, const pp_rec *rec, con
  * 0 and nothing enqueued for the other modes. */
 int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err);
 
+/* The end of the run of rows from b0 whose sequences follow one another (seq[b] == seq[b - 1] + 1): their slots in
+ * feed_tok, which is indexed by sequence, are then one contiguous run. */
+static inline int pp_seq_run_end(const int32_t *seq, int b0, int n)
+{
+    int b1 = b0 + 1;
+    while (b1 < n && seq[b1] == seq[b1 - 1] + 1)
+        b1++;
+    return b1;
+}
+
 /* Steps in flight through the stage actors: add delta (the submitter +1, the readback actor -1 when a step is
  * done; waiters in act_pp_drain are woken) and return the new count. [inflight_lock] */
 int pp_inflight_add(act_pp *rt, int delta);
@@ -238,6 +273,26 @@ void pp_count_split(act_pp *rt, act_step_kind kind);
 /* Liveness from a stamped step's device timestamps: busy time, walks, overlaps, split counters. Readback
  * actor only, after the step's completion event. */
 void pp_account_stamps(act_pp *rt, const pp_rec *rec);
+
+/* pp_head.c: the last stage's head, its logits ring and the feed's tokens */
+int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err);
+void pp_head_ring_fini(act_pp *rt);
+/* Last stage's actor, before the walk: when the step's seams ask for the ring (MEMRA_PP_HEAD_RING), its output
+ * rows fit a buffer and one is free, rec takes it (head_buf, logits_d) and the stage's stream waits for that
+ * buffer's last reads. Otherwise nothing changes (head_buf -1). Returns 0 or the wait's error (rec holds the
+ * buffer then: the readback actor gives it back). */
+int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
+/* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax
+ * (ACT_LOGITS_ARGMAX). Inside the walk when rec holds a ring buffer, so a graph can capture it. */
+int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, dev_err *err);
+/* Last stage's actor, after the walk: a step without a ring buffer takes pool memory and enqueues its head;
+ * then a feeding runtime's ARGMAX step leaves its tokens for the fed steps (feed_tok, feed_ev). */
+int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err);
+/* The last stage, an ARGMAX step of a feeding runtime: the feed's slots its argmax writes itself, or NULL. */
+int32_t *pp_feed_dup(const pp_stage *st, const pp_rec *rec);
+/* Readback actor: give rec's logits memory back. reads: the stream on which this actor enqueued its reads of it
+ * (ordered behind them), or NULL when it enqueued none (a failed step, every stream already synced). */
+void pp_head_release(act_pp *rt, pp_rec *rec, dev_stream *reads);
 
 /* pp_readback.c */
 int pp_readback_handle(act_actor *a, act_msg *m, void *ctx);

@@ -254,8 +254,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
          * into rec) before rec dies */
         for (int s = 0; s < rt->N; s++)
             dev_stream_sync(rt->stage[s].stream, NULL);
-        if (rec->logits_d)
-            mem_pool_free_async(rt->head_pool, rt->stage[rt->N - 1].stream, rec->logits_d);
+        pp_head_release(rt, rec, NULL);
         finish_step(rt, rec, MEMRA_E_DEVICE, NULL);
         return 0;
     }
@@ -267,8 +266,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
     if (r == 0 && rec->out_rows > 0)
         r = dev_copy_d2h_async(rt->rb_stream, p->host, pp_result_src(rt, rec, rec->logits_d),
                                pp_result_bytes(rt, rec));
-    if (rec->logits_d) /* freed on this stream whatever happened: the pool reuses it behind this point */
-        mem_pool_free_async(rt->head_pool, rt->rb_stream, rec->logits_d);
+    pp_head_release(rt, rec, rt->rb_stream); /* whatever happened: behind this stream's reads of it */
     if (r == 0)
         r = dev_stream_sync(rt->rb_stream, &e);
     p->times.synced_ns = pp_now_ns();

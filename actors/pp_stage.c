@@ -159,16 +159,6 @@ static int stage0_upload(pp_stage *st, pp_rec *rec, dev_err *err)
     return staging_done(st, i, err);
 }
 
-/* The end of the run of rows from b0 whose sequences follow one another (seq[b] == seq[b - 1] + 1): their slots in
- * feed_tok, which is indexed by sequence, are then one contiguous run. */
-static int seq_run_end(const int32_t *seq, int b0, int n)
-{
-    int b1 = b0 + 1;
-    while (b1 < n && seq[b1] == seq[b1 - 1] + 1)
-        b1++;
-    return b1;
-}
-
 /* Stage 0, a fed step: wait on its stream for each row's sequence's token (feed_ev[seq]; the FEED message that
  * let this step out of the queue says its producers' records are enqueued, and no later record of those
  * sequences can be: their later steps queue behind this one), upload [pos | seq] only and embed the rows on the
@@ -192,7 +182,7 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     if ((r = staging_done(st, i, err)) != 0)
         return r;
     for (int b0 = 0, b1; b0 < rec->B; b0 = b1) {
-        b1 = seq_run_end(rec->seq, b0, rec->B);
+        b1 = pp_seq_run_end(rec->seq, b0, rec->B);
         float *y = (float *)st->frame + (size_t)b0 * (size_t)rt->n_embd;
         if ((r = krn_embed_rows_async(st->stream, y, &rt->embd_dev, rt->feed_tok + rec->seq[b0], b1 - b0)) != 0)
             return dev_err_set(err, r, "stage 0: embedding of fed rows %d..%d failed", b0, b1 - 1);
@@ -201,118 +191,71 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
     return 0;
 }
 
-/* The last stage, an ARGMAX step of a feeding runtime: the slots its argmax can write itself, or NULL. When this
- * stage is on stage 0's device and the rows' sequences follow one another, their slots are one run
- * (feed_tok + seq[0], feed_tok is indexed by sequence): krn_argmax_dup_async writes the tokens there as well,
- * and no copy op sits behind the kernel. */
-static int32_t *feed_dup(const pp_stage *st, const pp_rec *rec)
-{
-    const act_pp *rt = st->rt;
-    if (!rt->feed_on || !rec->argmax || rec->out_rows == 0 || rt->stage[0].dev != st->dev ||
-        seq_run_end(rec->seq, 0, rec->out_rows) != rec->out_rows)
-        return NULL;
-    return rt->feed_tok + rec->seq[0];
-}
-
-/* The last stage, an ARGMAX step of a feeding runtime: each row's token into its sequence's slot on stage 0's
- * device (rows in order: the last row of a sequence wins; already there when the argmax wrote them, `dup`),
- * then its sequence's feed_ev, which that sequence's next fed step waits. Every row's event is recorded even
- * after a failed copy, so no wait can pass a copy still in flight (the step fails; the fed step behind it reads
- * what the slot holds). */
-static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, int dup, dev_err *err)
+/* What a stage's walk enqueues: its layers [fence[s], fence[s+1]), then, when rec holds one of the last stage's
+ * logits buffers (pp_head_take), the head and the argmax into it. */
+static int walk_body(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq, int keys,
+                     dev_err *err)
 {
     act_pp *rt = st->rt;
-    const int32_t *tok = pp_result_src(rt, rec, logits_d);
-    dev_device *d0 = rt->stage[0].dev;
-    int r = 0;
-    for (int b = 0; b < rec->out_rows; b++) {
-        int32_t *slot = rt->feed_tok + rec->seq[b];
-        /* ordered after stage 0's last read of this slot (an earlier fed step's embed): this step
-         * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream;
-         * the argmax's own writes (dup) sit at the same place on this stream */
-        if (r == 0 && !dup)
-            r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))
-                              : dev_copy_peer_async(st->stream, slot, d0, tok + b, st->dev, sizeof(int32_t));
-        const int re = dev_event_record_async(rt->feed_ev[rec->seq[b]], st->stream);
-        r = r ? r : re;
-    }
-    return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
+    int r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, keys,
+                                     rt->fence[st->s], rt->fence[st->s + 1], err);
+    return r == 0 && rec->head_buf >= 0 ? pp_head_enqueue(st, rec, x, err) : r;
 }
 
-/* The last stage's head: output_norm + lm_head into pool memory (freed by the readback actor's stream). */
-static int last_stage_head(pp_stage *st, pp_rec *rec, float *x, dev_err *err)
+static int graph_key_eq(const pp_graph_key *a, const pp_graph_key *b)
+{
+    return a->B == b->B && a->pdl == b->pdl && a->keys == b->keys && a->head_buf == b->head_buf &&
+           a->out_rows == b->out_rows && a->argmax == b->argmax && a->dup == b->dup;
+}
+
+/* The walk (walk_body) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph) on a backend with graphs:
+ * the first step of each pp_graph_key is captured as a graph (nothing runs during the capture) and every such
+ * step, the first too, is one graph launch. A graph is valid for all steps of its key: its kernels read x, pos
+ * and seq from this stage's frame, the KV cache, the scratch and the logits buffer, whose addresses never change,
+ * and nothing else per step (pp_keys: a bound, so every step under it may replay the graph captured for it; the
+ * argmax's duplicate into the feed's slots is part of the key). Markers stay outside (stage_run). Capture
+ * unsupported (CPU) or failed: eager, and this stage stops trying; no slot left: eager. Actor thread only. */
+static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq, dev_err *err)
 {
     act_pp *rt = st->rt;
-    int r;
-    if (rec->out_rows > 0) {
-        size_t bytes = pp_logits_bytes(rt, rec->out_rows, rec->argmax);
-        if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
-            return err->code;
-        const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
-        int32_t *dup = feed_dup(st, rec);
-        if ((r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err)) ||
-            (r = pp_argmax_async(rt, rec, st->stream, rec->logits_d, dup, err)))
-            return r;
-        return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, dup != NULL, err) : 0;
-    }
-    return 0;
-}
-
-int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err)
-{
-    if (!rec->argmax || rec->out_rows == 0)
-        return 0;
-    int r = krn_argmax_dup_async(s, (int32_t *)pp_result_src(rt, rec, d), dup, d, rec->out_rows, rt->n_vocab);
-    return r ? dev_err_set(err, r, "step: argmax of %d rows of logits failed", rec->out_rows) : 0;
-}
-
-/* The walk's layers [fence[s], fence[s+1]) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph)
- * on a backend with graphs: the first step of each (batch size B, PDL, keys bound) is captured as a graph
- * (nothing runs during the capture) and every such step, the first too, is one graph launch. A graph is valid
- * for all steps of its key: its kernels read x, pos and seq from this stage's frame, the KV cache and the
- * scratch, whose addresses never change, and nothing else per step (pp_keys: a bound, so every step under it
- * may replay the graph captured for it). Markers stay outside (stage_run). Capture
- * unsupported (CPU) or failed: eager, and this stage stops trying. Actor thread only. */
-static int stage_layers(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq,
-                        dev_err *err)
-{
-    act_pp *rt = st->rt;
-    const int l0 = rt->fence[st->s], l1 = rt->fence[st->s + 1], keys = pp_keys(rt, rec);
+    const int keys = pp_keys(rt, rec), head = rec->head_buf >= 0;
     if (rec->seams.graph && !st->graph_off) {
-        for (int i = 0; i < st->n_graph; i++)
-            if (st->graph[i].B == rec->B && st->graph[i].pdl == rec->seams.pdl && st->graph[i].keys == keys) {
-                atomic_fetch_add(&rt->ctr.graph_replays, 1);
-                int r = dev_graph_launch_async(st->graph[i].g, st->stream);
-                return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
-            }
-        if (st->n_graph < PP_GRAPH_SLOTS) {
+        const pp_graph_key key = {.B = rec->B, .pdl = rec->seams.pdl, .keys = keys, .head_buf = rec->head_buf,
+                                  .out_rows = head ? rec->out_rows : 0, .argmax = head ? rec->argmax : 0,
+                                  .dup = head && rec->argmax ? pp_feed_dup(st, rec) : NULL};
+        dev_graph *g = NULL;
+        for (int i = 0; i < st->n_graph && !g; i++)
+            if (graph_key_eq(&st->graph[i].key, &key))
+                g = st->graph[i].g;
+        if (!g && st->n_graph < PP_GRAPH_SLOTS) {
             dev_err ce = {0};
-            dev_graph *g = NULL;
             if (dev_stream_capture_begin(st->stream, &ce) == 0) {
-                int r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B,
-                                                 keys, l0, l1, err);
+                int r = walk_body(st, rec, x, pos, seq, keys, err);
                 int rc = dev_stream_capture_end(st->stream, &g, &ce); /* ends the capture on every path */
                 if (r) {
                     dev_graph_destroy(g);
                     return r;
                 }
                 if (rc == 0) {
-                    st->graph[st->n_graph].B = rec->B;
-                    st->graph[st->n_graph].pdl = rec->seams.pdl;
-                    st->graph[st->n_graph].keys = keys;
+                    st->graph[st->n_graph].key = key;
                     st->graph[st->n_graph].g = g;
                     st->n_graph++;
                     atomic_fetch_add(&rt->ctr.graph_captures, 1);
-                    atomic_fetch_add(&rt->ctr.graph_replays, 1);
-                    r = dev_graph_launch_async(g, st->stream);
-                    return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
+                } else {
+                    g = NULL;
+                    st->graph_off = 1; /* nothing ran during the failed capture: run the walk eagerly below */
                 }
+            } else {
+                st->graph_off = 1;
             }
-            st->graph_off = 1; /* nothing ran during the failed capture: run the walk eagerly below */
+        }
+        if (g) {
+            atomic_fetch_add(&rt->ctr.graph_replays, 1);
+            int r = dev_graph_launch_async(g, st->stream);
+            return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
         }
     }
-    return mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, keys, l0, l1,
-                                    err);
+    return walk_body(st, rec, x, pos, seq, keys, err);
 }
 
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last.
@@ -339,6 +282,8 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
             return dev_err_set(err, r, "stage %d: could not return credit %d", st->s, kin);
         *credit_back = 1;
     }
+    if (kout < 0 && (r = pp_head_take(st, rec, err)) != 0) /* before the walk's stamp: a wait is not walk time */
+        return r;
     pp_mark *mk = &rec->mark[st->s];
     mk->stage = st;
     mk->rec = rec;
@@ -352,12 +297,12 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
         return dev_err_set(err, r, "stage %d: walk stamp", st->s);
     uint64_t t_enq = pp_now_ns();
     const int pdl_prev = krn_set_pdl(rec->seams.pdl); /* this thread's launches only; no effect on CPU */
-    r = stage_layers(st, rec, x, pos, seq, err);
+    r = stage_walk(st, rec, x, pos, seq, err);
     if (r == 0) {
         atomic_fetch_add(&st->enqueue_ns, pp_now_ns() - t_enq);
         atomic_fetch_add(&st->enqueues, 1);
-        if (kout < 0) /* the head is part of the last stage's walk */
-            r = last_stage_head(st, rec, x, err);
+        if (kout < 0) /* the head without a ring buffer, and the feed's tokens, are part of the last stage's walk */
+            r = pp_head_finish(st, rec, x, err);
     }
     krn_set_pdl(pdl_prev);
     if (r != 0) {

@@ -46,6 +46,7 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
         return NULL;
     }
     rec->id = rt->next_id++;
+    rec->head_buf = -1; /* pool memory unless the last stage takes a ring buffer (pp_head_take) */
     rec->kind = st->kind;
     rec->B = st->B;
     rec->out_rows = out_rows_of(st);
@@ -349,6 +350,7 @@ void act_pp_get_counters(const act_pp *rt, act_pp_counters *o)
     o->graph_captures = atomic_load(&m->ctr.graph_captures);
     o->graph_replays = atomic_load(&m->ctr.graph_replays);
     o->fed_steps = atomic_load(&m->ctr.fed_steps);
+    o->head_ring_steps = atomic_load(&m->ctr.head_ring_steps);
 }
 
 void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *o)

@@ -1,7 +1,9 @@
-/* On a GPU: the keys bound (MEMRA_PP_KEYS) under graphs. One sequence decoded through positions 0..T-1 of a
- * 256-position cache on 2 stages crosses the bounds 64 and 128, then has none (256 reaches the cache): its logits
- * are those of the same steps with no bound and no graphs, bit for bit, and each stage captures one graph per
- * bound (3), replaying it for every step under that bound. Exits 77 (skipped) with the reason when there is no
+/* On a GPU: the keys bound (MEMRA_PP_KEYS) and the head's logits ring (MEMRA_PP_HEAD_RING) under graphs. One
+ * sequence decoded through positions 0..T-1 of a 256-position cache on 2 stages crosses the bounds 64 and 128,
+ * then has none (256 reaches the cache): its logits are those of the same steps with no bound, no graphs and pool
+ * memory for the head, bit for bit, and each stage captures one graph per bound (3; the last stage's with the head
+ * and its ring buffer: one step at a time always finds buffer 0 free), replaying it for every step under that
+ * bound. Exits 77 (skipped) with the reason when there is no
  * CUDA device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +27,7 @@ static void decode(const mdl_gguf_synth *shape, const char *keys, const char *gr
 {
     setenv("MEMRA_PP_KEYS", keys, 1); /* seams: read by act_pp_submit on every step */
     setenv("MEMRA_PP_GRAPH", graph, 1);
+    setenv("MEMRA_PP_HEAD_RING", graph, 1);
     dev_err e = {0};
     act_pp_params pp = act_pp_default_params();
     pp.apply_env = 0;
@@ -48,6 +51,7 @@ static void decode(const mdl_gguf_synth *shape, const char *keys, const char *gr
     act_pp_destroy(rt);
     unsetenv("MEMRA_PP_KEYS");
     unsetenv("MEMRA_PP_GRAPH");
+    unsetenv("MEMRA_PP_HEAD_RING");
 }
 
 static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void **state)
@@ -64,7 +68,7 @@ static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void
     decode(&shape, "0", "0", b, &cb);
     for (int t = 0; t < T; t++)
         if (memcmp(a + (size_t)t * shape.n_vocab, b + (size_t)t * shape.n_vocab, sizeof(float) * shape.n_vocab))
-            fail_msg("step %d (position %d, bound %d): the logits differ from the unbounded eager step's", t, t,
+            fail_msg("step %d (position %d, bound %d): the logits differ from the unbounded eager pool step's", t, t,
                      act_pp_keys_bound(&(int32_t){t}, 1, N_CTX));
     /* the bounds 64, 128 and none, one graph each a stage; every step a replay on each stage */
     printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)ca.graph_captures,
@@ -72,6 +76,8 @@ static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void
     assert_int_equal(ca.graph_captures, 3 * STAGES);
     assert_int_equal(ca.graph_replays, (uint64_t)T * STAGES);
     assert_int_equal(cb.graph_captures, 0);
+    assert_int_equal(ca.head_ring_steps, T); /* every step's head in the last stage's graph */
+    assert_int_equal(cb.head_ring_steps, 0);
     free(a);
     free(b);
 }

@@ -12,7 +12,8 @@ static const char *all_doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_P
                                   "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                                   "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
                                   "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_PDL", "MEMRA_PP_GRAPH",
-                                  "MEMRA_PP_SAME_DEVICE_PIPE", "MEMRA_PP_MARKERS", "MEMRA_PP_KEYS"};
+                                  "MEMRA_PP_SAME_DEVICE_PIPE", "MEMRA_PP_MARKERS", "MEMRA_PP_KEYS",
+                                  "MEMRA_PP_HEAD_RING"};
 
 static int clear_env(void **state)
 {
@@ -106,13 +107,21 @@ static void test_seams_read_per_call_with_defaults(void **state)
     assert_int_equal(s.overlap, 0);
     assert_int_equal(s.batch_pp, 1);
     assert_int_equal(s.keys, 1);
+    assert_int_equal(s.head_ring, 1);
     setenv("MEMRA_PP_OVERLAP", "1", 1);
+    setenv("MEMRA_PP_HEAD_RING", "0", 1);
     setenv("MEMRA_BATCH_PP", "0", 1);
     setenv("MEMRA_PP_KEYS", "0", 1);
     assert_int_equal(act_doors_read_seams(&s, &e), 0);
     assert_int_equal(s.overlap, 1);
     assert_int_equal(s.batch_pp, 0);
     assert_int_equal(s.keys, 0);
+    assert_int_equal(s.head_ring, 0);
+    setenv("MEMRA_PP_HEAD_RING", "-1", 1);
+    assert_int_equal(act_doors_read_seams(&s, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "MEMRA_PP_HEAD_RING=-1: not allowed; expected 0 (off) or 1 (on)");
+    unsetenv("MEMRA_PP_HEAD_RING");
+    e = (dev_err){0};
     setenv("MEMRA_PP_KEYS", "2", 1);
     assert_int_equal(act_doors_read_seams(&s, &e), MEMRA_E_INVAL);
     assert_string_equal(e.msg, "MEMRA_PP_KEYS=2: not allowed; expected 0 (off) or 1 (on)");

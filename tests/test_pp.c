@@ -19,7 +19,8 @@
 static const char *doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
                               "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                               "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
-                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_KV_TYPE", "MEMRA_ACT_TYPE"};
+                              "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_KV_TYPE", "MEMRA_ACT_TYPE",
+                              "MEMRA_PP_HEAD_RING"};
 
 static char model_path[256];
 static dev_platform *plat;
@@ -401,6 +402,72 @@ static void test_argmax_mode_reads_back_each_rows_greedy_token(void **state)
     }
 }
 
+/* MEMRA_PP_HEAD_RING: steps of up to 4 output rows write one of the last stage's fixed logits buffers, larger
+ * ones pool memory. 12 steps of 1, 3 and 6 rows, logits and argmax alternating, all in flight at once over 2
+ * stages on 2 devices with jittered actors and stream ops: every result has the bytes of the ring-off run (pool
+ * memory for all), the stream-order checker reports no race between a buffer's readback and the next head that
+ * writes it, and the counter says which arm used the ring. */
+static void test_the_head_ring_serves_steps_in_flight_with_the_bits_of_pool_memory(void **state)
+{
+    (void)state;
+    enum { STEPS = 12 };
+    static float out[2][STEPS][6 * 512];
+    uint64_t ring_steps[2];
+    for (int ring = 0; ring < 2; ring++) {
+        clear_doors();
+        setenv("MEMRA_PP_STAGES", "2", 1);
+        setenv("MEMRA_PP_DEVICES", "0,1", 1);
+        setenv("MEMRA_PP_OVERLAP", "1", 1);
+        setenv("MEMRA_PP_HEAD_RING", ring ? "1" : "0", 1);
+        act_pp_params prm = act_pp_default_params();
+        prm.n_seq = 8;
+        dev_err e = {0};
+        act_pp *rt = act_pp_create(plat, model_path, &prm, &e);
+        if (!rt)
+            fail_msg("create (ring %d): %s", ring, e.msg);
+        const int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+        assert_true(n_vocab <= 512);
+        act_pp_set_jitter(rt, 200, 7 + (uint64_t)ring);
+        const uint64_t races0 = dev_race_count(plat);
+        act_pending *p[STEPS];
+        for (int i = 0; i < STEPS; i++) {
+            static const int rows[3] = {1, 3, 6};
+            int32_t tok[6], seq[6], pos[6];
+            const int B = rows[i % 3];
+            for (int b = 0; b < B; b++)
+                tok[b] = 3 + i + b, seq[b] = (b + i) % 8, pos[b] = i / 3;
+            act_pp_step st = {.kind = ACT_STEP_EAGER, .B = B, .tokens = tok, .seq = seq, .pos = pos,
+                              .logits = i % 2 ? ACT_LOGITS_ARGMAX : ACT_LOGITS_ALL};
+            if (act_pp_submit(rt, &st, &p[i], &e) != 0)
+                fail_msg("submit %d (ring %d): %s", i, ring, e.msg);
+        }
+        for (int i = 0; i < STEPS; i++) {
+            int n = 0;
+            if (i % 2) {
+                const int32_t *tk;
+                assert_int_equal(act_pending_wait_tokens(p[i], &tk, &n, &e), 0);
+                memcpy(out[ring][i], tk, (size_t)n * sizeof(int32_t));
+            } else {
+                const float *l;
+                assert_int_equal(act_pending_wait(p[i], &l, &n, &e), 0);
+                memcpy(out[ring][i], l, (size_t)n * (size_t)n_vocab * sizeof(float));
+            }
+            act_pending_release(p[i]);
+        }
+        act_pp_set_jitter(rt, 0, 0);
+        unsetenv("MEMRA_PP_HEAD_RING"); /* read by each submit (the step's seams) */
+        assert_int_equal(dev_race_count(plat), races0);
+        act_pp_counters c;
+        act_pp_get_counters(rt, &c);
+        ring_steps[ring] = c.head_ring_steps;
+        act_pp_destroy(rt);
+    }
+    assert_int_equal(ring_steps[0], 0);
+    assert_true(ring_steps[1] >= 1); /* liveness: the ring arm did write a fixed buffer */
+    assert_true(ring_steps[1] <= 8); /* never the 6-row steps (more rows than a buffer holds) */
+    assert_memory_equal(out[0], out[1], sizeof out[0]);
+}
+
 static void test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving(void **state)
 {
     (void)state;
@@ -605,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_soak_twenty_runs_with_random_delays_are_bit_identical),
         cmocka_unit_test(test_pending_logits_dropped_without_wait_are_safe),
         cmocka_unit_test(test_argmax_mode_reads_back_each_rows_greedy_token),
+        cmocka_unit_test(test_the_head_ring_serves_steps_in_flight_with_the_bits_of_pool_memory),
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
         cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
         cmocka_unit_test(test_kv_cache_types_split_bit_identically_and_stay_near_f32),

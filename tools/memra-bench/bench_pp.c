@@ -27,6 +27,7 @@ typedef struct run_result {
     double enq_us[64]; /* host us per step spent enqueuing the stage's layers */
     int fence[65];     /* stage s runs layers [fence[s], fence[s+1]) */
     uint64_t graph_replays, graph_captures; /* MEMRA_PP_GRAPH */
+    uint64_t head_ring_steps; /* MEMRA_PP_HEAD_RING: steps whose head wrote a fixed logits buffer */
     /* one sequence only: where each token's turn goes (us per token, summed then divided; HT_* below) */
     double turn_us[HT_N];
     int turns;
@@ -236,6 +237,7 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
     act_pp_get_counters(rt, &c);
     out->graph_replays = c.graph_replays;
     out->graph_captures = c.graph_captures;
+    out->head_ring_steps = c.head_ring_steps;
     for (int s = 0; s < S; s++)
         for (act_pending **q = &pd[s]; q; q = q == &pd[s] ? &ahead[s] : NULL)
             if (*q) {
@@ -396,8 +398,9 @@ int bench_pp_scaling(int argc, char **argv)
         printf("host enqueue us/step (PP-%d, the walk's layers):", rn.N);
         for (int s = 0; s < rn.N; s++)
             printf(" s%d %.1f", s, rn.enq_us[s]);
-        printf("  graphs: %llu captured, %llu replays\n", (unsigned long long)rn.graph_captures,
-               (unsigned long long)rn.graph_replays);
+        printf("  graphs: %llu captured, %llu replays  head ring: %llu steps\n",
+               (unsigned long long)rn.graph_captures, (unsigned long long)rn.graph_replays,
+               (unsigned long long)rn.head_ring_steps);
         printf("weights %.2f GB per token step\n", rn.weight_bytes / 1e9);
         if (ktrace) /* CUPTI timestamps every kernel of PP-1's timed steps */
             printf("note: PP-1 ran under --kernel-trace; its tokens/s, device time and the ratio include the "
