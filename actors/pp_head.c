@@ -2,17 +2,20 @@
  * runtime leaves for its fed steps.
  *
  * Logits memory is one of PP_HEAD_RING fixed buffers when the step's seams ask for it (MEMRA_PP_HEAD_RING, on by
- * default), its rows fit and one is free; otherwise pool memory, allocated per step on the stage's stream. Why a
- * ring: a graph holds fixed addresses. With pool memory the head runs after the walk's graph, eagerly, behind the
- * allocation, and its first kernel waits for the whole graph to end (no PDL across a graph launch): on the 8B
- * step it started 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The
- * graph's edge"). In a fixed buffer the head and the argmax are part of the walk, and a graph captures them with
- * the layers. What it costs: PP_HEAD_RING buffers of head_ring_rows rows (8 MB for Llama-3 8B's 128256-token
- * vocabulary), an event each, and up to PP_HEAD_RING graphs per walk key on the last stage.
+ * default) and its rows fit; otherwise pool memory, allocated per step on the stage's stream. Why a ring: a graph
+ * holds fixed addresses. With pool memory the head runs after the walk's graph, eagerly, behind the allocation,
+ * and its first kernel waits for the whole graph to end (no PDL across a graph launch): on the 8B step it started
+ * 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The graph's edge"). In a
+ * fixed buffer the head and the argmax are part of the walk, and a graph captures them with the layers. What it
+ * costs: PP_HEAD_RING buffers of head_ring_rows rows (4 MB for Llama-3 8B's 128256-token vocabulary), an event each,
+ * and up to PP_HEAD_RING graphs per walk key on the last stage.
  *
- * The hand-off of a buffer: the last stage's actor takes it (free 1 -> 0) and its stream writes it; the
- * readback actor enqueues the copy out of it on the readback stream, records ev_read behind that copy and gives
- * the buffer back (free = 1, release); the next taker (acquire) makes its stream wait ev_read before the walk. */
+ * A buffer is a credit, as a boundary slot is: the last stage's actor takes the lowest free one for a step (a step
+ * that wants one waits in the queue while none is), its stream writes it; the readback actor enqueues the copy out
+ * of it on the readback stream, records ev_read behind that copy and posts HEAD(k) back; the next taker's stream
+ * waits ev_read before its walk. Messages keep the order on one sequence: FEED(n) reaches stage 0 before the
+ * readback's HEAD for step n's buffer can, so the fed step n + 1 takes the other buffer and never waits for step
+ * n's readback copy (on one stage, that copy runs after n and before n + 1: a 7 us stall per token, run 170). */
 #include "actors/pp_internal.h"
 #include "kernels/krn.h"
 
@@ -56,14 +59,26 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, int 
     return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
 }
 
-int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err)
+static int argmax_to(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, const int32_t *at,
+                     dev_err *err)
 {
     if (!rec->argmax || rec->out_rows == 0)
         return 0;
-    int r = krn_argmax_dup_async(s, (int32_t *)pp_result_src(rt, rec, d), dup, d, rec->out_rows, rt->n_vocab);
+    int r = krn_argmax_dup_async(s, (int32_t *)pp_result_src(rt, rec, d), dup, at, at ? rt->n_seq : rec->out_rows, d,
+                                 rec->out_rows, rt->n_vocab);
     return r ? dev_err_set(err, r, "step: argmax of %d rows of logits failed", rec->out_rows) : 0;
 }
 
+int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err)
+{
+    return argmax_to(rt, rec, s, d, dup, NULL, err);
+}
+
+int pp_argmax_at_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, const int32_t *dup_at,
+                       dev_err *err)
+{
+    return argmax_to(rt, rec, s, d, rt->feed_tok, dup_at, err);
+}
 
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err)
 {
@@ -73,7 +88,7 @@ int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err)
         pp_head_buf *h = &rt->head_ring[k];
         if (!(h->d = dev_malloc(last, bytes, err)) || !(h->ev_read = dev_event_create(last, err)))
             return dev_err_wrap(err, "act_pp_create: logits buffer %d of the last stage (%zu bytes)", k, bytes);
-        atomic_store(&h->free, 1);
+        rt->stage[rt->N - 1].head_free[k] = 1; /* before the actors start */
     }
     return 0;
 }
@@ -91,33 +106,50 @@ void pp_head_ring_fini(act_pp *rt)
     }
 }
 
+int pp_head_wants(const act_pp *rt, const pp_rec *rec)
+{
+    return rec->seams.head_ring && rec->out_rows > 0 && rec->out_rows <= rt->head_ring_rows;
+}
+
+int pp_head_any_free(const pp_stage *st)
+{
+    for (int k = 0; k < PP_HEAD_RING; k++)
+        if (st->head_free[k])
+            return 1;
+    return 0;
+}
+
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
-    if (!rec->seams.head_ring || rec->out_rows == 0 || rec->out_rows > rt->head_ring_rows)
+    if (!pp_head_wants(rt, rec))
         return 0;
-    for (int k = 0; k < PP_HEAD_RING; k++) { /* the lowest free one: one graph per key while steps go one by one */
-        pp_head_buf *h = &rt->head_ring[k];
-        /* ordered by h->free: the readback actor enqueued ev_read's record behind its reads before storing 1 */
-        if (!atomic_exchange_explicit(&h->free, 0, memory_order_acquire))
+    for (int k = 0; k < PP_HEAD_RING; k++) { /* the lowest free one: few graphs per key */
+        if (!st->head_free[k])
             continue;
+        st->head_free[k] = 0;
         rec->head_buf = k;
-        rec->logits_d = h->d;
+        rec->logits_d = rt->head_ring[k].d;
         atomic_fetch_add(&rt->ctr.head_ring_steps, 1);
         /* ordered by ev_read: the readback stream's copy out of the buffer's previous step ends before our head
-         * writes it (a buffer never read yet: a wait on an unrecorded event passes at once) */
-        int r = dev_stream_wait_event_async(st->stream, h->ev_read);
+         * writes it (its record was enqueued before HEAD(k) was posted; never read yet: an unrecorded event, which
+         * a wait passes at once) */
+        int r = dev_stream_wait_event_async(st->stream, rt->head_ring[k].ev_read);
         return r ? dev_err_set(err, r, "last stage: wait for the readback of logits buffer %d failed", k) : 0;
     }
-    return 0; /* every buffer in use: pool memory (pp_head_finish) */
+    return 0; /* stage_pump checked pp_head_any_free: not reached */
 }
 
-int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, dev_err *err)
+int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, const int32_t *seq_d, int captured, dev_err *err)
 {
     act_pp *rt = st->rt;
     const float *xh = x + (size_t)(rec->B - rec->out_rows) * (size_t)rt->n_embd;
     int r = mdl_forward_head_async(rt->model, st->scratch, st->stream, xh, rec->logits_d, rec->out_rows, err);
-    return r ? r : pp_argmax_async(rt, rec, st->stream, rec->logits_d, pp_feed_dup(st, rec), err);
+    if (r)
+        return r;
+    int32_t *dup = pp_feed_dup(st, rec);
+    return dup && captured ? pp_argmax_at_async(rt, rec, st->stream, rec->logits_d, seq_d, err)
+                           : pp_argmax_async(rt, rec, st->stream, rec->logits_d, dup, err);
 }
 
 int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err)
@@ -130,7 +162,7 @@ int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err)
         size_t bytes = pp_logits_bytes(rt, rec->out_rows, rec->argmax);
         if (!(rec->logits_d = mem_pool_alloc_async(rt->head_pool, st->stream, bytes, err)))
             return err->code;
-        if ((r = pp_head_enqueue(st, rec, x, err)) != 0)
+        if ((r = pp_head_enqueue(st, rec, x, NULL, 0, err)) != 0)
             return r;
     }
     return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, pp_feed_dup(st, rec) != NULL, err) : 0;
@@ -143,14 +175,14 @@ void pp_head_release(act_pp *rt, pp_rec *rec, dev_stream *reads)
     if (rec->head_buf < 0) { /* the pool reuses the memory behind this point of the stream */
         mem_pool_free_async(rt->head_pool, reads ? reads : rt->stage[rt->N - 1].stream, rec->logits_d);
     } else {
-        pp_head_buf *h = &rt->head_ring[rec->head_buf];
-        int r = reads ? dev_event_record_async(h->ev_read, reads) : 0;
-        if (r != 0) /* the next taker could not wait for these reads: the buffer leaves the ring */
-            fprintf(stderr, "memra: logits buffer %d leaves the ring: its readback event could not be recorded "
-                            "(%d); later steps use pool memory\n", rec->head_buf, r);
-        else /* ordered by h->free: the record above is enqueued before a taker's wait (pp_head_take) */
-            atomic_store_explicit(&h->free, 1, memory_order_release);
+        int k = rec->head_buf;
+        /* a failed record leaves ev_read behind our reads: wait for them here instead (the stream's error, if
+         * any, reaches the step through the readback's own sync) */
+        if (reads && dev_event_record_async(rt->head_ring[k].ev_read, reads) != 0)
+            dev_stream_sync(reads, NULL);
+        /* credit: buffer k goes back to the last stage only now that ev_read's record is enqueued */
+        if (pp_post(rt->stage[rt->N - 1].actor, PP_MSG_HEAD, &k, sizeof k) != 0)
+            fprintf(stderr, "memra: logits buffer %d could not go back to the last stage (stopping)\n", k);
     }
     rec->logits_d = NULL;
 }
-

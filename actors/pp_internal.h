@@ -18,9 +18,9 @@
  *   next_id, ref_* (reference arm)     the submitting thread only
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
- *   head_ring[k].free                  last stage's actor takes (exchange 1 -> 0), readback actor gives
- *                                      back after its reads of the buffer are enqueued and ev_read is
- *                                      recorded behind them                                   [atomic]
+ *   pp_stage.head_free                 the last stage's actor thread only: HEAD messages from the readback
+ *                                      actor give a logits buffer back once ev_read is recorded behind its
+ *                                      reads (a credit, as CREDIT is for a boundary slot)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
  *                                      step, by its argmax or a copy, then feed_ev[seq]), read by stage 0's
  *                                      stream (the embed) after waiting it */
@@ -37,11 +37,11 @@
 #include "model/llama.h"
 #include "transport/boundary.h"
 
-enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED };
+enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED, PP_MSG_HEAD };
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
 #define PP_GRAPH_SLOTS 64 /* MEMRA_PP_GRAPH: captured walks per stage, one per pp_graph_key */
-#define PP_HEAD_RING 4      /* MEMRA_PP_HEAD_RING: the last stage's fixed logits buffers (pp_head.c) */
+#define PP_HEAD_RING 2      /* MEMRA_PP_HEAD_RING: the last stage's fixed logits buffers (pp_head.c) */
 #define PP_HEAD_RING_ROWS 4 /* output rows a ring buffer holds; a step with more takes pool memory */
 
 typedef struct pp_rec pp_rec;
@@ -103,15 +103,14 @@ struct act_pending {
 typedef struct pp_head_buf {
     void *d;                 /* pp_logits_bytes(rt, head_ring_rows, 1) on the last stage's device */
     dev_event *ev_read;      /* recorded on the readback stream behind its reads of d */
-    _Atomic int free;        /* 1: no step holds it, and its last reads are ordered by ev_read's latest record */
 } pp_head_buf;
 
 /* What a captured walk holds: its layers for (B, PDL, pp_keys), and on the last stage with a ring buffer the head
- * and the argmax of out_rows rows into that buffer (argmax's duplicate into the feed's slots at dup). */
+ * and the argmax of out_rows rows into that buffer (feed: the argmax also writes the rows' fed-token slots, found
+ * by the frame's seq, so one graph serves every sequence). */
 typedef struct pp_graph_key {
     int B, pdl, keys;
-    int head_buf, out_rows, argmax; /* head_buf -1: the layers only (0, 0 and NULL below) */
-    const int32_t *dup;
+    int head_buf, out_rows, argmax, feed; /* head_buf -1: the layers only (0 below) */
 } pp_graph_key;
 
 typedef struct pp_item {
@@ -137,6 +136,7 @@ struct pp_stage {
     int staging_next;
     struct { pp_graph_key key; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: captured walks */
     int n_graph;
+    int head_free[PP_HEAD_RING]; /* last stage: 1 = logits buffer k is ours to take (HEAD gives it back) */
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
                               * arrive in step order, so every step up to it has its feed_ev records enqueued */
@@ -238,6 +238,9 @@ static inline const void *pp_result_src(const act_pp *rt, const pp_rec *rec, con
  * s, after the head on the same stream, and into dup[b] too when dup is not NULL (a fed runtime's token slots);
  * 0 and nothing enqueued for the other modes. */
 int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err);
+/* The same, the tokens also into rt->feed_tok[dup_at[b]] (dup_at: the rows' sequences, device memory). */
+int pp_argmax_at_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, const int32_t *dup_at,
+                       dev_err *err);
 
 /* The end of the run of rows from b0 whose sequences follow one another (seq[b] == seq[b - 1] + 1): their slots in
  * feed_tok, which is indexed by sequence, are then one contiguous run. */
@@ -277,21 +280,27 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec);
 /* pp_head.c: the last stage's head, its logits ring and the feed's tokens */
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err);
 void pp_head_ring_fini(act_pp *rt);
-/* Last stage's actor, before the walk: when the step's seams ask for the ring (MEMRA_PP_HEAD_RING), its output
- * rows fit a buffer and one is free, rec takes it (head_buf, logits_d) and the stage's stream waits for that
- * buffer's last reads. Otherwise nothing changes (head_buf -1). Returns 0 or the wait's error (rec holds the
- * buffer then: the readback actor gives it back). */
+/* 1 when step rec takes a logits buffer on the last stage: its seams ask for the ring (MEMRA_PP_HEAD_RING) and its
+ * output rows (at least 1) fit one. Such a step waits in the last stage's queue until one is free. */
+int pp_head_wants(const act_pp *rt, const pp_rec *rec);
+/* 1 when the last stage holds a free logits buffer. Last stage's actor only. */
+int pp_head_any_free(const pp_stage *st);
+/* Last stage's actor, before the walk of a step that pp_head_wants (with a buffer free): rec takes the lowest free
+ * buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads. Otherwise nothing changes
+ * (head_buf -1). Returns 0 or the wait's error (rec holds the buffer then: the readback actor gives it back). */
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
 /* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax
- * (ACT_LOGITS_ARGMAX). Inside the walk when rec holds a ring buffer, so a graph can capture it. */
-int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, dev_err *err);
+ * (ACT_LOGITS_ARGMAX). Inside the walk when rec holds a ring buffer, so a graph can capture it; captured: the
+ * argmax finds the rows' fed-token slots by seq_d, the frame's seq (device), not by an address fixed here. */
+int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, const int32_t *seq_d, int captured, dev_err *err);
 /* Last stage's actor, after the walk: a step without a ring buffer takes pool memory and enqueues its head;
  * then a feeding runtime's ARGMAX step leaves its tokens for the fed steps (feed_tok, feed_ev). */
 int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err);
 /* The last stage, an ARGMAX step of a feeding runtime: the feed's slots its argmax writes itself, or NULL. */
 int32_t *pp_feed_dup(const pp_stage *st, const pp_rec *rec);
-/* Readback actor: give rec's logits memory back. reads: the stream on which this actor enqueued its reads of it
- * (ordered behind them), or NULL when it enqueued none (a failed step, every stream already synced). */
+/* Readback actor: give rec's logits memory back: pool memory freed on `reads`, a ring buffer posted back to the
+ * last stage (HEAD) once ev_read is recorded behind this actor's reads of it. reads: the stream on which this actor
+ * enqueued its reads (NULL when it enqueued none: a failed step, every stream already synced). */
 void pp_head_release(act_pp *rt, pp_rec *rec, dev_stream *reads);
 
 /* pp_readback.c */

@@ -192,28 +192,28 @@ static int stage0_feed(pp_stage *st, pp_rec *rec, dev_err *err)
 }
 
 /* What a stage's walk enqueues: its layers [fence[s], fence[s+1]), then, when rec holds one of the last stage's
- * logits buffers (pp_head_take), the head and the argmax into it. */
+ * logits buffers (pp_head_take), the head and the argmax into it. captured: into a graph. */
 static int walk_body(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq, int keys,
-                     dev_err *err)
+                     int captured, dev_err *err)
 {
     act_pp *rt = st->rt;
     int r = mdl_forward_layers_async(rt->model, rt->kv, st->scratch, st->stream, x, pos, seq, rec->B, keys,
                                      rt->fence[st->s], rt->fence[st->s + 1], err);
-    return r == 0 && rec->head_buf >= 0 ? pp_head_enqueue(st, rec, x, err) : r;
+    return r == 0 && rec->head_buf >= 0 ? pp_head_enqueue(st, rec, x, seq, captured, err) : r;
 }
 
 static int graph_key_eq(const pp_graph_key *a, const pp_graph_key *b)
 {
     return a->B == b->B && a->pdl == b->pdl && a->keys == b->keys && a->head_buf == b->head_buf &&
-           a->out_rows == b->out_rows && a->argmax == b->argmax && a->dup == b->dup;
+           a->out_rows == b->out_rows && a->argmax == b->argmax && a->feed == b->feed;
 }
 
 /* The walk (walk_body) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph) on a backend with graphs:
  * the first step of each pp_graph_key is captured as a graph (nothing runs during the capture) and every such
  * step, the first too, is one graph launch. A graph is valid for all steps of its key: its kernels read x, pos
- * and seq from this stage's frame, the KV cache, the scratch and the logits buffer, whose addresses never change,
- * and nothing else per step (pp_keys: a bound, so every step under it may replay the graph captured for it; the
- * argmax's duplicate into the feed's slots is part of the key). Markers stay outside (stage_run). Capture
+ * and seq from this stage's frame, the KV cache, the scratch, the logits buffer and the feed's token slots, whose
+ * addresses never change, and nothing else per step (pp_keys: a bound, so every step under it may replay the graph
+ * captured for it; the argmax finds the rows' token slots through the frame's seq). Markers stay outside (stage_run). Capture
  * unsupported (CPU) or failed: eager, and this stage stops trying; no slot left: eager. Actor thread only. */
 static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq, dev_err *err)
 {
@@ -222,7 +222,7 @@ static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, c
     if (rec->seams.graph && !st->graph_off) {
         const pp_graph_key key = {.B = rec->B, .pdl = rec->seams.pdl, .keys = keys, .head_buf = rec->head_buf,
                                   .out_rows = head ? rec->out_rows : 0, .argmax = head ? rec->argmax : 0,
-                                  .dup = head && rec->argmax ? pp_feed_dup(st, rec) : NULL};
+                                  .feed = head && pp_feed_dup(st, rec) != NULL};
         dev_graph *g = NULL;
         for (int i = 0; i < st->n_graph && !g; i++)
             if (graph_key_eq(&st->graph[i].key, &key))
@@ -230,7 +230,7 @@ static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, c
         if (!g && st->n_graph < PP_GRAPH_SLOTS) {
             dev_err ce = {0};
             if (dev_stream_capture_begin(st->stream, &ce) == 0) {
-                int r = walk_body(st, rec, x, pos, seq, keys, err);
+                int r = walk_body(st, rec, x, pos, seq, keys, 1, err);
                 int rc = dev_stream_capture_end(st->stream, &g, &ce); /* ends the capture on every path */
                 if (r) {
                     dev_graph_destroy(g);
@@ -255,7 +255,7 @@ static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, c
             return r ? dev_err_set(err, r, "stage %d: graph launch (B = %d) failed", st->s, rec->B) : 0;
         }
     }
-    return walk_body(st, rec, x, pos, seq, keys, err);
+    return walk_body(st, rec, x, pos, seq, keys, 0, err);
 }
 
 /* Enqueue this stage's whole part of one step. kout is the outbound slot (credit held), -1 for the last.
@@ -362,6 +362,8 @@ static void stage_pump(pp_stage *st)
             if (!st->credit[kout])
                 return; /* wait for CREDIT(kout) from stage s+1 */
         }
+        if (last && !failed && pp_head_wants(rt, rec) && !pp_head_any_free(st))
+            return; /* wait for HEAD(k) from the readback actor */
         st->q_head = (st->q_head + 1) % st->q_cap;
         st->q_len--;
         if (!failed) {
@@ -436,6 +438,12 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
         int k;
         memcpy(&k, m->payload, sizeof k);
         st->credit[k] = 1;
+        break;
+    }
+    case PP_MSG_HEAD: { /* the last stage: the readback actor is done enqueuing its reads of logits buffer k */
+        int k;
+        memcpy(&k, m->payload, sizeof k);
+        st->head_free[k] = 1;
         break;
     }
     case PP_MSG_FEED: { /* stage 0: the last stage took this ARGMAX step (FEEDs arrive in step order) */

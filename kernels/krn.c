@@ -349,17 +349,25 @@ int krn_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int
 
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n)
 {
-    return krn_argmax_dup_async(s, out, NULL, x, B, n);
+    return krn_argmax_dup_async(s, out, NULL, NULL, 0, x, B, n);
 }
 
-int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n)
+int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x,
+                         int B, int n)
 {
     if (!s || !out || !x || B <= 0 || n <= 0)
         return MEMRA_E_INVAL;
-    const size_t db = (size_t)B * sizeof *dup;
-    if (dup && (!krn_bytes_disjoint(dup, db, out, db) || !krn_bytes_disjoint(dup, db, x, (size_t)B * n * sizeof *x)))
-        return MEMRA_E_INVAL; /* dup is written while out's and x's bytes are still in use */
-    DISPATCH(s, argmax, out, dup, x, B, n);
+    if (dup) {
+        const size_t ob = (size_t)B * sizeof *out, db = (size_t)n_dup * sizeof *dup;
+        if (n_dup < (dup_at ? 1 : B) || !krn_bytes_disjoint(dup, db, out, ob) ||
+            !krn_bytes_disjoint(dup, db, x, (size_t)B * n * sizeof *x))
+            return MEMRA_E_INVAL; /* too few slots, or dup is written while out's and x's bytes are still in use */
+        if (dup_at && (!krn_bytes_disjoint(dup_at, ob, out, ob) || !krn_bytes_disjoint(dup_at, ob, dup, db)))
+            return MEMRA_E_INVAL; /* the indices would be overwritten while the kernel reads them */
+    } else if (dup_at) {
+        return MEMRA_E_INVAL; /* indices without slots */
+    }
+    DISPATCH(s, argmax, out, dup, dup_at, n_dup, x, B, n);
 }
 
 int krn_set_pdl(int on)

@@ -251,9 +251,13 @@ int krn_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int
 /* out (B,) = index of the max of each row of x (B, n); ties -> lowest index; NaN never wins; -1 for a row
  * with nothing above -inf (every value -inf or NaN: no token to pick, as the host sampler's greedy refuses). */
 int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
-/* The same, each index also written to dup[b] (device memory of s's device, not overlapping out or x; NULL: none):
- * a second destination without a copy op behind the kernel (the pipeline's fed-token slots). */
-int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n);
+/* The same, each index also written to a second destination without a copy op behind the kernel (the pipeline's
+ * fed-token slots): dup[b], or with dup_at dup[dup_at[b]], where dup_at (B,) is device memory the kernel reads (so
+ * a captured graph serves whichever slots the step's rows name); an index outside [0, n_dup) writes nothing. dup:
+ * NULL for none, else n_dup slots of device memory of s's device (at least B without dup_at), overlapping neither
+ * out nor x; dup_at overlaps neither out nor dup. */
+int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x,
+                         int B, int n);
 
 /* MEMRA_PDL for the CALLING thread's later CUDA launches (programmatic dependent launch on sm_90); returns
  * the previous setting. A no-op returning 0 without the CUDA kernels. */

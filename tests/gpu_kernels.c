@@ -903,22 +903,30 @@ static void test_argmax_takes_the_lowest_index_on_ties(void **state) {
                 expect[3] = i;
         float *dx = dupload(x, sizeof(float) * t);
         int32_t *d1 = dalloc(sizeof(int32_t) * B), *d2 = dalloc(sizeof(int32_t) * B);
-        int32_t *d3 = dalloc(sizeof(int32_t) * B);
-        int32_t h1[6], h2[6], h3[6];
+        int32_t *d3 = dalloc(sizeof(int32_t) * B), *d4 = dalloc(sizeof(int32_t) * 8);
+        const int32_t at[6] = {7, 2, -1, 0, 8, 5}; /* row 2 and row 4 name no slot of the 8 */
+        int32_t *dat = dupload(at, sizeof at);
+        int32_t h1[6], h2[6], h3[6], h4[8];
         dev_err err = {0};
         dfill(d3, 0x7F, sizeof(int32_t) * B);
-        assert_int_equal(krn_cuda_argmax_async(g_s1, d1, NULL, dx, B, n, &err), 0);
-        assert_int_equal(krn_cuda_argmax_async(g_s2, d2, d3, dx, B, n, &err), 0); /* d3: the second destination */
+        dfill(d4, 0x7F, sizeof(int32_t) * 8);
+        assert_int_equal(krn_cuda_argmax_async(g_s1, d1, NULL, NULL, 0, dx, B, n, &err), 0);
+        assert_int_equal(krn_cuda_argmax_async(g_s2, d2, d3, NULL, 0, dx, B, n, &err), 0); /* d3: a second destination */
+        assert_int_equal(krn_cuda_argmax_async(g_s2, d2, d4, dat, 8, dx, B, n, &err), 0); /* d4: slots by index */
         sync_both();
         download(h1, d1, sizeof h1);
         download(h2, d2, sizeof h2);
         download(h3, d3, sizeof h3);
+        download(h4, d4, sizeof h4);
         TWICE_CHECK("argmax", h1, h2, 6);
         TWICE_CHECK("argmax's second destination", h2, h3, 6);
+        const int32_t fill = 0x7F7F7F7F, want4[8] = {h1[3], fill, h1[1], fill, fill, h1[5], fill, h1[0]};
+        if (memcmp(h4, want4, sizeof want4) != 0)
+            fail_msg("argmax n=%d: the slots by index are not rows 3, 1, 5 and 0's indices at 0, 2, 5 and 7", n);
         for (int b = 0; b < B; b++)
             if (h1[b] != expect[b])
                 fail_msg("argmax n=%d row %d = %d, expected %d", n, b, h1[b], expect[b]);
-        cudaFree(dx); cudaFree(d1); cudaFree(d2); cudaFree(d3);
+        cudaFree(dx); cudaFree(d1); cudaFree(d2); cudaFree(d3); cudaFree(d4); cudaFree(dat);
         free(x);
     }
 }

@@ -3,7 +3,8 @@
  * then has none (256 reaches the cache): its logits are those of the same steps with no bound, no graphs and pool
  * memory for the head, bit for bit, and each stage captures one graph per bound (3; the last stage's with the head
  * and its ring buffer: one step at a time always finds buffer 0 free), replaying it for every step under that
- * bound. Exits 77 (skipped) with the reason when there is no
+ * bound. And greedy steps fed on the device under graphs, three sequences sharing each graph (the argmax finds each
+ * row's token slot through the frame's seq), give the tokens the host feeds without graphs or the ring. Exits 77 (skipped) with the reason when there is no
  * CUDA device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -82,6 +83,78 @@ static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void
     free(b);
 }
 
+/* Greedy decode of sequences 0..2: a one-row step per sequence in turn, and every fourth step one row of each
+ * (sequences 0, 1, 2: one run of token slots). fed = 0: the host carries every token, no graphs, pool memory for
+ * the head; 1: every step after a sequence's first is fed on the device, with graphs and the head's ring. */
+enum { FS = 3, FT = 40 };
+static void decode_fed(const mdl_gguf_synth *shape, int fed, int32_t out[FT][FS], act_pp_counters *c)
+{
+    setenv("MEMRA_PP_GRAPH", fed ? "1" : "0", 1);
+    setenv("MEMRA_PP_HEAD_RING", fed ? "1" : "0", 1);
+    dev_err e = {0};
+    act_pp_params pp = act_pp_default_params();
+    pp.apply_env = 0;
+    pp.synth = shape;
+    pp.n_ctx = N_CTX;
+    pp.n_seq = FS;
+    pp.feed = fed ? ACT_FEED_ON : ACT_FEED_OFF;
+    pp.config.stages = STAGES;
+    act_pp *rt = act_pp_create(gpu, NULL, &pp, &e);
+    if (!rt)
+        fail_msg("runtime (fed %d): %s", fed, e.msg);
+    int32_t last[FS] = {11, 12, 13}, pos[FS] = {0, 0, 0};
+    for (int i = 0; i < FT; i++) {
+        const int B = i % 4 == 3 ? FS : 1;
+        int32_t sq[FS], ps[FS], tok[FS];
+        for (int b = 0; b < B; b++) {
+            sq[b] = B == 1 ? i % FS : b;
+            ps[b] = pos[sq[b]];
+            tok[b] = last[sq[b]];
+        }
+        int feed = fed;
+        for (int b = 0; b < B; b++)
+            feed = feed && ps[b] > 0; /* a sequence's first step carries its token */
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = B, .tokens = feed ? NULL : tok, .seq = sq, .pos = ps,
+                          .logits = ACT_LOGITS_ARGMAX, .feed = feed};
+        act_pending *p = NULL;
+        const int32_t *t;
+        if (act_pp_submit(rt, &st, &p, &e) != 0 || act_pending_wait_tokens(p, &t, NULL, &e) != 0)
+            fail_msg("step %d (fed %d): %s", i, fed, e.msg);
+        for (int b = 0; b < B; b++) {
+            last[sq[b]] = out[i][b] = t[b];
+            pos[sq[b]]++;
+        }
+        act_pending_release(p);
+    }
+    act_pp_get_counters(rt, c);
+    act_pp_destroy(rt);
+    unsetenv("MEMRA_PP_GRAPH");
+    unsetenv("MEMRA_PP_HEAD_RING");
+}
+
+static void test_fed_steps_under_graphs_give_the_host_fed_tokens(void **state)
+{
+    (void)state;
+    mdl_gguf_synth shape;
+    assert_int_equal(mdl_synth_named("tiny", KRN_BF16, &shape), 0);
+    static int32_t host[FT][FS], dev[FT][FS];
+    act_pp_counters ch, cd;
+    decode_fed(&shape, 0, host, &ch);
+    decode_fed(&shape, 1, dev, &cd);
+    for (int i = 0; i < FT; i++)
+        for (int b = 0; b < (i % 4 == 3 ? FS : 1); b++)
+            if (host[i][b] != dev[i][b])
+                fail_msg("step %d row %d: token %d fed by the host, %d fed on the device under graphs", i, b,
+                         host[i][b], dev[i][b]);
+    printf("  fed: %llu steps, graphs %llu captured, %llu replays, head ring %llu steps\n",
+           (unsigned long long)cd.fed_steps, (unsigned long long)cd.graph_captures,
+           (unsigned long long)cd.graph_replays, (unsigned long long)cd.head_ring_steps);
+    assert_int_equal(cd.fed_steps, FT - FS); /* liveness: all but each sequence's first step were fed */
+    assert_int_equal(cd.head_ring_steps, FT); /* every step's head (1 or 3 rows) in a ring buffer */
+    assert_int_equal(cd.graph_replays, (uint64_t)FT * STAGES);
+    assert_int_equal(ch.graph_captures, 0);
+}
+
 int main(void)
 {
     dev_err e = {0};
@@ -91,6 +164,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits),
+        cmocka_unit_test(test_fed_steps_under_graphs_give_the_host_fed_tokens),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     dev_platform_close(gpu);

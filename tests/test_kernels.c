@@ -233,13 +233,20 @@ static void test_swiglu_add_bias_add_and_argmax_match_their_definitions(void **s
         assert_true(z[i] == (y[i] + bias[i % N]) + u[i]);
     const float x[4 * 4] = { 1, 3, 3, 2, -5, NAN, -1, -1, NAN, -INFINITY, NAN, -INFINITY, NAN, NAN, -INFINITY, -3 };
     int32_t am[4], dup[4] = { 9, 9, 9, 9 };
-    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, NULL, x, 4, 4 });
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ .out = am, .x = x, .B = 4, .n = 4 });
     assert_int_equal(am[0], 1); /* ties -> lowest index */
     assert_int_equal(am[1], 2); /* NaN never wins */
     assert_int_equal(am[2], -1); /* nothing above -inf */
     assert_int_equal(am[3], 3);
-    krn_cpu_argmax(&(krn_cpu_argmax_args){ am, dup, x, 4, 4 }); /* a second destination: the same indices */
-    assert_memory_equal(dup, am, sizeof am);
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ .out = am, .dup = dup, .n_dup = 4, .x = x, .B = 4, .n = 4 });
+    assert_memory_equal(dup, am, sizeof am); /* a second destination: the same indices */
+    /* slots named by index (the fed-token slots of the rows' sequences): rows 0..3 to slots 5, 1, 7 (outside 0..5:
+     * nothing) and 0 */
+    const int32_t at[4] = { 5, 1, 7, 0 };
+    int32_t slots[6] = { 9, 9, 9, 9, 9, 9 };
+    krn_cpu_argmax(&(krn_cpu_argmax_args){ .out = am, .dup = slots, .dup_at = at, .n_dup = 6, .x = x, .B = 4, .n = 4 });
+    const int32_t want[6] = { am[3], am[1], 9, 9, 9, am[0] };
+    assert_memory_equal(slots, want, sizeof want);
     free(g);
     free(u);
     free(bias);
@@ -471,8 +478,12 @@ static void test_bad_shapes_are_refused_before_enqueue(void **state)
     assert_int_equal(krn_attention_async(s, buf, buf, &kv, ib, ib, 1, 4, 2, 8, 4), MEMRA_E_INVAL);
     assert_int_equal(krn_kv_store_async(s, &kv, buf, buf, ib, ib, 1, 16, 4), MEMRA_E_INVAL);
     assert_int_equal(krn_argmax_async(NULL, ib, buf, 1, 4), MEMRA_E_INVAL);
-    assert_int_equal(krn_argmax_dup_async(s, ib, ib, buf, 2, 4), MEMRA_E_INVAL);             /* dup over out */
-    assert_int_equal(krn_argmax_dup_async(s, ib + 2, (int32_t *)buf + 4, buf, 2, 4), MEMRA_E_INVAL); /* in x */
+    assert_int_equal(krn_argmax_dup_async(s, ib, ib, NULL, 2, buf, 2, 4), MEMRA_E_INVAL); /* dup over out */
+    assert_int_equal(krn_argmax_dup_async(s, ib + 2, (int32_t *)buf + 4, NULL, 2, buf, 2, 4), MEMRA_E_INVAL); /* in x */
+    assert_int_equal(krn_argmax_dup_async(s, ib, ib + 2, NULL, 1, buf, 2, 4), MEMRA_E_INVAL); /* 1 slot, 2 rows */
+    assert_int_equal(krn_argmax_dup_async(s, ib, ib + 2, ib + 8, 0, buf, 2, 4), MEMRA_E_INVAL); /* no slot */
+    assert_int_equal(krn_argmax_dup_async(s, ib, ib + 2, ib + 3, 4, buf, 2, 4), MEMRA_E_INVAL); /* at in dup */
+    assert_int_equal(krn_argmax_dup_async(s, ib, NULL, ib + 8, 4, buf, 2, 4), MEMRA_E_INVAL); /* at, no slots */
     assert_int_equal(dev_stream_sync(s, &err), 0); /* nothing was enqueued, nothing failed */
     dev_stream_destroy(s);
     dev_free(d, buf);

@@ -113,7 +113,8 @@ void krn_cpu_argmax(const krn_cpu_argmax_args *a)
             if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]))
                 best = i;
         a->out[b] = x[best] > -INFINITY ? best : -1;
-        if (a->dup)
-            a->dup[b] = a->out[b];
+        const int32_t at = a->dup_at ? a->dup_at[b] : b;
+        if (a->dup && at >= 0 && at < a->n_dup)
+            a->dup[at] = a->out[b];
     }
 }

@@ -168,14 +168,17 @@ int krn_cpu_add_async(dev_stream *s, float *y, const float *x, int B, int n)
     return dev_launch_cpu_async(s, "add", run_add, &a, sizeof a, l.a, l.n);
 }
 
-int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n)
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x,
+                         int B, int n)
 {
-    krn_cpu_argmax_args a = { out, dup, x, B, n };
+    krn_cpu_argmax_args a = { out, dup, dup_at, dup ? n_dup : 0, x, B, n };
     acc_list l = { .n = 0 };
     acc_add(&l, x, F32B((size_t)B * n), DEV_READ);
     acc_add(&l, out, I32B(B), DEV_WRITE);
-    if (dup)
-        acc_add(&l, dup, I32B(B), DEV_WRITE);
+    if (dup) /* with indices, any of the n_dup slots: the checker sees the whole array written */
+        acc_add(&l, dup, I32B(dup_at ? n_dup : B), DEV_WRITE);
+    if (dup_at)
+        acc_add(&l, dup_at, I32B(B), DEV_READ);
     return dev_launch_cpu_async(s, "argmax", run_argmax, &a, sizeof a, l.a, l.n);
 }
 

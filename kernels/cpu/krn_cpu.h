@@ -41,7 +41,13 @@ typedef struct krn_cpu_swiglu_args { void *y; const float *gate, *up; int B, n; 
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
 /* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf; dup (may be
  * NULL) gets the same indices */
-typedef struct krn_cpu_argmax_args { int32_t *out, *dup; const float *x; int B, n; } krn_cpu_argmax_args;
+typedef struct krn_cpu_argmax_args {
+    int32_t *out, *dup;
+    const int32_t *dup_at; /* NULL: dup[b]; else dup[dup_at[b]] when in [0, n_dup) */
+    int n_dup;
+    const float *x;
+    int B, n;
+} krn_cpu_argmax_args;
 /* y (B, n_in) = rows tokens[b] of table (n_out rows of row_bytes bytes of `type`) dequantized; zeros for a token
  * outside [0, n_out) */
 typedef struct krn_cpu_embed_rows_args {
@@ -86,7 +92,8 @@ int krn_cpu_attention_t_async(dev_stream *s, void *out, int out_t, const float *
                               int n_ctx);
 int krn_cpu_swiglu_t_async(dev_stream *s, void *y, int yt, const float *gate, const float *up, int B, int n);
 int krn_cpu_add_async(dev_stream *s, float *y, const float *a, int B, int n);
-int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n);
+int krn_cpu_argmax_async(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x,
+                         int B, int n);
 /* declares the WHOLE table (the row read depends on the device-side tokens), tokens and y */
 int krn_cpu_embed_rows_async(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
 

@@ -127,9 +127,10 @@ int krn_cuda_swiglu_async(void *cuda_stream, void *y, int yt, const float *gate,
 int krn_cuda_add_async(void *cuda_stream, float *y, const float *a, int B, int n, dev_err *err);
 
 /* out (B,) = argmax of each row of x (B, n); ties -> lowest index; NaN never wins; -1 when nothing in the row
- * is above -inf. dup (may be NULL): the same indices again. */
-int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *dup, const float *x, int B, int n,
-                          dev_err *err);
+ * is above -inf. dup (may be NULL): the same indices again, at dup[b], or with dup_at at dup[dup_at[b]] when that
+ * is in [0, n_dup) (krn_argmax_dup_async). */
+int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup,
+                          const float *x, int B, int n, dev_err *err);
 
 /* y (B, T->n_in) = rows tokens[b] of the table T dequantized to f32: the bits of krn_dequant_row for every
  * finite (and infinite) value of every type (a NaN gives a NaN whose payload may differ from the host's). A
@@ -172,7 +173,8 @@ int krn_cuda_swiglu_t(dev_stream *s, void *y, int yt, const float *gate, const f
 int krn_cuda_matmul_swiglu_x(dev_stream *s, void *y, int yt, const krn_weight *Wg, const krn_weight *Wu,
                              const krn_mm_x *x, int B, int *done);
 int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int n);
-int krn_cuda_argmax(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n);
+int krn_cuda_argmax(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x, int B,
+                    int n);
 int krn_cuda_embed_rows(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B);
 
 #ifdef __cplusplus

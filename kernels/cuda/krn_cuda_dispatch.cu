@@ -192,8 +192,9 @@ extern "C" int krn_cuda_add(dev_stream *s, float *y, const float *a, int B, int 
     ADAPT(krn_cuda_add_async(st, y, a, B, n, NULL));
 }
 
-extern "C" int krn_cuda_argmax(dev_stream *s, int32_t *out, int32_t *dup, const float *x, int B, int n) {
-    ADAPT(krn_cuda_argmax_async(st, out, dup, x, B, n, NULL));
+extern "C" int krn_cuda_argmax(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup,
+                               const float *x, int B, int n) {
+    ADAPT(krn_cuda_argmax_async(st, out, dup, dup_at, n_dup, x, B, n, NULL));
 }
 
 extern "C" int krn_cuda_embed_rows(dev_stream *s, float *y, const krn_weight *T, const int32_t *tokens, int B) {

@@ -422,6 +422,7 @@ static __device__ __forceinline__ void am_warp_merge(float *v, int *i, int top) 
 
 /* Row blockIdx.x / AM_CLUSTER, slice rank = blockIdx.x % AM_CLUSTER (the block's rank in its cluster). */
 __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict__ out, int32_t *__restrict__ dup,
+                                                             const int32_t *__restrict__ dup_at, int n_dup,
                                                              const float *__restrict__ x, int n, int vec) {
     __cluster_barrier_arrive_relaxed(); /* phase 1: this block has started (waited on before the DSMEM stores) */
     krn_pdl_enter();
@@ -491,13 +492,14 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(int32_t *__restrict_
     if (lane == 0) {
         const int r = bi != INT32_MAX && bv > -INFINITY ? bi : -1; /* nothing above -inf: -1 */
         out[row] = r;
-        if (dup)
-            dup[row] = r;
+        const int at = dup_at ? dup_at[row] : row; /* a step input: written before the kernel, read after the wait */
+        if (dup && at >= 0 && at < n_dup)
+            dup[at] = r;
     }
 }
 
-extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *dup, const float *x, int B, int n,
-                                     dev_err *err) {
+extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *dup, const int32_t *dup_at,
+                                     int n_dup, const float *x, int B, int n, dev_err *err) {
     int rc;
     if (!ew_check(err, &rc, "krn_cuda_argmax", B, n, out, x, x))
         return rc;
@@ -505,6 +507,6 @@ extern "C" int krn_cuda_argmax_async(void *cuda_stream, int32_t *out, int32_t *d
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_argmax: B=%d rows (at most %d)", B, INT32_MAX / AM_CLUSTER);
     const int vec = n % 4 == 0 && ((uintptr_t)x & 15) == 0;
     krn_launch_ex(argmax_kernel, dim3((unsigned)B * AM_CLUSTER), AM_THREADS, 0, (cudaStream_t)cuda_stream, AM_CLUSTER,
-                  out, dup, x, n, vec);
+                  out, dup, dup_at, dup_at ? n_dup : B, x, n, vec);
     return krn_cuda_launch_check(err, "krn_cuda_argmax");
 }
