@@ -132,9 +132,11 @@ int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
         rec->logits_d = rt->head_ring[k].d;
         atomic_fetch_add(&rt->ctr.head_ring_steps, 1);
         /* ordered by ev_read: the readback stream's copy out of the buffer's previous step ends before our head
-         * writes it (its record was enqueued before HEAD(k) was posted; never read yet: an unrecorded event, which
-         * a wait passes at once) */
-        int r = dev_stream_wait_event_async(st->stream, rt->head_ring[k].ev_read);
+         * writes it (its record was enqueued before HEAD(k) was posted; never read yet: an unrecorded event).
+         * Already complete (the usual case: the host has read that step): no wait, which costs the stream time
+         * even then (a cross-stream wait before the walk's stamp, run 171) */
+        dev_event *ev = rt->head_ring[k].ev_read;
+        int r = dev_event_query(ev) == 1 ? 0 : dev_stream_wait_event_async(st->stream, ev);
         return r ? dev_err_set(err, r, "last stage: wait for the readback of logits buffer %d failed", k) : 0;
     }
     return 0; /* stage_pump checked pp_head_any_free: not reached */
