@@ -10,12 +10,13 @@
  * costs: PP_HEAD_RING buffers of head_ring_rows rows (4 MB for Llama-3 8B's 128256-token vocabulary), an event each,
  * and up to PP_HEAD_RING graphs per walk key on the last stage.
  *
- * A buffer is a credit, as a boundary slot is: the last stage's actor takes the lowest free one for a step (a step
- * that wants one waits in the queue while none is), its stream writes it; the readback actor enqueues the copy out
- * of it on the readback stream, records ev_read behind that copy and posts HEAD(k) back; the next taker's stream
- * waits ev_read before its walk. Messages keep the order on one sequence: FEED(n) reaches stage 0 before the
- * readback's HEAD for step n's buffer can, so the fed step n + 1 takes the other buffer and never waits for step
- * n's readback copy (on one stage, that copy runs after n and before n + 1: a 7 us stall per token, run 170). */
+ * A buffer is a credit, as a boundary slot is: the last stage's actor takes one for a step (a step that wants one
+ * waits in the queue while none is), its stream writes it; the readback actor enqueues the copy out of it on the
+ * readback stream, records ev_read behind that copy and posts HEAD(k) back, before that step has run; the next
+ * taker's stream waits ev_read before its walk. So the taker takes the least recently taken free buffer, not the
+ * lowest: the buffer of the step just before may already be back, and its copy out runs only once that step has
+ * ended, so a step that took it would wait for a D2H copy before starting (about 7 us in most steps of one stage's
+ * decode with the lowest, none with this order: docs/bench/gpu.md runs 170-173). */
 #include "actors/pp_internal.h"
 #include "kernels/krn.h"
 
@@ -124,17 +125,18 @@ int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
     act_pp *rt = st->rt;
     if (!pp_head_wants(rt, rec))
         return 0;
-    for (int k = 0; k < PP_HEAD_RING; k++) { /* the lowest free one: few graphs per key */
+    for (int i = 0; i < PP_HEAD_RING; i++) { /* the least recently taken free one (file comment) */
+        const int k = (st->head_next + i) % PP_HEAD_RING;
         if (!st->head_free[k])
             continue;
+        st->head_next = k + 1;
         st->head_free[k] = 0;
         rec->head_buf = k;
         rec->logits_d = rt->head_ring[k].d;
         atomic_fetch_add(&rt->ctr.head_ring_steps, 1);
         /* ordered by ev_read: the readback stream's copy out of the buffer's previous step ends before our head
          * writes it (its record was enqueued before HEAD(k) was posted; never read yet: an unrecorded event).
-         * Already complete (the usual case: the host has read that step): no wait, which costs the stream time
-         * even then (a cross-stream wait before the walk's stamp, run 171) */
+         * Already complete as the host sees it (the usual case): nothing to wait for on the device */
         dev_event *ev = rt->head_ring[k].ev_read;
         int r = dev_event_query(ev) == 1 ? 0 : dev_stream_wait_event_async(st->stream, ev);
         return r ? dev_err_set(err, r, "last stage: wait for the readback of logits buffer %d failed", k) : 0;

@@ -18,7 +18,7 @@
  *   next_id, ref_* (reference arm)     the submitting thread only
  *   feed_src (fed steps)               the submitting thread only
  *   pp_stage.feed_seen                 stage 0's actor thread only (FEED messages from the last stage)
- *   pp_stage.head_free                 the last stage's actor thread only: HEAD messages from the readback
+ *   pp_stage.head_free, head_next      the last stage's actor thread only: HEAD messages from the readback
  *                                      actor give a logits buffer back once ev_read is recorded behind its
  *                                      reads (a credit, as CREDIT is for a boundary slot)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
@@ -137,6 +137,7 @@ struct pp_stage {
     struct { pp_graph_key key; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: captured walks */
     int n_graph;
     int head_free[PP_HEAD_RING]; /* last stage: 1 = logits buffer k is ours to take (HEAD gives it back) */
+    int head_next;           /* last stage: where the search for a free buffer starts (round robin) */
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
     uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
                               * arrive in step order, so every step up to it has its feed_ev records enqueued */
@@ -285,8 +286,8 @@ void pp_head_ring_fini(act_pp *rt);
 int pp_head_wants(const act_pp *rt, const pp_rec *rec);
 /* 1 when the last stage holds a free logits buffer. Last stage's actor only. */
 int pp_head_any_free(const pp_stage *st);
-/* Last stage's actor, before the walk of a step that pp_head_wants (with a buffer free): rec takes the lowest free
- * buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads. Otherwise nothing changes
+/* Last stage's actor, before the walk of a step that pp_head_wants (with a buffer free): rec takes the least
+ * recently taken free buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads. Otherwise nothing changes
  * (head_buf -1). Returns 0 or the wait's error (rec holds the buffer then: the readback actor gives it back). */
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
 /* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax
