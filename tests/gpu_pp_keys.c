@@ -22,6 +22,23 @@ enum { T = 200, N_CTX = 256, STAGES = 2 };
 
 static dev_platform *gpu;
 
+/* A runtime of STAGES stages, both on the primary device, over the synthetic model: n_seq sequences, feed. */
+static act_pp *runtime(const mdl_gguf_synth *shape, int n_seq, int feed)
+{
+    dev_err e = {0};
+    act_pp_params pp = act_pp_default_params();
+    pp.apply_env = 0;
+    pp.synth = shape;
+    pp.n_ctx = N_CTX;
+    pp.n_seq = n_seq;
+    pp.feed = feed;
+    pp.config.stages = STAGES;
+    act_pp *rt = act_pp_create(gpu, NULL, &pp, &e);
+    if (!rt)
+        fail_msg("runtime (feed %d): %s", feed, e.msg);
+    return rt;
+}
+
 /* Decode T steps of sequence 0 with the given seams; every step's logits into out (T x n_vocab). */
 static void decode(const mdl_gguf_synth *shape, const char *keys, const char *graph, float *out,
                    act_pp_counters *c)
@@ -30,14 +47,7 @@ static void decode(const mdl_gguf_synth *shape, const char *keys, const char *gr
     setenv("MEMRA_PP_GRAPH", graph, 1);
     setenv("MEMRA_PP_HEAD_RING", graph, 1);
     dev_err e = {0};
-    act_pp_params pp = act_pp_default_params();
-    pp.apply_env = 0;
-    pp.synth = shape;
-    pp.n_ctx = N_CTX;
-    pp.config.stages = STAGES; /* both on the primary device */
-    act_pp *rt = act_pp_create(gpu, NULL, &pp, &e);
-    if (!rt)
-        fail_msg("runtime: %s", e.msg);
+    act_pp *rt = runtime(shape, 1, ACT_FEED_OFF);
     for (int t = 0; t < T; t++) {
         int32_t tok = 3 + (t * 7) % 500, seq = 0, pos = t;
         act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
@@ -93,16 +103,7 @@ static void decode_fed(const mdl_gguf_synth *shape, int fed, int32_t out[FT][FS]
     setenv("MEMRA_PP_GRAPH", fed ? "1" : "0", 1);
     setenv("MEMRA_PP_HEAD_RING", fed ? "1" : "0", 1);
     dev_err e = {0};
-    act_pp_params pp = act_pp_default_params();
-    pp.apply_env = 0;
-    pp.synth = shape;
-    pp.n_ctx = N_CTX;
-    pp.n_seq = FS;
-    pp.feed = fed ? ACT_FEED_ON : ACT_FEED_OFF;
-    pp.config.stages = STAGES;
-    act_pp *rt = act_pp_create(gpu, NULL, &pp, &e);
-    if (!rt)
-        fail_msg("runtime (fed %d): %s", fed, e.msg);
+    act_pp *rt = runtime(shape, FS, fed ? ACT_FEED_ON : ACT_FEED_OFF);
     int32_t last[FS] = {11, 12, 13}, pos[FS] = {0, 0, 0};
     for (int i = 0; i < FT; i++) {
         const int B = i % 4 == 3 ? FS : 1;
