@@ -210,6 +210,9 @@ void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed);
  * enqueue failure would); its pending returns MEMRA_E_DEVICE and the pipeline keeps serving later steps.
  * s = -1 disarms. */
 void act_pp_inject_stage_failure(act_pp *rt, int s);
+/* The same, once the step's inputs are in place at stage s: its inbound slot's credit returned, and on the last
+ * stage its logits buffer taken (MEMRA_PP_HEAD_RING), so the failure must give both back. */
+void act_pp_inject_stage_failure_late(act_pp *rt, int s);
 
 /* Wait until every submitted step has completed (all stage streams and the readback stream idle). Returns 0
  * (step errors are reported by their pendings). */

@@ -199,7 +199,7 @@ struct act_pp {
     _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
     _Atomic int rendezvous_ms;
     _Atomic int hold_start;  /* test hook: stage 0 holds its walks while set (act_pp_hold_start) */
-    _Atomic int inject_fail_stage; /* test hook: -1 = none */
+    _Atomic int inject_fail_stage; /* test hook: -1 = none, s (early) or s + ACT_PP_MAX_STAGES (late) */
     int stamp_mode;          /* 1 on CUDA: walk markers are GPU timestamps read at readback (no host callback) */
     struct pp_interval {     /* readback actor only: recent stamped walks per stage, for the overlap count */
         uint64_t b, e;

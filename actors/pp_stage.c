@@ -284,6 +284,9 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     }
     if (kout < 0 && (r = pp_head_take(st, rec, err)) != 0) /* before the walk's stamp: a wait is not walk time */
         return r;
+    armed = st->s + ACT_PP_MAX_STAGES;
+    if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook, late */
+        return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure, late (test hook)", st->s);
     pp_mark *mk = &rec->mark[st->s];
     mk->stage = st;
     mk->rec = rec;

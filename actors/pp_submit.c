@@ -375,6 +375,10 @@ void act_pp_reset_stats(act_pp *rt)
 void act_pp_hold_start(act_pp *rt, int on) { atomic_store(&rt->hold_start, on); }
 
 void act_pp_inject_stage_failure(act_pp *rt, int s) { atomic_store(&rt->inject_fail_stage, s); }
+void act_pp_inject_stage_failure_late(act_pp *rt, int s)
+{
+    atomic_store(&rt->inject_fail_stage, s < 0 ? -1 : s + ACT_PP_MAX_STAGES);
+}
 
 void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms) { atomic_store(&rt->rendezvous_ms, on ? timeout_ms : 0); }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -506,6 +507,54 @@ static void test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving(vo
     act_pp_destroy(rt);
 }
 
+/* Waits for p at most 20 s, so a step that can never run fails the test instead of hanging it. */
+static int wait_bounded(act_pending *p, const float **l, dev_err *e)
+{
+    for (int i = 0; i < 20000 && !act_pending_ready(p); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    if (!act_pending_ready(p))
+        fail_msg("a step did not complete within 20 s (a credit or a logits buffer lost?)");
+    return act_pending_wait(p, l, NULL, e);
+}
+
+/* Failures on the last stage after it took a logits buffer (MEMRA_PP_HEAD_RING) give the buffer back: three in a
+ * row, more than the ring holds, and every later step still runs, with the unsplit arm's logits. */
+static void test_late_failures_on_the_last_stage_give_its_logits_buffer_back(void **state)
+{
+    (void)state;
+    clear_doors();
+    setenv("MEMRA_PP_STAGES", "2", 1);
+    setenv("MEMRA_PP_DEVICES", "0,1", 1);
+    dev_err e = {0};
+    act_pp *rt = act_pp_create(plat, model_path, NULL, &e);
+    assert_non_null(rt);
+    const int n_vocab = mdl_model_hparams(act_pp_model(rt))->n_vocab;
+    static float ref[512];
+    int32_t tok = 4, seq = 0;
+    for (int32_t pos = 0; pos < 4; pos++) {
+        act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
+        act_pending *p;
+        const float *l;
+        for (int f = 0; pos == 1 && f < 3; f++) {
+            act_pp_inject_stage_failure_late(rt, 1);
+            assert_int_equal(act_pp_submit(rt, &st, &p, &e), 0);
+            dev_err we = {0};
+            assert_int_equal(wait_bounded(p, &l, &we), MEMRA_E_DEVICE);
+            assert_non_null(strstr(we.msg, "injected failure, late"));
+            act_pending_release(p);
+        }
+        assert_int_equal(act_pp_submit(rt, &st, &p, &e), 0);
+        assert_int_equal(wait_bounded(p, &l, &e), 0);
+        assert_int_equal(act_pp_run_unsplit(rt, &st, ref, &e), 0);
+        assert_memory_equal(l, ref, (size_t)n_vocab * sizeof(float));
+        act_pending_release(p);
+    }
+    act_pp_counters c;
+    act_pp_get_counters(rt, &c);
+    assert_int_equal(c.head_ring_steps, 4 + 3); /* the failed steps did take a buffer */
+    act_pp_destroy(rt);
+}
+
 static void test_timestamp_liveness_counts_every_walk_without_host_markers(void **state)
 {
     (void)state;
@@ -673,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_argmax_mode_reads_back_each_rows_greedy_token),
         cmocka_unit_test(test_the_head_ring_serves_steps_in_flight_with_the_bits_of_pool_memory),
         cmocka_unit_test(test_a_failed_stage_fails_its_step_and_the_pipeline_keeps_serving),
+        cmocka_unit_test(test_late_failures_on_the_last_stage_give_its_logits_buffer_back),
         cmocka_unit_test(test_timestamp_liveness_counts_every_walk_without_host_markers),
         cmocka_unit_test(test_kv_cache_types_split_bit_identically_and_stay_near_f32),
         cmocka_unit_test(test_activation_types_split_bit_identically_and_stay_near_f32),
