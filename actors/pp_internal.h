@@ -287,8 +287,9 @@ int pp_head_wants(const act_pp *rt, const pp_rec *rec);
 /* 1 when the last stage holds a free logits buffer. Last stage's actor only. */
 int pp_head_any_free(const pp_stage *st);
 /* Last stage's actor, before the walk of a step that pp_head_wants (with a buffer free): rec takes the least
- * recently taken free buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads. Otherwise nothing changes
- * (head_buf -1). Returns 0 or the wait's error (rec holds the buffer then: the readback actor gives it back). */
+ * recently taken free buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads.
+ * Otherwise nothing changes (head_buf -1). Returns 0 or the wait's error (rec holds the buffer then: the readback
+ * actor gives it back). */
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
 /* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax
  * (ACT_LOGITS_ARGMAX). Inside the walk when rec holds a ring buffer, so a graph can capture it; captured: the

@@ -213,8 +213,9 @@ static int graph_key_eq(const pp_graph_key *a, const pp_graph_key *b)
  * step, the first too, is one graph launch. A graph is valid for all steps of its key: its kernels read x, pos
  * and seq from this stage's frame, the KV cache, the scratch, the logits buffer and the feed's token slots, whose
  * addresses never change, and nothing else per step (pp_keys: a bound, so every step under it may replay the graph
- * captured for it; the argmax finds the rows' token slots through the frame's seq). Markers stay outside (stage_run). Capture
- * unsupported (CPU) or failed: eager, and this stage stops trying; no slot left: eager. Actor thread only. */
+ * captured for it; the argmax finds the rows' token slots through the frame's seq). Markers stay outside
+ * (stage_run). Capture unsupported (CPU) or failed: eager, and this stage stops trying; no slot left: eager.
+ * Actor thread only. */
 static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, const int32_t *seq, dev_err *err)
 {
     act_pp *rt = st->rt;
@@ -242,6 +243,7 @@ static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, c
                     st->n_graph++;
                     atomic_fetch_add(&rt->ctr.graph_captures, 1);
                 } else {
+                    dev_graph_destroy(g);
                     g = NULL;
                     st->graph_off = 1; /* nothing ran during the failed capture: run the walk eagerly below */
                 }
