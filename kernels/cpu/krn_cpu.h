@@ -40,7 +40,7 @@ typedef struct krn_cpu_swiglu_args { void *y; const float *gate, *up; int B, n; 
 /* y (B, n) += a (B, n) */
 typedef struct krn_cpu_add_args { float *y; const float *a; int B, n; } krn_cpu_add_args;
 /* out (B,) = argmax of each row of x (B, n), lowest index on ties; -1 when nothing is above -inf; dup (may be
- * NULL) gets the same indices */
+ * NULL) gets the same indices, at b or at dup_at[b] (krn_argmax_dup_async) */
 typedef struct krn_cpu_argmax_args {
     int32_t *out, *dup;
     const int32_t *dup_at; /* NULL: dup[b]; else dup[dup_at[b]] when in [0, n_dup) */
