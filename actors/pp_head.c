@@ -10,10 +10,11 @@
  * costs: PP_HEAD_RING buffers of head_ring_rows rows (4 MB for Llama-3 8B's 128256-token vocabulary), an event each,
  * and up to PP_HEAD_RING graphs per walk key on the last stage.
  *
- * A buffer is a credit, as a boundary slot is: the last stage's actor takes one for a step (a step that wants one
- * waits in the queue while none is), its stream writes it; the readback actor enqueues the copy out of it on the
- * readback stream, records ev_read behind that copy and posts HEAD(k) back, before that step has run; the next
- * taker's stream waits ev_read before its walk. So the taker takes the least recently taken free buffer, not the
+ * A buffer is a credit, as a boundary slot is: the last stage's actor takes one for a step, its stream writes it;
+ * the readback actor enqueues the copy out of it on the readback stream, records ev_read behind that copy and
+ * posts HEAD(k) back, before that step has run; the next taker's stream waits ev_read before its walk. A step that
+ * finds both out takes pool memory rather than wait: waiting for HEAD made the last stage trail the readback actor,
+ * and 4 sequences in flight over 2 CPU stages lost ~4 % of their tokens/s (pool memory instead: within noise). So the taker takes the least recently taken free buffer, not the
  * lowest: the buffer of the step just before may already be back, and its copy out runs only once that step has
  * ended, so a step that took it would wait for a D2H copy before starting (about 7 us in most steps of one stage's
  * decode with the lowest, none with this order: docs/bench/gpu.md runs 170-173). */
@@ -112,14 +113,6 @@ int pp_head_wants(const act_pp *rt, const pp_rec *rec)
     return rec->seams.head_ring && rec->out_rows > 0 && rec->out_rows <= rt->head_ring_rows;
 }
 
-int pp_head_any_free(const pp_stage *st)
-{
-    for (int k = 0; k < PP_HEAD_RING; k++)
-        if (st->head_free[k])
-            return 1;
-    return 0;
-}
-
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
@@ -141,7 +134,7 @@ int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
         int r = dev_event_query(ev) == 1 ? 0 : dev_stream_wait_event_async(st->stream, ev);
         return r ? dev_err_set(err, r, "last stage: wait for the readback of logits buffer %d failed", k) : 0;
     }
-    return 0; /* stage_pump checked pp_head_any_free: not reached */
+    return 0; /* every buffer out: pool memory (pp_head_finish) */
 }
 
 int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, const int32_t *seq_d, int captured, dev_err *err)

@@ -281,14 +281,12 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec);
 /* pp_head.c: the last stage's head, its logits ring and the feed's tokens */
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err);
 void pp_head_ring_fini(act_pp *rt);
-/* 1 when step rec takes a logits buffer on the last stage: its seams ask for the ring (MEMRA_PP_HEAD_RING) and its
- * output rows (at least 1) fit one. Such a step waits in the last stage's queue until one is free. */
+/* 1 when step rec may take a logits buffer on the last stage: its seams ask for the ring (MEMRA_PP_HEAD_RING) and
+ * its output rows (at least 1) fit one. */
 int pp_head_wants(const act_pp *rt, const pp_rec *rec);
-/* 1 when the last stage holds a free logits buffer. Last stage's actor only. */
-int pp_head_any_free(const pp_stage *st);
-/* Last stage's actor, before the walk of a step that pp_head_wants (with a buffer free): rec takes the least
+/* Last stage's actor, before the walk of a step that pp_head_wants, with a buffer free: rec takes the least
  * recently taken free buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads.
- * Otherwise nothing changes (head_buf -1). Returns 0 or the wait's error (rec holds the buffer then: the readback
+ * Otherwise nothing changes (head_buf -1: pool memory). Returns 0 or the wait's error (rec holds the buffer then: the readback
  * actor gives it back). */
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
 /* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax

@@ -367,8 +367,6 @@ static void stage_pump(pp_stage *st)
             if (!st->credit[kout])
                 return; /* wait for CREDIT(kout) from stage s+1 */
         }
-        if (last && !failed && pp_head_wants(rt, rec) && !pp_head_any_free(st))
-            return; /* wait for HEAD(k) from the readback actor */
         st->q_head = (st->q_head + 1) % st->q_cap;
         st->q_len--;
         if (!failed) {

@@ -403,8 +403,8 @@ static void test_argmax_mode_reads_back_each_rows_greedy_token(void **state)
     }
 }
 
-/* MEMRA_PP_HEAD_RING: steps of up to 4 output rows write one of the last stage's 2 fixed logits buffers, waiting
- * for one when both are held, and larger ones pool memory. 12 steps of 1, 3 and 6 rows, logits and argmax
+/* MEMRA_PP_HEAD_RING: steps of up to 4 output rows write one of the last stage's 2 fixed logits buffers (pool
+ * memory while both are out), and larger ones pool memory. 12 steps of 1, 3 and 6 rows, logits and argmax
  * alternating, all in flight at once over 2 stages on 2 devices with jittered actors and stream ops: every result
  * has the bytes of the ring-off run (pool memory for all), the stream-order checker reports no race between a
  * buffer's readback and the next head that writes it, and the counter says which steps used the ring. */
@@ -464,7 +464,8 @@ static void test_the_head_ring_serves_steps_in_flight_with_the_bits_of_pool_memo
         act_pp_destroy(rt);
     }
     assert_int_equal(ring_steps[0], 0);
-    assert_int_equal(ring_steps[1], 8); /* every step of 1 or 3 rows waited for a buffer; never the 6-row ones */
+    assert_true(ring_steps[1] >= 1); /* liveness: the ring arm did write a fixed buffer */
+    assert_true(ring_steps[1] <= 8); /* never the 6-row steps (more rows than a buffer holds) */
     assert_memory_equal(out[0], out[1], sizeof out[0]);
 }
 
@@ -518,7 +519,8 @@ static int wait_bounded(act_pending *p, const float **l, dev_err *e)
 }
 
 /* Failures on the last stage after it took a logits buffer (MEMRA_PP_HEAD_RING) give the buffer back: three in a
- * row, more than the ring holds, and every later step still runs, with the unsplit arm's logits. */
+ * row, more than the ring holds, and every later step still runs, with the unsplit arm's logits, and still finds
+ * a buffer (one step at a time: HEAD for a step reaches the last stage before the next step does). */
 static void test_late_failures_on_the_last_stage_give_its_logits_buffer_back(void **state)
 {
     (void)state;
@@ -551,7 +553,7 @@ static void test_late_failures_on_the_last_stage_give_its_logits_buffer_back(voi
     }
     act_pp_counters c;
     act_pp_get_counters(rt, &c);
-    assert_int_equal(c.head_ring_steps, 4 + 3); /* the failed steps did take a buffer */
+    assert_int_equal(c.head_ring_steps, 4 + 3); /* the failed steps took one; no buffer was lost */
     act_pp_destroy(rt);
 }
 
