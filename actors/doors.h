@@ -2,9 +2,10 @@
  * meaning, default, valid values and when it is read). Two kinds, as DESIGN.md §5 fixes:
  *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
  *    created, by the creating thread, and override the API config field by field;
- *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, KEYS) are read by
- *    the thread that SUBMITS a step, on every step, never memoized (the seed's rule: gates A/B both arms in one
- *    process); the snapshot travels inside the step's messages. Actor threads never call getenv.
+ *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, MARKERS,
+ *    SAME_DEVICE_PIPE, KEYS, HEAD_RING) are read by the thread that SUBMITS a step, on every step, never memoized
+ *    (the seed's rule: gates A/B both arms in one process); the snapshot travels inside the step's messages.
+ *    Actor threads never call getenv.
  * Every invalid value is refused with a message naming the variable, the value and what is allowed (where
  * the seed's pp_cuts answers "door shut" on a bad list, we refuse: a silent fallback hides typos). */
 #ifndef ACT_DOORS_H

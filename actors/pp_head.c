@@ -12,12 +12,13 @@
  *
  * A buffer is a credit, as a boundary slot is: the last stage's actor takes one for a step, its stream writes it;
  * the readback actor enqueues the copy out of it on the readback stream, records ev_read behind that copy and
- * posts HEAD(k) back, before that step has run; the next taker's stream waits ev_read before its walk. A step that
- * finds both out takes pool memory rather than wait: waiting for HEAD made the last stage trail the readback actor,
- * and 4 sequences in flight over 2 CPU stages lost ~4 % of their tokens/s (pool memory instead: within noise). So the taker takes the least recently taken free buffer, not the
- * lowest: the buffer of the step just before may already be back, and its copy out runs only once that step has
- * ended, so a step that took it would wait for a D2H copy before starting (about 7 us in most steps of one stage's
- * decode with the lowest, none with this order: docs/bench/gpu.md runs 170-173). */
+ * posts HEAD(k) back, before that step has run; the next taker's stream waits ev_read before its walk. So the
+ * taker takes the least recently taken free buffer, not the lowest: the buffer of the step just before may
+ * already be back, and its copy out runs only once that step has ended, so a step that took it would wait for a
+ * D2H copy before starting (about 7 us in most steps of one stage's decode with the lowest, none with this order:
+ * docs/bench/gpu.md runs 170-173). A step that finds both out takes pool memory rather than wait: waiting for HEAD
+ * made the last stage trail the readback actor, and 4 sequences in flight over 2 CPU stages lost ~4 % of their
+ * tokens/s (pool memory instead: within noise, docs/bench/cpu.md). */
 #include "actors/pp_internal.h"
 #include "kernels/krn.h"
 
@@ -61,6 +62,8 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, int 
     return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
 }
 
+/* pp_argmax_async, the second destination by index when `at` is given (the rows' sequences on the device:
+ * krn_argmax_dup_async's dup_at, n_seq slots). */
 static int argmax_to(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, const int32_t *at,
                      dev_err *err)
 {
@@ -74,12 +77,6 @@ static int argmax_to(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d
 int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err)
 {
     return argmax_to(rt, rec, s, d, dup, NULL, err);
-}
-
-int pp_argmax_at_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, const int32_t *dup_at,
-                       dev_err *err)
-{
-    return argmax_to(rt, rec, s, d, rt->feed_tok, dup_at, err);
 }
 
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err)
@@ -103,12 +100,11 @@ void pp_head_ring_fini(act_pp *rt)
             dev_event_destroy(h->ev_read);
         if (h->d)
             dev_free(rt->stage[rt->N - 1].dev, h->d);
-        h->ev_read = NULL;
-        h->d = NULL;
     }
 }
 
-int pp_head_wants(const act_pp *rt, const pp_rec *rec)
+/* 1 when step rec may take a logits buffer: its seams ask for the ring and its output rows (at least 1) fit one. */
+static int head_wants(const act_pp *rt, const pp_rec *rec)
 {
     return rec->seams.head_ring && rec->out_rows > 0 && rec->out_rows <= rt->head_ring_rows;
 }
@@ -116,7 +112,7 @@ int pp_head_wants(const act_pp *rt, const pp_rec *rec)
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err)
 {
     act_pp *rt = st->rt;
-    if (!pp_head_wants(rt, rec))
+    if (!head_wants(rt, rec))
         return 0;
     for (int i = 0; i < PP_HEAD_RING; i++) { /* the least recently taken free one (file comment) */
         const int k = (st->head_next + i) % PP_HEAD_RING;
@@ -145,8 +141,9 @@ int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, const int32_t *se
     if (r)
         return r;
     int32_t *dup = pp_feed_dup(st, rec);
-    return dup && captured ? pp_argmax_at_async(rt, rec, st->stream, rec->logits_d, seq_d, err)
-                           : pp_argmax_async(rt, rec, st->stream, rec->logits_d, dup, err);
+    /* captured: the slots by the rows' sequences, read from the frame by the kernel (one graph, every sequence) */
+    return dup && captured ? argmax_to(rt, rec, st->stream, rec->logits_d, rt->feed_tok, seq_d, err)
+                           : argmax_to(rt, rec, st->stream, rec->logits_d, dup, NULL, err);
 }
 
 int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err)

@@ -239,9 +239,6 @@ static inline const void *pp_result_src(const act_pp *rt, const pp_rec *rec, con
  * s, after the head on the same stream, and into dup[b] too when dup is not NULL (a fed runtime's token slots);
  * 0 and nothing enqueued for the other modes. */
 int pp_argmax_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, int32_t *dup, dev_err *err);
-/* The same, the tokens also into rt->feed_tok[dup_at[b]] (dup_at: the rows' sequences, device memory). */
-int pp_argmax_at_async(const act_pp *rt, const pp_rec *rec, dev_stream *s, void *d, const int32_t *dup_at,
-                       dev_err *err);
 
 /* The end of the run of rows from b0 whose sequences follow one another (seq[b] == seq[b - 1] + 1): their slots in
  * feed_tok, which is indexed by sequence, are then one contiguous run. */
@@ -281,13 +278,10 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec);
 /* pp_head.c: the last stage's head, its logits ring and the feed's tokens */
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err);
 void pp_head_ring_fini(act_pp *rt);
-/* 1 when step rec may take a logits buffer on the last stage: its seams ask for the ring (MEMRA_PP_HEAD_RING) and
- * its output rows (at least 1) fit one. */
-int pp_head_wants(const act_pp *rt, const pp_rec *rec);
-/* Last stage's actor, before the walk of a step that pp_head_wants, with a buffer free: rec takes the least
- * recently taken free buffer (head_buf, logits_d) and the stage's stream waits for that buffer's last reads.
- * Otherwise nothing changes (head_buf -1: pool memory). Returns 0 or the wait's error (rec holds the buffer then: the readback
- * actor gives it back). */
+/* Last stage's actor, before the walk: when the step's seams ask for the ring (MEMRA_PP_HEAD_RING), its output rows
+ * fit a buffer and one is free, rec takes the least recently taken free one (head_buf, logits_d) and the stage's
+ * stream waits for that buffer's last reads. Otherwise nothing changes (head_buf -1: pool memory). Returns 0 or the
+ * wait's error (rec holds the buffer then: the readback actor gives it back). */
 int pp_head_take(pp_stage *st, pp_rec *rec, dev_err *err);
 /* The head (output norm, lm_head) of rec's last out_rows rows of x into rec->logits_d, then the argmax
  * (ACT_LOGITS_ARGMAX). Inside the walk when rec holds a ring buffer, so a graph can capture it; captured: the
