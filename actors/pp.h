@@ -64,6 +64,11 @@ typedef struct act_pp_step {
                             * may be submitted before that step's pending is waited. EAGER or BATCH steps
                             * through the stage actors only. The row embeds whatever that step left: if it
                             * failed, the fed step's result means nothing (the producer's pending says why). */
+    int out_last;          /* ALL / ARGMAX: 0 = every row has an output; 1..B = only the last out_last rows do (a
+                            * scheduler's mixed step: prompt rows without output first, then the rows whose logits
+                            * or tokens it needs). The result holds out_last rows, in row order. */
+    int no_feed;           /* 1: an ARGMAX step of a feeding runtime leaves no token for fed steps (no per-row copy
+                            * or event; its sequences cannot be fed from it). For a caller that never feeds. */
 } act_pp_step;
 
 typedef struct act_pp_params {

@@ -31,10 +31,11 @@
 int32_t *pp_feed_dup(const pp_stage *st, const pp_rec *rec)
 {
     const act_pp *rt = st->rt;
-    if (!rt->feed_on || !rec->argmax || rec->out_rows == 0 || rt->stage[0].dev != st->dev ||
-        pp_seq_run_end(rec->seq, 0, rec->out_rows) != rec->out_rows)
+    const int32_t *oseq = rec->seq + (rec->B - rec->out_rows); /* the output rows' sequences */
+    if (!rec->feeds || rec->out_rows == 0 || rt->stage[0].dev != st->dev ||
+        pp_seq_run_end(oseq, 0, rec->out_rows) != rec->out_rows)
         return NULL;
-    return rt->feed_tok + rec->seq[0];
+    return rt->feed_tok + oseq[0];
 }
 
 /* The last stage, an ARGMAX step of a feeding runtime: each row's token into its sequence's slot on stage 0's
@@ -47,16 +48,17 @@ static int last_stage_feed(pp_stage *st, pp_rec *rec, const void *logits_d, int 
     act_pp *rt = st->rt;
     const int32_t *tok = pp_result_src(rt, rec, logits_d);
     dev_device *d0 = rt->stage[0].dev;
+    const int32_t *oseq = rec->seq + (rec->B - rec->out_rows); /* the output rows' sequences */
     int r = 0;
     for (int b = 0; b < rec->out_rows; b++) {
-        int32_t *slot = rt->feed_tok + rec->seq[b];
+        int32_t *slot = rt->feed_tok + oseq[b];
         /* ordered after stage 0's last read of this slot (an earlier fed step's embed): this step
          * ran on stage 0's stream after it, and the boundary events (ev_tx) carry that order to this stream;
          * the argmax's own writes (dup) sit at the same place on this stream */
         if (r == 0 && !dup)
             r = d0 == st->dev ? dev_copy_d2d_async(st->stream, slot, tok + b, sizeof(int32_t))
                               : dev_copy_peer_async(st->stream, slot, d0, tok + b, st->dev, sizeof(int32_t));
-        const int re = dev_event_record_async(rt->feed_ev[rec->seq[b]], st->stream);
+        const int re = dev_event_record_async(rt->feed_ev[oseq[b]], st->stream);
         r = r ? r : re;
     }
     return r ? dev_err_set(err, r, "step: leaving the greedy tokens for fed steps failed") : 0;
@@ -142,7 +144,8 @@ int pp_head_enqueue(pp_stage *st, pp_rec *rec, const float *x, const int32_t *se
         return r;
     int32_t *dup = pp_feed_dup(st, rec);
     /* captured: the slots by the rows' sequences, read from the frame by the kernel (one graph, every sequence) */
-    return dup && captured ? argmax_to(rt, rec, st->stream, rec->logits_d, rt->feed_tok, seq_d, err)
+    return dup && captured ? argmax_to(rt, rec, st->stream, rec->logits_d, rt->feed_tok,
+                                       seq_d + (rec->B - rec->out_rows), err)
                            : argmax_to(rt, rec, st->stream, rec->logits_d, dup, NULL, err);
 }
 
@@ -159,7 +162,7 @@ int pp_head_finish(pp_stage *st, pp_rec *rec, const float *x, dev_err *err)
         if ((r = pp_head_enqueue(st, rec, x, NULL, 0, err)) != 0)
             return r;
     }
-    return rt->feed_on && rec->argmax ? last_stage_feed(st, rec, rec->logits_d, pp_feed_dup(st, rec) != NULL, err) : 0;
+    return rec->feeds ? last_stage_feed(st, rec, rec->logits_d, pp_feed_dup(st, rec) != NULL, err) : 0;
 }
 
 void pp_head_release(act_pp *rt, pp_rec *rec, dev_stream *reads)

@@ -61,9 +61,11 @@ struct pp_rec {
     uint64_t id;
     act_step_kind kind;
     int B;
-    int out_rows;            /* rows of logits: B, 1 or 0 */
+    int out_rows;            /* rows with an output (logits or argmax): the last out_rows rows of the step */
     int argmax;              /* ACT_LOGITS_ARGMAX: the last stage reduces each row to its argmax on the device */
     int feed;                /* act_pp_step.feed: stage 0 embeds the rows' tokens from feed_tok on the device */
+    int feeds;               /* a feeding runtime's ARGMAX step without act_pp_step.no_feed: the last stage leaves
+                              * its output rows' tokens in feed_tok for later fed steps */
     uint64_t feed_after;     /* fed: 1 + the id of the latest of its rows' producers (the ARGMAX steps that
                               * left their sequences' tokens), whose FEED stage 0 waits for before feed_ev */
     int stamped;             /* liveness from device timestamps (CUDA) instead of host-function markers */

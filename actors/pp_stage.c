@@ -336,7 +336,7 @@ static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
     act_pp *rt = st->rt;
     if (st->s == rt->N - 1) {
         /* a feeding runtime: stage 0 may now wait feed_ev for this step (its record, if any, is enqueued) */
-        if (rt->feed_on && rec->argmax) {
+        if (rec->feeds) {
             const uint64_t seen = rec->id + 1;
             pp_post(rt->stage[0].actor, PP_MSG_FEED, &seen, sizeof seen);
         }

@@ -14,6 +14,10 @@ static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
     if (st->logits < ACT_LOGITS_ALL || st->logits > ACT_LOGITS_ARGMAX)
         return dev_err_set(err, MEMRA_E_INVAL, "step: logits mode %d (allowed ALL, LAST, NONE, ARGMAX)",
                            (int)st->logits);
+    if (st->out_last < 0 || st->out_last > st->B ||
+        (st->out_last && st->logits != ACT_LOGITS_ALL && st->logits != ACT_LOGITS_ARGMAX))
+        return dev_err_set(err, MEMRA_E_INVAL, "step: out_last = %d (allowed 0 = every row, or 1..B = %d with logits "
+                           "mode ALL or ARGMAX)", st->out_last, st->B);
     for (int b = 0; b < st->B; b++) {
         if (!st->feed && (st->tokens[b] < 0 || st->tokens[b] >= rt->n_vocab))
             return dev_err_set(err, MEMRA_E_INVAL, "step: row %d token %d outside the vocabulary 0..%d", b,
@@ -30,7 +34,7 @@ static int check_rows(const act_pp *rt, const act_pp_step *st, dev_err *err)
 
 static int out_rows_of(const act_pp_step *st)
 {
-    return st->logits == ACT_LOGITS_ALL || st->logits == ACT_LOGITS_ARGMAX ? st->B
+    return st->logits == ACT_LOGITS_ALL || st->logits == ACT_LOGITS_ARGMAX ? (st->out_last ? st->out_last : st->B)
            : st->logits == ACT_LOGITS_LAST                                  ? 1
                                                                             : 0;
 }
@@ -52,6 +56,7 @@ static pp_rec *rec_new(act_pp *rt, const act_pp_step *st, const act_pp_seams *se
     rec->out_rows = out_rows_of(st);
     rec->argmax = st->logits == ACT_LOGITS_ARGMAX;
     rec->feed = st->feed != 0;
+    rec->feeds = rt->feed_on && rec->argmax && !st->no_feed;
     rec->seams = *seams;
     rec->tokens = arr;
     rec->seq = arr + st->B;
@@ -227,8 +232,10 @@ static void feed_note(act_pp *rt, const pp_rec *rec, int keep)
 {
     if (!rt->feed_on)
         return;
+    const int first_out = rec->B - rec->out_rows; /* rows before it leave no token: their sequences are cleared,
+                                                   * unless a later (output) row of the same sequence sets it */
     for (int b = 0; b < rec->B; b++)
-        rt->feed_src[rec->seq[b]] = keep && rec->argmax ? rec->id + 1 : 0;
+        rt->feed_src[rec->seq[b]] = keep && rec->feeds && b >= first_out ? rec->id + 1 : 0;
 }
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)

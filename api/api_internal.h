@@ -68,6 +68,7 @@ struct memra_runtime {
     dev_platform *plat;
     act_pp *pp;
     int n_seq, n_ctx, max_rows, n_vocab, N;
+    int micro_batches;        /* the scheduler's M (memra_runtime_params.micro_batches or its door; else N) */
     int feed;                 /* created with device feed (act_pp_params.feed): memra_seq_decode_greedy_next */
     memra_abort_fn abort_cb;
     void *abort_user;
@@ -88,6 +89,13 @@ struct memra_runtime {
 int api_should_abort(memra_runtime *rt);
 /* Submit one step under rt->mu; wraps the act_pending in a memra_pending (deps adopted on success). */
 int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out);
+/* api_submit of a step whose rows are n_decoded decode tokens and n_primed prompt tokens (the counters). */
+int api_submit_counted(memra_runtime *rt, const act_pp_step *st, int n_decoded, int n_primed, memra_pending **out);
+/* Wait for an ARGMAX pending: *tokens = its rows' argmax tokens (-1: no logit above -inf), valid until the pending
+ * is freed. Returns MEMRA_OK, MEMRA_E_INVAL (a pending of logits), or the step's error (recorded on the runtime). */
+int api_pending_wait_tokens(memra_pending *p, const int32_t **tokens, int *rows);
+/* Wait for p whatever it holds; its status. */
+int api_pending_wait_plain(memra_pending *p);
 /* Wait for a greedy pending (memra_seq_decode_greedy) and give its row's argmax token: *token = -1 when no
  * logit of the row is above -inf, with MEMRA_OK (each caller refuses that its own way). token must not be
  * NULL. Returns MEMRA_OK, MEMRA_E_INVAL (NULL p, a pending of logits: nothing waited), or the step's error

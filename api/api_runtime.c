@@ -58,12 +58,15 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
     if (p->act_type < MEMRA_KV_DEFAULT || p->act_type > MEMRA_KV_BF16)
         BAD("memra_runtime_params.act_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->act_type);
+    if (p->micro_batches < 0 || p->micro_batches > p->n_seq)
+        BAD("memra_runtime_params.micro_batches = %d (allowed 0..n_seq = %d, 0 = the stages)", p->micro_batches,
+            p->n_seq);
 #undef BAD
     return 0;
 }
 
 /* The doors of the fields read here rather than by act_pp_create, on top of the params: MEMRA_BACKEND and
- * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_DEVICE_FEED. */
+ * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_DEVICE_FEED, MEMRA_PP_MICRO_BATCHES. */
 static int backend_doors(memra_runtime_params *p, dev_err *err)
 {
     int kind = p->backend == MEMRA_BACKEND_CPU ? DEV_KIND_CPU : p->backend == MEMRA_BACKEND_CUDA ? DEV_KIND_CUDA : -1;
@@ -80,6 +83,17 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
         else
             r = dev_err_set(err, MEMRA_E_INVAL, "MEMRA_DEVICE_FEED=\"%s\": allowed 0 (no fed greedy steps) or 1 (fed "
                             "on the device; unset: memra_runtime_params.device_feed, AUTO = on with CUDA)", f);
+    }
+    const char *m = getenv("MEMRA_PP_MICRO_BATCHES"); /* micro_batches' door: digits only, 1..n_seq */
+    if (r == 0 && m) {
+        char *end = NULL;
+        long v = m[0] >= '1' && m[0] <= '9' && strlen(m) <= 6 ? strtol(m, &end, 10) : 0;
+        if (!end || *end || v < 1 || v > p->n_seq)
+            r = dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_MICRO_BATCHES=\"%s\": allowed 1..n_seq = %d (micro-batches "
+                            "the scheduler keeps in flight; unset: memra_runtime_params.micro_batches, 0 = the stages)",
+                            m, p->n_seq);
+        else
+            p->micro_batches = (int)v;
     }
     return r;
 }
@@ -150,6 +164,7 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     rt->max_rows = p.max_rows;
     rt->n_vocab = hp->n_vocab;
     rt->N = act_pp_stages(rt->pp);
+    rt->micro_batches = p.micro_batches ? p.micro_batches : rt->N < rt->n_seq ? rt->N : rt->n_seq;
     rt->stats_t0_ns = api_now_ns();
     return rt;
 fail:

@@ -28,7 +28,9 @@ static int submit_locked(memra_runtime *rt, const act_pp_step *st, act_pending *
     return act_pp_submit(rt->pp, st, out, err);
 }
 
-int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out)
+/* api_submit with the rows counted as n_decoded decode tokens and n_primed prompt tokens. */
+static int submit_counted(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, int n_decoded,
+                          int n_primed, memra_pending **out)
 {
     dev_err err = {0};
     memra_pending *p = calloc(1, sizeof *p);
@@ -45,10 +47,8 @@ int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int
         if (rt->pendings)
             rt->pendings->prev = p;
         rt->pendings = p;
-        if (st->kind == ACT_STEP_PRIME || st->kind == ACT_STEP_PRIME_BATCH)
-            rt->tokens_primed += (uint64_t)st->B;
-        else
-            rt->tokens_decoded += (uint64_t)st->B;
+        rt->tokens_primed += (uint64_t)n_primed;
+        rt->tokens_decoded += (uint64_t)n_decoded;
         if (p->greedy)
             rt->greedy_steps++;
     }
@@ -59,6 +59,17 @@ int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int
     }
     *out = p;
     return MEMRA_OK;
+}
+
+int api_submit(memra_runtime *rt, const act_pp_step *st, act_pending **deps, int n_deps, memra_pending **out)
+{
+    const int prime = st->kind == ACT_STEP_PRIME || st->kind == ACT_STEP_PRIME_BATCH;
+    return submit_counted(rt, st, deps, n_deps, prime ? 0 : st->B, prime ? st->B : 0, out);
+}
+
+int api_submit_counted(memra_runtime *rt, const act_pp_step *st, int n_decoded, int n_primed, memra_pending **out)
+{
+    return submit_counted(rt, st, NULL, 0, n_decoded, n_primed, out);
 }
 
 /* Submit a chunk that produces no logits; the act_pending is kept to be waited before the last chunk's. */
@@ -311,6 +322,17 @@ int api_pending_wait_argmax(memra_pending *p, memra_token *token)
     int r = pending_wait_as(p, 1, NULL, &t, NULL);
     *token = r == 0 ? t[0] : -1; /* one row: a greedy pending is one decode step (memra_seq_decode_greedy) */
     return r;
+}
+
+int api_pending_wait_tokens(memra_pending *p, const int32_t **tokens, int *rows)
+{
+    return pending_wait_as(p, 1, NULL, tokens, rows);
+}
+
+int api_pending_wait_plain(memra_pending *p)
+{
+    const int32_t *t = NULL;
+    return pending_wait_as(p, p->greedy, NULL, &t, NULL);
 }
 
 int memra_pending_wait_token(memra_pending *p, memra_token *token)

@@ -305,8 +305,10 @@ static void test_generate_decodes_greedy_requests_on_the_device_and_samples_the_
     r[2].sampling.repeat_penalty = 1.3f; /* greedy over penalized logits: the host path */
     r[3].sampling.repeat_penalty = 1.3f; /* ... but with no history window nothing is penalized: device */
     r[3].sampling.repeat_last_n = 0;
+    /* 2 micro-batches: {0, 1} and {2, 3}, each with a host-path request, so their steps read logits back, but
+     * for request 0's last one: request 1 (one token fewer) has ended and the micro-batch is all greedy */
     assert_int_equal(memra_generate(rt, r, N, 3, NULL, NULL), MEMRA_OK);
-    assert_int_equal(greedy_steps(rt), (uint64_t)(r[0].n_predict - 1 + r[3].n_predict - 1));
+    assert_int_equal(greedy_steps(rt), 1);
     for (int i = 0; i < N; i++) {
         assert_int_equal(r[i].status, MEMRA_OK);
         assert_int_equal(r[i].n_out, r[i].n_predict);
@@ -317,6 +319,20 @@ static void test_generate_decodes_greedy_requests_on_the_device_and_samples_the_
         for (int k = 0; k < r[i].n_predict; k++)
             if (out[i][k] != ref[i][k])
                 fail_msg("request %d token %d: generate %d, by hand %d", i, k, out[i][k], ref[i][k]);
+    }
+    /* the two device-path requests alone: one per micro-batch, every step (the prompt's last row included)
+     * picked on the device, the same tokens */
+    memra_request dev[2] = {r[0], r[3]};
+    memra_token dout[2][GEN];
+    for (int i = 0; i < 2; i++)
+        dev[i].out = dout[i];
+    const uint64_t before = greedy_steps(rt);
+    assert_int_equal(memra_generate(rt, dev, 2, 3, NULL, NULL), MEMRA_OK);
+    assert_int_equal(greedy_steps(rt) - before, (uint64_t)(dev[0].n_predict + dev[1].n_predict));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(dev[i].status, MEMRA_OK);
+        assert_int_equal(dev[i].n_out, dev[i].n_predict);
+        assert_memory_equal(dout[i], ref[i == 0 ? 0 : 3], (size_t)dev[i].n_out * sizeof(memra_token));
     }
     memra_runtime_free(rt);
 }
@@ -412,7 +428,8 @@ static void test_a_row_with_no_logit_above_minus_inf_is_refused_on_the_device_as
     r[1].sampling.repeat_penalty = 1.1f; /* greedy over penalized logits: the host sampler */
     uint64_t before = greedy_steps(rt);
     assert_int_equal(memra_generate(rt, r, 2, 0, NULL, NULL), MEMRA_OK);
-    assert_int_equal(greedy_steps(rt), before + 1); /* request 0's step fed t1 went the device way */
+    /* request 0's steps went the device way: the prompt's last row, then the step fed t1 */
+    assert_int_equal(greedy_steps(rt), before + 2);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(r[i].status, MEMRA_E_INVAL);
         assert_int_equal(r[i].n_out, 1);

@@ -200,6 +200,9 @@ typedef struct memra_runtime_params {
                               * uses it for greedy requests when on */
     memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
                               * apply_env, else F32) */
+    /* appended after act_type, so earlier fields keep their offsets */
+    int micro_batches;       /* micro-batches the scheduler keeps in flight (memra_generate, memra_server), 0..n_seq;
+                              * 0 (default) = the stages N. Door: MEMRA_PP_MICRO_BATCHES */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);
@@ -409,6 +412,75 @@ typedef struct memra_request {
  * closed on return. Thread-safe against other calls on rt (it shares the pipeline with them). */
 MEMRA_API int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, memra_token_fn on_token,
                              void *user);
+
+/* ---- serving: requests that arrive while others run ----
+ * A server owns a scheduler thread that packs the requests in flight into micro-batches: each micro-batch is
+ * one step of one row per decoding request plus prompt rows of joining requests under the step's row budget,
+ * and while micro-batch g runs stage s, g+1 runs stage s-1. A free sequence slot admits a waiting request; a
+ * finished one frees its slot at once. Requests are taken in arrival order. memra_generate runs the same
+ * scheduler on its calling thread. */
+
+typedef struct memra_server memra_server;
+
+typedef struct memra_server_params {
+    int micro_batches; /* M micro-batches in flight, 1..n_seq; 0 (default) = the runtime's
+                        * (memra_runtime_params.micro_batches: its door, else the stages N) */
+    int step_rows;     /* rows one step may hold, 1..max_rows; 0 (default) = max_rows */
+    int prompt_chunk;  /* most prompt rows of one request in one step, 0..max_rows; 0 (default) = the step's
+                        * budget (a prompt fills what the decoding rows leave) */
+} memra_server_params;
+
+MEMRA_API memra_server_params memra_server_default_params(void);
+
+/* Per-token callback of a server request: token of request id, its text piece (n_piece bytes, not
+ * NUL-terminated; NULL/0 without a tokenizer). Return nonzero to stop the request (it ends with MEMRA_OK).
+ * Called on the server's scheduler thread: it must not wait for another request of the same server. */
+typedef int (*memra_server_token_fn)(void *user, int64_t id, memra_token token, const char *piece, int n_piece);
+
+/* Start a server over rt (params may be NULL: defaults). The server opens sequence slots as it admits
+ * requests and closes them when they end; other users of rt share its slots and pipeline. Returns NULL with
+ * memra_last_error(): MEMRA_E_INVAL (NULL rt, a bad field or door value, named with what is allowed),
+ * MEMRA_E_NOMEM. One server per runtime at a time is the intended use (two compete for slots). */
+MEMRA_API memra_server *memra_server_create(memra_runtime *rt, const memra_server_params *params);
+/* Cancel every request still in the server (each ends with MEMRA_E_ABORTED unless already ended), wait for its
+ * steps in flight, stop the thread and free everything, results not yet waited for included. NULL is a no-op.
+ * No other call on the server may run concurrently or follow; free the server before its runtime. */
+MEMRA_API void memra_server_free(memra_server *srv);
+
+/* Queue request rq (see memra_request: prompt, n_predict, sampling, stop_at_eog, out/out_cap) and return at
+ * once with its id (*id >= 1). The prompt is copied; rq itself must stay valid until memra_server_wait
+ * returns for this id: the server writes rq->out, rq->n_out and rq->status from its thread. on_token may be
+ * NULL. Returns MEMRA_OK; MEMRA_E_INVAL (NULL srv/rq/id, a bad prompt, limit or sampler field: the message
+ * names it; nothing queued); MEMRA_E_STATE (the server is being freed); MEMRA_E_NOMEM. Thread-safe. */
+MEMRA_API int memra_server_submit(memra_server *srv, memra_request *rq, memra_server_token_fn on_token, void *user,
+                                  int64_t *id);
+/* Ask request id to stop: a waiting request ends at once, a running one at its next step (its tokens so far
+ * stay in rq->out); either ends with status MEMRA_E_ABORTED. Returns MEMRA_OK (also when the request has
+ * already ended: its status says how), MEMRA_E_INVAL (an id never submitted or already waited for).
+ * Thread-safe. */
+MEMRA_API int memra_server_cancel(memra_server *srv, int64_t id);
+/* 1 when request id has ended (memra_server_wait would not block), 0 when it is running or waiting,
+ * MEMRA_E_INVAL for an unknown id. Never blocks. Thread-safe. */
+MEMRA_API int memra_server_poll(memra_server *srv, int64_t id);
+/* Wait until request id ends and return its status (also in rq->status): MEMRA_OK (n_predict reached, an
+ * end-of-generation token with stop_at_eog, or on_token asked to stop), MEMRA_E_ABORTED (cancelled),
+ * MEMRA_E_FULL (the context filled, or the prompt does not fit in n_ctx), MEMRA_E_INVAL (no logit above -inf
+ * to pick from), or a step's error. The id is then forgotten (a second wait is MEMRA_E_INVAL). One waiter
+ * per id. Thread-safe. */
+MEMRA_API int memra_server_wait(memra_server *srv, int64_t id);
+
+typedef struct memra_server_stats {
+    uint64_t submitted, ended, cancelled; /* requests */
+    uint64_t steps;                       /* steps the scheduler submitted */
+    uint64_t rows, decode_rows, prompt_rows; /* their rows */
+    uint64_t mixed_steps;                 /* steps that held decode rows and prompt rows together */
+    uint64_t argmax_steps;                /* steps whose tokens were picked on the device */
+    int max_step_rows;                    /* the largest step */
+    int micro_batches;                    /* M in force */
+    int waiting, running;                 /* requests now */
+} memra_server_stats;
+/* A snapshot (published by the scheduler thread after each of its turns). MEMRA_E_INVAL for NULL. */
+MEMRA_API int memra_server_get_stats(memra_server *srv, memra_server_stats *out);
 
 #ifdef __cplusplus
 }
