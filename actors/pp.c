@@ -94,6 +94,8 @@ static int stage_init(act_pp *rt, int s, dev_err *err)
     snprintf(name, sizeof name, "stage%d", s);
     if (!(st->stream = dev_stream_create(st->dev, name, err)))
         return err->code;
+    if (rt->batch_invariant && krn_stream_set_batch_invariant(st->stream, err) != 0)
+        return err->code;
     if (!(st->scratch = pp_scratch_new(rt, st->dev, err)))
         return err->code;
     if (!(st->frame = dev_malloc(st->dev, pp_frame_bytes(rt, rt->max_rows), err)))
@@ -225,6 +227,17 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     if (elem_type(p.kv_type, "kv_type", "MEMRA_KV_TYPE", mdl_kv_type_from_env, &rt->kv_type, err) != 0 ||
         elem_type(p.act_type, "act_type", "MEMRA_ACT_TYPE", mdl_act_type_from_env, &rt->act_type, err) != 0)
         goto fail;
+    const char *bi = p.apply_env ? getenv("MEMRA_BATCH_INVARIANT") : NULL; /* read once, here */
+    if (bi && strcmp(bi, "0") && strcmp(bi, "1")) {
+        dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BATCH_INVARIANT=\"%s\": allowed 0 (the fastest kernels) or 1 (each "
+                    "row's bits as in a step of one row: a request's tokens do not depend on its neighbours)", bi);
+        goto fail;
+    }
+    if (p.batch_invariant < 0 || p.batch_invariant > 1) {
+        dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: batch_invariant = %d (allowed 0 or 1)", p.batch_invariant);
+        goto fail;
+    }
+    rt->batch_invariant = bi ? bi[0] == '1' : p.batch_invariant;
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
     rt->seam_defaults = p.seams;
@@ -402,6 +415,7 @@ int act_pp_stages(const act_pp *rt) { return rt->N; }
 int act_pp_feeds(const act_pp *rt) { return rt->feed_on; }
 int act_pp_n_ctx(const act_pp *rt) { return rt->n_ctx; }
 int act_pp_n_seq(const act_pp *rt) { return rt->n_seq; }
+int act_pp_batch_invariant(const act_pp *rt) { return rt->batch_invariant; }
 const int *act_pp_fence(const act_pp *rt) { return rt->fence; }
 const act_pp_config *act_pp_get_config(const act_pp *rt) { return &rt->cfg; }
 const struct mdl_model *act_pp_model(const act_pp *rt) { return rt->model; }

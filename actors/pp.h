@@ -90,6 +90,10 @@ typedef struct act_pp_params {
                                          * loading model_path (which may then be NULL); see mdl_model_synthesize */
     void (*progress)(float frac, void *ctx); /* model load progress, may be NULL */
     void *progress_ctx;
+    int batch_invariant;  /* 1: every stream the runtime walks on gives each row the bits it gets in a step of one row
+                           * (krn_stream_set_batch_invariant: on CUDA the GEMV at every B, never cuBLAS), so a
+                           * request's tokens do not depend on what shares its steps; 0 (default): the fastest
+                           * kernels. With apply_env the door MEMRA_BATCH_INVARIANT (0 or 1), when set, wins. */
     int feed;             /* ACT_FEED_ON: steps may be fed (act_pp_step.feed): a copy of the embedding table lives
                            * on stage 0's device (its bytes), and every ARGMAX step leaves each row's token there
                            * for its sequence (a 4-byte copy and an event record per row on the last stage's
@@ -117,6 +121,7 @@ void act_pp_destroy(act_pp *rt);
 
 int act_pp_stages(const act_pp *rt);            /* N (1 when the door is shut) */
 int act_pp_feeds(const act_pp *rt);             /* 1 when fed steps are allowed (act_pp_params.feed) */
+int act_pp_batch_invariant(const act_pp *rt);   /* 1 when the runtime's streams are batch-invariant */
 int act_pp_n_ctx(const act_pp *rt);             /* positions per sequence */
 /* The bound on a step's positions pos[0..B-1] (each in 0..n_ctx-1) that its walk passes to attention
  * (mdl_forward_layers_async's keys, MEMRA_PP_KEYS): the smallest power of two, at least ACT_PP_KEYS_MIN, above

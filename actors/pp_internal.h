@@ -161,6 +161,7 @@ struct act_pp {
     int fence[ACT_PP_MAX_STAGES + 1];
     int n_seq, n_ctx, max_rows;
     int kv_type;                 /* the KV cache's element type (act_pp_params.kv_type) */
+    int batch_invariant;         /* act_pp_params.batch_invariant after its door: every walking stream marked */
     int act_type;                /* the matmul inputs' element type (act_pp_params.act_type) */
     int x8;                      /* MEMRA_CUDA_X8, read once at create: every scratch (stages, unsplit arm) alike */
     act_pp_seams seam_defaults; /* per-step seams before the environment's overrides */

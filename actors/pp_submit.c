@@ -2,6 +2,7 @@
  * stream, and the one-stream seam (MEMRA_PP_STREAMS=0). Runs on the submitting thread, which is the only
  * thread that reads the seams (once per step) — the snapshot travels in the step record. */
 #include "actors/pp_internal.h"
+#include "kernels/krn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ static int ref_init(act_pp *rt, dev_err *err)
         return 0;
     const size_t fb = pp_frame_bytes(rt, rt->max_rows), lb = pp_logits_bytes(rt, rt->max_rows, 0);
     if ((!rt->ref_stream && !(rt->ref_stream = dev_stream_create(rt->primary, "unsplit", err))) ||
+        (rt->batch_invariant && krn_stream_set_batch_invariant(rt->ref_stream, err) != 0) ||
         (!rt->ref_scratch && !(rt->ref_scratch = pp_scratch_new(rt, rt->primary, err))) ||
         (!rt->ref_frame && !(rt->ref_frame = dev_malloc(rt->primary, fb, err))) ||
         (!rt->ref_slot && !(rt->ref_slot = dev_malloc(rt->primary, fb, err))) ||

@@ -39,8 +39,14 @@ struct memra_model {
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ctx_train;
     mdl_tokenizer *tok;       /* NULL when the file has no tokenizer.* keys */
     mdl_chat *chat;           /* NULL when there is no template or its format is unknown */
+    struct mdl_gguf_synth *synth; /* api_model_synthetic: the shape memra_runtime_create generates (owned), else NULL */
     api_errbox err;
 };
+
+/* A model of a synthetic shape (no file, no tokenizer): memra_runtime_create generates its weights on the stage
+ * devices. name labels it (its "path"). NULL with memra_last_error() when out of memory. Free with
+ * memra_model_free. */
+memra_model *api_model_synthetic(const struct mdl_gguf_synth *shape, const char *name);
 
 #define API_RETIRED_MAX 4096 /* closed handles kept before recycling (stale-handle detection window) */
 

@@ -109,6 +109,7 @@ void memra_model_free(memra_model *m)
     if (m->path)
         api_errbox_destroy(&m->err);
     free(m->path);
+    free(m->synth);
     free(m);
 }
 

@@ -58,6 +58,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
     if (p->act_type < MEMRA_KV_DEFAULT || p->act_type > MEMRA_KV_BF16)
         BAD("memra_runtime_params.act_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->act_type);
+    if (p->batch_invariant < 0 || p->batch_invariant > 1)
+        BAD("memra_runtime_params.batch_invariant = %d (allowed 0 or 1)", p->batch_invariant);
     if (p->micro_batches < 0 || p->micro_batches > p->n_seq)
         BAD("memra_runtime_params.micro_batches = %d (allowed 0..n_seq = %d, 0 = the stages)", p->micro_batches,
             p->n_seq);
@@ -155,7 +157,9 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     /* AUTO: act_pp's AUTO (with CUDA, wherever a fed step can run ahead) */
     ap.feed = p.device_feed == MEMRA_FEED_ON ? ACT_FEED_ON : p.device_feed == MEMRA_FEED_AUTO ? ACT_FEED_AUTO
                                                                                                 : ACT_FEED_OFF;
-    if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
+    ap.batch_invariant = p.batch_invariant; /* MEMRA_BATCH_INVARIANT, read by act_pp_create, wins when set */
+    ap.synth = model->synth; /* a synthetic shape (api_model_synthetic) is generated instead of loaded */
+    if (!(rt->pp = act_pp_create(rt->plat, model->synth ? NULL : model->path, &ap, &err)))
         goto fail;
     rt->feed = act_pp_feeds(rt->pp);
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));

@@ -99,12 +99,13 @@ void *dev_stream_native(dev_stream *s);
 
 /* Per-stream attachments: state a layer above device/ keeps per stream without device/ knowing what it is
  * (kernels/cuda hangs its cuBLAS handle + workspace here, so two streams never share one). Slots are
- * assigned by convention, one owner each: DEV_SLOT_KRN_GEMM = kernels/cuda/krn_cuda_gemm.cu.
+ * assigned by convention, one owner each: DEV_SLOT_KRN_GEMM = kernels/cuda/krn_cuda_gemm.cu, DEV_SLOT_KRN_INVARIANT =
+ * kernels/krn_stream.c (batch invariance).
  * Threading: not synchronized. Attach and look up only from the thread that enqueues on s (the stream's
  * one owner, e.g. its stage actor); dev_stream_destroy runs the destructors on the destroying thread, so
  * hand the stream over (thread join, mailbox) before destroying it from another thread. */
 #define DEV_STREAM_SLOTS 4
-enum { DEV_SLOT_KRN_GEMM = 0 };
+enum { DEV_SLOT_KRN_GEMM = 0, DEV_SLOT_KRN_INVARIANT = 1 };
 
 /* The pointer attached to slot (0..DEV_STREAM_SLOTS-1) of s; NULL when none or the slot is out of range.
  * Cost: two loads. */

@@ -259,6 +259,14 @@ int krn_argmax_async(dev_stream *s, int32_t *out, const float *x, int B, int n);
 int krn_argmax_dup_async(dev_stream *s, int32_t *out, int32_t *dup, const int32_t *dup_at, int n_dup, const float *x,
                          int B, int n);
 
+/* Batch invariance of stream s (MEMRA_BATCH_INVARIANT): once set, every matmul enqueued on s gives each row the bits
+ * it gets in a step of one row, whatever the step's B (on CUDA: the GEMV at every B, never cuBLAS, whose
+ * algorithm depends on B; the CPU kernels are batch-invariant already). Set it before the stream's first matmul,
+ * from the thread that enqueues on s (a dev_stream attachment). Returns 0 or MEMRA_E_INVAL (err says why). */
+int krn_stream_set_batch_invariant(dev_stream *s, dev_err *err);
+/* 1 when krn_stream_set_batch_invariant was called on s, else 0. Cost: two loads. */
+int krn_stream_batch_invariant(const dev_stream *s);
+
 /* MEMRA_PDL for the CALLING thread's later CUDA launches (programmatic dependent launch on sm_90); returns
  * the previous setting. A no-op returning 0 without the CUDA kernels. */
 int krn_set_pdl(int on);

@@ -245,9 +245,22 @@ static void test_threshold_routes_large_batches_through_cublas_and_zero_turns_it
     read_y(s, got, dy, BIG);
     assert_int_equal(krn_cuda_gemm_count(), n0);
     assert_memory_equal(got, gemv, sizeof got);
-    /* 1..15 are raised to the floor */
-    krn_cuda_gemm_set_min_b(3);
+    /* 1 is raised to the floor (one row stays on the GEMV) */
+    krn_cuda_gemm_set_min_b(1);
     assert_int_equal(krn_cuda_gemm_min_b(), KRN_CUDA_GEMM_MIN_B_FLOOR);
+    /* a batch-invariant stream never takes cuBLAS: the GEMV's bits at any B */
+    krn_cuda_gemm_set_min_b(16);
+    dev_stream *inv = dev_stream_create(d, "invariant", &err);
+    assert_non_null(inv);
+    assert_int_equal(krn_stream_set_batch_invariant(inv, &err), 0);
+    assert_int_equal(krn_stream_batch_invariant(inv), 1);
+    assert_int_equal(krn_stream_batch_invariant(s), 0);
+    n0 = krn_cuda_gemm_count();
+    assert_int_equal(krn_matmul_async(inv, dy, &w.W, dx, BIG), 0);
+    read_y(inv, got, dy, BIG);
+    assert_int_equal(krn_cuda_gemm_count(), n0);
+    assert_memory_equal(got, gemv, sizeof got);
+    dev_stream_destroy(inv);
     krn_cuda_gemm_set_min_b(-1);
     dev_free(d, dx);
     dev_free(d, dy);

@@ -321,6 +321,15 @@ static void test_bad_requests_ids_and_settings_are_refused_by_name(void **state)
     setenv("MEMRA_PP_MICRO_BATCHES", "0", 1);
     assert_null(memra_runtime_create(api_tiny_model, &p));
     api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "MEMRA_PP_MICRO_BATCHES=\"0\"");
+    unsetenv("MEMRA_PP_MICRO_BATCHES");
+    setenv("MEMRA_BATCH_INVARIANT", "yes", 1);
+    assert_null(memra_runtime_create(api_tiny_model, &p));
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "MEMRA_BATCH_INVARIANT=\"yes\"");
+    unsetenv("MEMRA_BATCH_INVARIANT");
+    p.batch_invariant = 2;
+    assert_null(memra_runtime_create(api_tiny_model, &p));
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "batch_invariant = 2");
+    p.batch_invariant = 0;
     setenv("MEMRA_PP_MICRO_BATCHES", "2", 1);
     memra_runtime *door = memra_runtime_create(api_tiny_model, &p);
     unsetenv("MEMRA_PP_MICRO_BATCHES");

@@ -203,6 +203,10 @@ typedef struct memra_runtime_params {
     /* appended after act_type, so earlier fields keep their offsets */
     int micro_batches;       /* micro-batches the scheduler keeps in flight (memra_generate, memra_server), 0..n_seq;
                               * 0 (default) = the stages N. Door: MEMRA_PP_MICRO_BATCHES */
+    int batch_invariant;     /* 1: each row of a step gets the bits it gets in a step of its own (CUDA: the GEMV at
+                              * every batch size, never cuBLAS), so a request's tokens equal its tokens alone whatever
+                              * shares its micro-batch; 0 (default): the fastest kernels (CUDA: cuBLAS from 2 rows).
+                              * The CPU backend is batch-invariant either way. Door: MEMRA_BATCH_INVARIANT */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);

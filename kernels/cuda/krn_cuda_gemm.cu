@@ -311,7 +311,7 @@ extern "C" int krn_cuda_gemm_try_x(dev_stream *s, float *y, const krn_weight *W,
                                    int acc, int *done, dev_err *err) {
     *done = 0;
     const int min_b = krn_cuda_gemm_min_b();
-    if (min_b <= 0 || B < min_b || !krn_cuda_gemm_eligible_x(W, y, x, xt))
+    if (min_b <= 0 || B < min_b || krn_stream_batch_invariant(s) || !krn_cuda_gemm_eligible_x(W, y, x, xt))
         return 0;
     *done = 1;
     return gemm_run(s, y, W, x, xt, B, acc, err);

@@ -38,13 +38,16 @@ extern "C" {
 #include "device/err.h"
 #include "kernels/krn.h"
 
-#define KRN_CUDA_GEMM_MIN_B_DEFAULT 16       /* threshold when MEMRA_CUDA_GEMM_MIN_B is unset or invalid: the floor,
-                                              * cuBLAS won from B = 8 on every measured shape (docs/bench/gpu-kernels.md) */
-#define KRN_CUDA_GEMM_MIN_B_FLOOR 16         /* smallest threshold used (1..15 are raised to it) */
+#define KRN_CUDA_GEMM_MIN_B_DEFAULT 2        /* threshold when MEMRA_CUDA_GEMM_MIN_B is unset or invalid: the floor.
+                                              * On the 8B shapes cuBLAS costs about the GEMV's B = 1 time at every
+                                              * B up to 64, while the GEMV is fp32-FMA bound above B = 1 (3.3-4.2x at
+                                              * B = 8, docs/bench/gpu-kernels.md). A batch-invariant stream
+                                              * (krn_stream_set_batch_invariant) never takes cuBLAS. */
+#define KRN_CUDA_GEMM_MIN_B_FLOOR 2          /* smallest threshold used (1 is raised to it: one row stays on the GEMV) */
 #define KRN_CUDA_GEMM_WORKSPACE (32u << 20)  /* cuBLAS workspace per stream, bytes (Hopper's recommendation) */
 
 /* The threshold in force: 0 = cuBLAS never used, else B >= this takes cuBLAS. From MEMRA_CUDA_GEMM_MIN_B
- * (read once per process): unset or empty -> KRN_CUDA_GEMM_MIN_B_DEFAULT; 0 -> 0; 1..15 -> 16; larger ->
+ * (read once per process): unset or empty -> KRN_CUDA_GEMM_MIN_B_DEFAULT; 0 -> 0; 1 -> 2; larger ->
  * itself; not an integer >= 0 -> the default, with one warning on stderr naming the value. krn_cuda_gemm_set_min_b overrides it. Thread-safe, a relaxed load. */
 int krn_cuda_gemm_min_b(void);
 
