@@ -542,6 +542,7 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
         fail_msg("dev_platform_open(cuda): %s", err.msg);
     dev_stream *s = dev_stream_create(dev_platform_device(p, 0), "act", &err);
     assert_non_null(s);
+    assert_int_equal(krn_stream_set_batch_invariant(s, &err), 0); /* the op table against the GEMV at any B */
     CK(cudaSetDevice(0));
     const int t = KRN_BF16, B = 3, n = 4096, n_out = 301;
     const size_t ne = (size_t)B * n;

@@ -228,6 +228,7 @@ static void test_the_op_table_sends_only_planes_parts_to_int8_x(void **state) {
     dev_device *d = dev_platform_device(p, 0);
     dev_stream *s = dev_stream_create(d, "x8", &err);
     assert_non_null(s);
+    assert_int_equal(krn_stream_set_batch_invariant(s, &err), 0); /* the op table against its direct calls */
     const cuda_ref_type *q41 = cuda_ref_type_of(KRN_Q4_1), *f16 = cuda_ref_type_of(KRN_F16);
     size_t bq, bf;
     uint8_t *hq = cuda_fix_rand_blocks(q41, n_out, n_in, &bq), *hf = cuda_fix_rand_blocks(f16, n_out, n_in, &bf);

@@ -22,6 +22,7 @@ int model_rig_open(model_rig *r, dev_platform *p, const char *path, dev_device *
     int kv_type; /* MEMRA_KV_TYPE: e.g. gpu_forward compares CUDA with the CPU backend on 16-bit caches */
     if (mdl_kv_type_from_env(&kv_type, err) != 0 || !(r->kv = mdl_kv_create(r->m, NULL, n_seq, n_ctx, kv_type, err)) || !(r->sc = mdl_scratch_create(r->m, d, max_rows, err)) ||
         !(r->s = dev_stream_create(d, "rig", err)) ||
+        krn_stream_set_batch_invariant(r->s, err) != 0 || /* its tests compare rows of a batch with rows alone */
         !(r->x_d = dev_malloc(d, sizeof(float) * max_rows * r->n_embd, err)) ||
         !(r->logits_d = dev_malloc(d, sizeof(float) * max_rows * r->n_vocab, err)) ||
         !(r->pos_d = dev_malloc(d, sizeof(int32_t) * max_rows, err)) ||

@@ -8,6 +8,7 @@
 
 #include "api/api_internal.h"
 #include "bench.h"
+#include "cuda/ktrace.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 
@@ -70,25 +71,31 @@ static int run_arm(memra_runtime *rt, int first, int S, int P, int T, memra_toke
 
 int bench_serve(int argc, char **argv)
 {
-    const char *model = NULL, *synth = NULL, *type = "bf16";
+    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL;
     int N = 1, S = 8, T = 32, P = 8, M = 0, ctx = 0, repeat = 1, max_rows = 0, check_all = 0;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},       {"--stages", &N, NULL, 1, 64},
                                 {"--seqs", &S, NULL, 1, 4096},       {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &P, NULL, 1, 1 << 16},  {"--micro-batches", &M, NULL, 0, 4096},
                                 {"--ctx", &ctx, NULL, 0, 1 << 20},   {"--repeat", &repeat, NULL, 1, 64},
-                                {"--max-rows", &max_rows, NULL, 0, 65536}, {"--check-all", &check_all, NULL, 0, 1}};
+                                {"--max-rows", &max_rows, NULL, 0, 65536}, {"--check-all", &check_all, NULL, 0, 1},
+                                {"--kernel-trace", NULL, &ktrace, 0, 0}};
     if (bench_parse("serve", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=1] [--seqs S=8] [--tokens T=32] [--prompt P=8] [--micro-batches M=0]\n"
-                    "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1]\n"
+                    "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1] [--kernel-trace FILE.csv|.json]\n"
                     "(S greedy requests of P prompt tokens and T generated tokens each through memra_generate, then one "
                     "alone, on one runtime: tokens/s of each and their ratio; --micro-batches: 0 = the runtime's "
                     "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = max(64, S); --ctx: 0 = "
-                    "P + T; --check-all: every request also alone (else request 0 only); backend, devices, seams and "
+                    "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
+                    "with every kernel recorded (CUPTI), a table per step and FILE; backend, devices, seams and "
                     "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
                     "in the S arm than alone)"))
         return 2;
+    if (ktrace && !bench_ktrace_available()) {
+        fprintf(stderr, "memra-bench serve: --kernel-trace needs a build with CUDA 13 and its CUPTI\n");
+        return 2;
+    }
     memra_model *m = NULL;
     if (synth) {
         mdl_gguf_synth shape;
@@ -156,6 +163,18 @@ int bench_serve(int argc, char **argv)
         else
             printf("request 0: the same tokens alone and among %d: %s\n", S, same ? "yes" : "no");
         printf("ratio=%.3f (S=%d %.1f tok/s over S=1 %.1f tok/s, best of %d)\n", bestS / best1, S, bestS, best1, repeat);
+    }
+    if (rc == 0 && ktrace) { /* one more S arm, traced: where a step's device time goes */
+        dev_err kerr = {0};
+        serve_arm tr;
+        if ((rc = bench_ktrace_start(&kerr)) == 0) {
+            rc = run_arm(rt, 0, S, P, T, many, &tr);
+            memra_runtime_drain(rt);
+            if (bench_ktrace_stop(stdout, ktrace, (int)(tr.steps ? tr.steps : 1), &kerr) != 0 && rc == 0)
+                rc = 2;
+        }
+        if (rc)
+            fprintf(stderr, "memra-bench serve: --kernel-trace: %s\n", kerr.msg);
     }
     free(alone);
     free(many);
