@@ -41,6 +41,7 @@ enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK,
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
 #define PP_GRAPH_SLOTS 64 /* MEMRA_PP_GRAPH: captured walks per stage, one per pp_graph_key */
+#define PP_GRAPH_SEEN 32  /* MEMRA_PP_GRAPH: keys walked once and not captured, remembered per stage (a ring) */
 #define PP_HEAD_RING 2      /* MEMRA_PP_HEAD_RING: the last stage's fixed logits buffers (pp_head.c) */
 #define PP_HEAD_RING_ROWS 4 /* output rows a ring buffer holds; a step with more takes pool memory */
 
@@ -138,6 +139,8 @@ struct pp_stage {
     int staging_next;
     struct { pp_graph_key key; dev_graph *g; } graph[PP_GRAPH_SLOTS]; /* MEMRA_PP_GRAPH: captured walks */
     int n_graph;
+    pp_graph_key seen[PP_GRAPH_SEEN]; /* keys walked eagerly once: the second step of one is captured */
+    int n_seen, seen_next;
     int head_free[PP_HEAD_RING]; /* last stage: 1 = logits buffer k is ours to take (HEAD gives it back) */
     int head_next;           /* last stage: where the search for a free buffer starts (round robin) */
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */

@@ -209,8 +209,10 @@ static int graph_key_eq(const pp_graph_key *a, const pp_graph_key *b)
 }
 
 /* The walk (walk_body) on the stage's stream. With MEMRA_PP_GRAPH (rec->seams.graph) on a backend with graphs:
- * the first step of each pp_graph_key is captured as a graph (nothing runs during the capture) and every such
- * step, the first too, is one graph launch. A graph is valid for all steps of its key: its kernels read x, pos
+ * the second step of each pp_graph_key is captured as a graph (nothing runs during the capture) and every such
+ * step from then on, that one too, is one graph launch. The first step of a key runs eagerly: a capture and its
+ * instantiation cost about as much as several eager walks (a 32-layer 8B walk: 15-30 ms), and a scheduler whose
+ * micro-batches grow or shrink by a row at a time meets many B once each (docs/bench/gpu.md, serving). A graph is valid for all steps of its key: its kernels read x, pos
  * and seq from this stage's frame, the KV cache, the scratch, the logits buffer and the feed's token slots, whose
  * addresses never change, and nothing else per step (pp_keys: a bound, so every step under it may replay the graph
  * captured for it; the argmax finds the rows' token slots through the frame's seq). Markers stay outside
@@ -228,7 +230,15 @@ static int stage_walk(pp_stage *st, pp_rec *rec, float *x, const int32_t *pos, c
         for (int i = 0; i < st->n_graph && !g; i++)
             if (graph_key_eq(&st->graph[i].key, &key))
                 g = st->graph[i].g;
-        if (!g && st->n_graph < PP_GRAPH_SLOTS) {
+        int again = 0; /* the key was walked before: capture it now */
+        for (int i = 0; i < st->n_seen && !g && !again; i++)
+            again = graph_key_eq(&st->seen[i], &key);
+        if (!g && !again) { /* its first step: remember the key, walk eagerly */
+            st->seen[st->seen_next] = key;
+            st->seen_next = (st->seen_next + 1) % PP_GRAPH_SEEN;
+            st->n_seen += st->n_seen < PP_GRAPH_SEEN;
+        }
+        if (!g && again && st->n_graph < PP_GRAPH_SLOTS) {
             dev_err ce = {0};
             if (dev_stream_capture_begin(st->stream, &ce) == 0) {
                 int r = walk_body(st, rec, x, pos, seq, keys, 1, err);

@@ -15,8 +15,46 @@
 typedef struct serve_arm {
     int S;
     double wall_s, tok_s;
+    double steady_tok_s; /* tokens/s while every request decodes: from the last first token to the first last token */
     uint64_t tokens, steps, rows;
 } serve_arm;
+
+/* When each request's tokens came (the token callback, on memra_generate's thread). */
+typedef struct tok_clock {
+    double *t;   /* (S, T) seconds */
+    int *n;      /* (S,) tokens seen */
+    int T;
+} tok_clock;
+
+static int on_token(void *user, int request, memra_token token, const char *piece, int n_piece)
+{
+    (void)token, (void)piece, (void)n_piece;
+    tok_clock *c = user;
+    if (c->n[request] < c->T)
+        c->t[(size_t)request * c->T + c->n[request]++] = bench_now_s();
+    return 0;
+}
+
+/* Tokens per second inside [max first token, min last token]: the requests all decoding at once. 0 when the window
+ * is empty (one request, or requests that never overlapped). */
+static double steady_rate(const tok_clock *c, int S)
+{
+    double t0 = 0, t1 = 1e300;
+    for (int i = 0; i < S; i++) {
+        if (c->n[i] < 2)
+            return 0;
+        const double *t = c->t + (size_t)i * c->T;
+        t0 = t[0] > t0 ? t[0] : t0;
+        t1 = t[c->n[i] - 1] < t1 ? t[c->n[i] - 1] : t1;
+    }
+    if (t1 <= t0)
+        return 0;
+    uint64_t k = 0;
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < c->n[i]; j++)
+            k += c->t[(size_t)i * c->T + j] > t0 && c->t[(size_t)i * c->T + j] <= t1;
+    return (double)k / (t1 - t0);
+}
 
 /* Request i's prompt: P tokens from a fixed generator (the same in every arm). */
 static void prompt_of(int i, int P, int n_vocab, memra_token *out)
@@ -32,9 +70,12 @@ static int run_arm(memra_runtime *rt, int first, int S, int P, int T, memra_toke
     const int n_vocab = memra_runtime_n_vocab(rt);
     memra_token *prompts = malloc((size_t)S * (size_t)P * sizeof *prompts);
     memra_request *r = calloc((size_t)S, sizeof *r);
-    if (!prompts || !r) {
+    tok_clock clk = {calloc((size_t)S * (size_t)T, sizeof(double)), calloc((size_t)S, sizeof(int)), T};
+    if (!prompts || !r || !clk.t || !clk.n) {
         free(prompts);
         free(r);
+        free(clk.t);
+        free(clk.n);
         fprintf(stderr, "memra-bench serve: out of host memory\n");
         return 2;
     }
@@ -46,7 +87,7 @@ static int run_arm(memra_runtime *rt, int first, int S, int P, int T, memra_toke
     memra_counters c0, c1;
     memra_runtime_counters(rt, &c0);
     const double t0 = bench_now_s();
-    int rc = memra_generate(rt, r, S, 0, NULL, NULL);
+    int rc = memra_generate(rt, r, S, 0, on_token, &clk);
     a->wall_s = bench_now_s() - t0;
     memra_runtime_counters(rt, &c1);
     a->S = S;
@@ -62,6 +103,9 @@ static int run_arm(memra_runtime *rt, int first, int S, int P, int T, memra_toke
     if (rc && rc != 2)
         fprintf(stderr, "memra-bench serve: memra_generate: %s\n", memra_last_error());
     a->tok_s = a->wall_s > 0 ? (double)a->tokens / a->wall_s : 0;
+    a->steady_tok_s = steady_rate(&clk, S);
+    free(clk.t);
+    free(clk.n);
     a->steps = c1.steps_done - c0.steps_done;
     a->rows = (c1.tokens_decoded - c0.tokens_decoded) + (c1.tokens_primed - c0.tokens_primed);
     free(prompts);
@@ -86,7 +130,8 @@ int bench_serve(int argc, char **argv)
                     "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1] [--kernel-trace FILE.csv|.json]\n"
                     "(S greedy requests of P prompt tokens and T generated tokens each through memra_generate, then one "
                     "alone, on one runtime: tokens/s of each and their ratio; --micro-batches: 0 = the runtime's "
-                    "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = max(64, S); --ctx: 0 = "
+                    "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = S (P + 1) within 64..4096; "
+                    "steady tok/s: while every request decodes; --ctx: 0 = "
                     "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
                     "with every kernel recorded (CUPTI), a table per step and FILE; backend, devices, seams and "
                     "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
@@ -118,7 +163,9 @@ int bench_serve(int argc, char **argv)
     memra_runtime_params p = memra_runtime_default_params();
     p.stages = N;
     p.n_seq = S;
-    p.max_rows = max_rows ? max_rows : S > 64 ? S : 64;
+    /* the default budget admits every prompt in one step beside the decode rows: S (P + 1) rows, 64 at least */
+    const long want_rows = (long)S * (P + 1);
+    p.max_rows = max_rows ? max_rows : want_rows < 64 ? 64 : want_rows > 4096 ? 4096 : (int)want_rows;
     p.n_ctx = ctx ? ctx : P + T;
     p.micro_batches = M;
     memra_runtime *rt = memra_runtime_create(m, &p);
@@ -136,15 +183,17 @@ int bench_serve(int argc, char **argv)
     printf("serve: model %s, backend %s, stages %d, micro-batches %d, prompt %d, tokens %d, max_rows %d, "
            "batch-invariant %d\n", synth ? synth : model, memra_runtime_backend(rt), memra_runtime_n_stages(rt),
            rt->micro_batches, P, T, memra_runtime_max_rows(rt), act_pp_batch_invariant(rt->pp));
-    printf("%6s %10s %9s %10s %8s %10s\n", "seqs", "tokens", "wall_s", "tok/s", "steps", "rows/step");
+    printf("%6s %10s %9s %10s %8s %10s %12s\n", "seqs", "tokens", "wall_s", "tok/s", "steps", "rows/step",
+           "steady tok/s");
     double best1 = 0, bestS = 0;
     for (int k = 0; k < repeat && rc == 0; k++) {
         if ((rc = run_arm(rt, 0, 1, P, T, alone, &one)) == 0)
             rc = run_arm(rt, 0, S, P, T, many, &all);
         for (int i = 0; i < 2 && rc == 0; i++) {
             const serve_arm *a = i ? &all : &one;
-            printf("%6d %10llu %9.3f %10.1f %8llu %10.2f\n", a->S, (unsigned long long)a->tokens, a->wall_s, a->tok_s,
-                   (unsigned long long)a->steps, a->steps ? (double)a->rows / (double)a->steps : 0.0);
+            printf("%6d %10llu %9.3f %10.1f %8llu %10.2f %12.1f\n", a->S, (unsigned long long)a->tokens, a->wall_s,
+                   a->tok_s, (unsigned long long)a->steps, a->steps ? (double)a->rows / (double)a->steps : 0.0,
+                   a->steady_tok_s);
         }
         if (rc == 0) {
             best1 = one.tok_s > best1 ? one.tok_s : best1;
@@ -162,6 +211,7 @@ int bench_serve(int argc, char **argv)
             printf("requests with the same tokens alone and among %d: %d of %d\n", S, n_same, S);
         else
             printf("request 0: the same tokens alone and among %d: %s\n", S, same ? "yes" : "no");
+        printf("steady=%.1f tok/s (S=%d, the last arm: every request decoding)\n", all.steady_tok_s, S);
         printf("ratio=%.3f (S=%d %.1f tok/s over S=1 %.1f tok/s, best of %d)\n", bestS / best1, S, bestS, best1, repeat);
     }
     if (rc == 0 && ktrace) { /* one more S arm, traced: where a step's device time goes */
