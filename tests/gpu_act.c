@@ -630,7 +630,9 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
                 fail_msg("op table part %d (%s) over bf16 x differs from the raw call", i,
                          i == 0 ? "planes, x8" : i == 1 ? "blocks, + acc" : "f16");
         }
-        /* cuBLAS through the op table: B = 32 >= the threshold */
+        /* cuBLAS through the op table: B = 32 >= the threshold, on a stream that is not batch-invariant */
+        dev_stream *sb = dev_stream_create(dev_platform_device(p, 0), "act-blas", &err);
+        assert_non_null(sb);
         const int BB = 32;
         x_pair xb = make_x(t, BB, n);
         float *yc = dalloc(sizeof(float) * BB * n_out), *rc = dalloc(sizeof(float) * BB * n_out);
@@ -640,12 +642,13 @@ static void test_the_op_table_reaches_the_typed_kernels(void **state) {
         const uint64_t n0 = krn_cuda_gemm_count();
         const krn_mm_x xbx = {xb.x16, t, NULL};
         const krn_mm_part pc = {yc, &F};
-        assert_int_equal(krn_matmul_parts_x_async(s, &pc, 1, &xbx, BB), 0);
-        assert_int_equal(dev_stream_sync(s, &err), 0);
+        assert_int_equal(krn_matmul_parts_x_async(sb, &pc, 1, &xbx, BB), 0);
+        assert_int_equal(dev_stream_sync(sb, &err), 0);
         assert_int_equal(krn_cuda_gemm_count(), n0 + 1);
-        assert_int_equal(krn_cuda_gemm_x_async(s, rc, &F, xb.x16, t, BB, &err), 0);
-        assert_int_equal(dev_stream_sync(s, &err), 0);
+        assert_int_equal(krn_cuda_gemm_x_async(sb, rc, &F, xb.x16, t, BB, &err), 0);
+        assert_int_equal(dev_stream_sync(sb, &err), 0);
         krn_cuda_gemm_set_min_b(-1);
+        dev_stream_destroy(sb);
         download(hc, yc, sizeof(float) * BB * n_out), download(hr, rc, sizeof(float) * BB * n_out);
         assert_memory_equal(hc, hr, sizeof(float) * BB * n_out);
         cudaFree(yc), cudaFree(rc);
