@@ -103,3 +103,14 @@ memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> 
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES
   PASS_REGULAR_EXPRESSION "--kernel-trace traces CUDA kernels. this run's backend is the CPU;--kernel-trace needs a build with CUDA 13")
+
+# The set-up scripts: apt-install waits (bounded) for a held apt/dpkg lock; configuring a built folder again
+# rewrites no generated source, so scripts/setup's configure on every call rebuilds nothing
+add_test(NAME scripts_apt_install_waits_for_the_dpkg_lock
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/apt_install_lock.sh ${PROJECT_SOURCE_DIR})
+add_test(NAME scripts_reconfigure_rebuilds_nothing
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/reconfigure_keeps_build.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts_apt_install_waits_for_the_dpkg_lock PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "apt-install lock: OK")
+set_tests_properties(scripts_reconfigure_rebuilds_nothing PROPERTIES LABELS unit TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "reconfigure keeps the build: OK")
