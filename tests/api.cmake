@@ -57,4 +57,10 @@ if(MEMRA_SANITIZE STREQUAL "")
                    ${PROJECT_SOURCE_DIR} ${_api_model})
   set_tests_properties(api_install_consumer PROPERTIES LABELS install TIMEOUT 600 ${_api_fixture}
     ENVIRONMENT "${_api_env}" PASS_REGULAR_EXPRESSION "install test: OK")
+  # docs/getting-started.md's install, find_package and pkg-config recipes, run as written on a clean environment
+  add_test(NAME api_getting_started_recipes
+           COMMAND sh ${PROJECT_SOURCE_DIR}/examples/consumer/test-recipes.sh ${PROJECT_BINARY_DIR}
+                   ${PROJECT_SOURCE_DIR} ${_api_model})
+  set_tests_properties(api_getting_started_recipes PROPERTIES LABELS install TIMEOUT 600 ${_api_fixture}
+    ENVIRONMENT "${_api_env}" PASS_REGULAR_EXPRESSION "getting-started recipes: OK")
 endif()
