@@ -21,8 +21,9 @@ add_test(NAME api_abi_check COMMAND sh ${PROJECT_SOURCE_DIR}/scripts/abi-check $
          ${PROJECT_SOURCE_DIR}/include/memra/memra.h ${PROJECT_SOURCE_DIR}/include/memra/status.h)
 set_tests_properties(api_abi_check PROPERTIES LABELS unit TIMEOUT 60
   PASS_REGULAR_EXPRESSION "abi-check: OK: [0-9]+ symbols, all memra_\\*, every MEMRA_API function")
-file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/abi_leak_probe.c
-     "int memra_fine(void) { return 1; }\nint leaked_internal_symbol(void) { return 2; }\n")
+# file(CONFIGURE) writes only when the text changes: a re-configure leaves the probe built
+file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/abi_leak_probe.c
+     CONTENT "int memra_fine(void) { return 1; }\nint leaked_internal_symbol(void) { return 2; }\n")
 add_library(abi_leak_probe SHARED ${CMAKE_CURRENT_BINARY_DIR}/abi_leak_probe.c) # default visibility: leaks
 add_test(NAME api_abi_check_flags_a_leaked_symbol
          COMMAND sh -c "sh '${PROJECT_SOURCE_DIR}/scripts/abi-check' '$<TARGET_FILE:abi_leak_probe>'; test $? -eq 1")
@@ -56,4 +57,10 @@ if(MEMRA_SANITIZE STREQUAL "")
                    ${PROJECT_SOURCE_DIR} ${_api_model})
   set_tests_properties(api_install_consumer PROPERTIES LABELS install TIMEOUT 600 ${_api_fixture}
     ENVIRONMENT "${_api_env}" PASS_REGULAR_EXPRESSION "install test: OK")
+  # docs/getting-started.md's install, find_package and pkg-config recipes, run as written on a clean environment
+  add_test(NAME api_getting_started_recipes
+           COMMAND sh ${PROJECT_SOURCE_DIR}/examples/consumer/test-recipes.sh ${PROJECT_BINARY_DIR}
+                   ${PROJECT_SOURCE_DIR} ${_api_model})
+  set_tests_properties(api_getting_started_recipes PROPERTIES LABELS install TIMEOUT 600 ${_api_fixture}
+    ENVIRONMENT "${_api_env}" PASS_REGULAR_EXPRESSION "getting-started recipes: OK")
 endif()

@@ -61,7 +61,7 @@ if(TRUE) # without the file these fail loudly in the normal leg: scripts/setup f
   endforeach()
   memra_cli(cli_run_smollm2_greedy model $<TARGET_FILE:memra-run> -m ${M} -p "The capital of France is" -n 8
             --temp 0 --stages 2)
-  set_tests_properties(cli_run_smollm2_greedy PROPERTIES PASS_REGULAR_EXPRESSION "Paris")
+  set_tests_properties(cli_run_smollm2_greedy PROPERTIES PASS_REGULAR_EXPRESSION "The capital of France is Paris")
   # a 16-bit KV cache (half the memory) keeps the real model's answer
   memra_cli(cli_run_smollm2_greedy_kv_f16 model $<TARGET_FILE:memra-run> -m ${M} -p "The capital of France is" -n 8
             --temp 0 --kv-type f16)
@@ -77,6 +77,38 @@ memra_cli(cli_run_bad_kv_type unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --k
 set_tests_properties(cli_run_bad_kv_type PROPERTIES PASS_REGULAR_EXPRESSION "--kv-type f8: expected f32, f16 or bf16")
 memra_cli(cli_run_bad_act_type unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --act-type bf8)
 set_tests_properties(cli_run_bad_act_type PROPERTIES PASS_REGULAR_EXPRESSION "--act-type bf8: expected f32, f16 or bf16")
+# usage errors: one line naming what was wrong and "see memra-run --help", never the whole help text
+memra_cli(cli_run_missing_model_is_named unit $<TARGET_FILE:memra-run> -p hi)
+memra_cli(cli_run_too_many_devices_are_counted unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --stages 2
+          --devices 0,1,2)
+memra_cli(cli_run_flag_at_the_end_needs_a_value unit $<TARGET_FILE:memra-run> -m ${TINY} -p)
+memra_cli(cli_run_unknown_option_is_one_line unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi --bogus 1)
+set_tests_properties(cli_run_missing_model_is_named PROPERTIES
+  PASS_REGULAR_EXPRESSION "memra-run: no model given: -m MODEL.gguf is required \\(see memra-run --help\\)")
+set_tests_properties(cli_run_too_many_devices_are_counted PROPERTIES
+  PASS_REGULAR_EXPRESSION "--devices 0,1,2: 3 devices for --stages 2; give one device per stage")
+set_tests_properties(cli_run_flag_at_the_end_needs_a_value PROPERTIES
+  PASS_REGULAR_EXPRESSION "-p needs a value after it: expected the prompt text")
+set_tests_properties(cli_run_unknown_option_is_one_line PROPERTIES
+  PASS_REGULAR_EXPRESSION "unknown option '--bogus' \\(see memra-run --help\\)")
+foreach(t cli_run_missing_model_is_named cli_run_too_many_devices_are_counted cli_run_flag_at_the_end_needs_a_value
+          cli_run_unknown_option_is_one_line)
+  set_tests_properties(${t} PROPERTIES FAIL_REGULAR_EXPRESSION "usage: memra-run|missing value")
+endforeach()
+# "door shut" is explained in --help and next to a library error that uses the words
+memra_cli(cli_run_help_explains_door_shut unit $<TARGET_FILE:memra-run> --help)
+set_tests_properties(cli_run_help_explains_door_shut PROPERTIES
+  PASS_REGULAR_EXPRESSION "Doors are MEMRA_\\* environment variables.*door .shut. .unset, or.*one stage, no pipeline")
+memra_cli(cli_run_door_error_explains_door_shut unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=two
+          $<TARGET_FILE:memra-run> -m ${TINY} -p hi -n 2)
+set_tests_properties(cli_run_door_error_explains_door_shut PROPERTIES
+  PASS_REGULAR_EXPRESSION "MEMRA_PP_STAGES=two.*door shut means unset or off, the plain path: one stage, no pipeline")
+# stdout starts with the prompt; stderr times the prompt and the generation apart
+memra_cli(cli_run_echoes_prompt_and_splits_tok_s unit $<TARGET_FILE:memra-run> -m ${TINY} -p "hello world" -n 6
+          --temp 0 --stages 2)
+set_tests_properties(cli_run_echoes_prompt_and_splits_tok_s PROPERTIES PASS_REGULAR_EXPRESSION
+  "hello world.*prompt: +[0-9]+ tokens in [0-9.]+ s \\([0-9.]+ tok/s, up to the first generated token\\)\nmemra-run: generation: +5 tokens in [0-9.]+ s \\([0-9.]+ generated tok/s, after the first\\)")
+
 # --spec prints exactly plain greedy's text (tiny model in every leg; SmolLM2 in the normal leg)
 memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${TINY} 3)
@@ -103,3 +135,14 @@ memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> 
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES
   PASS_REGULAR_EXPRESSION "--kernel-trace traces CUDA kernels. this run's backend is the CPU;--kernel-trace needs a build with CUDA 13")
+
+# The set-up scripts: apt-install waits (bounded) for a held apt/dpkg lock; configuring a built folder again
+# rewrites no generated source, so scripts/setup's configure on every call rebuilds nothing
+add_test(NAME scripts_apt_install_waits_for_the_dpkg_lock
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/apt_install_lock.sh ${PROJECT_SOURCE_DIR})
+add_test(NAME scripts_reconfigure_rebuilds_nothing
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/reconfigure_keeps_build.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts_apt_install_waits_for_the_dpkg_lock PROPERTIES LABELS unit TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "apt-install lock: OK")
+set_tests_properties(scripts_reconfigure_rebuilds_nothing PROPERTIES LABELS unit TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "reconfigure keeps the build: OK")

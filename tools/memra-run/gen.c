@@ -17,10 +17,14 @@ static double now_s(void)
 typedef struct sink {
     gen_out *outs;
     int stream;
+    double t0;      /* when generation started */
+    gen_stats *st;  /* first_s is set at the first token */
 } sink;
 
 static void put(sink *k, int req, const char *piece, int n)
 {
+    if (k->st->first_s == 0.0)
+        k->st->first_s = now_s() - k->t0;
     if (n <= 0)
         return;
     if (k->stream) {
@@ -122,10 +126,11 @@ int gen_run(memra_runtime *rt, const memra_model *m, memra_token **prompts, cons
             gen_stats *st)
 {
     memset(st, 0, sizeof *st);
-    sink k = {.outs = outs, .stream = stream};
+    sink k = {.outs = outs, .stream = stream, .st = st};
     for (int i = 0; i < n; i++)
         st->prompt_tokens += n_prompt[i];
     double t0 = now_s();
+    k.t0 = t0;
     int r;
     if (spec > 0) {
         r = run_spec(rt, m, prompts[0], n_prompt[0], n_predict, chunk, spec, &k, st);

@@ -13,6 +13,7 @@ typedef struct gen_out {
 
 typedef struct gen_stats {
     double seconds;          /* prime + generation */
+    double first_s;          /* start to the first generated token (prime + its sampling); 0 = none came */
     int prompt_tokens, gen_tokens;
     int steps;               /* speculative: verify steps */
     int drafted, accepted;   /* speculative: draft tokens proposed and accepted */

@@ -1,7 +1,9 @@
 /* memra-run: generate text from a GGUF model, llama-cli style.
  *   memra-run -m MODEL.gguf -p "The capital of France is" -n 16 --temp 0
- * Generated text goes to stdout only (streamed); the load progress bar, errors and the tokens/s summary go
- * to stderr. Exit: 0 ok, 1 runtime failure, 2 bad usage. Built on the public C API (memra/memra.h) only:
+ * stdout gets each prompt followed by its generated text (streamed for one prompt; with --chat the answer
+ * starts on the next line); the load progress bar, errors and the tokens/s summary go to stderr. A usage
+ * error is one line naming what was wrong, then "see memra-run --help". Exit: 0 ok, 1 runtime failure,
+ * 2 bad usage. Built on the public C API (memra/memra.h) only:
  * --stages/--devices (or the MEMRA_PP_* doors, which override them) split the model into stage actors;
  * several -p prompts run as several sequences in flight; --spec K decodes speculatively.
  * State: all local to main (one submitting thread). */
@@ -40,8 +42,10 @@ static void usage(FILE *f)
             "      --min-p P           drop tokens below P * p(max) in [0, 1), 0 = off (default 0.05)\n"
             "      --repeat-penalty R  penalty >= 1 on recent tokens, 1 = off (default 1.0)\n"
             "      --seed S            sampler seed (default 42)\n"
-            "      --chat              wrap the prompt as a user turn with the model's chat template\n"
-            "      --stages N          pipeline stages, layers cut evenly (default 1 = door shut)\n"
+            "      --chat              wrap the prompt as a user turn with the model's chat template: an\n"
+            "                          instruct model then answers a question instead of continuing the text\n"
+            "      --stages N          pipeline stages, layers cut evenly (default 1: no pipeline, one stage\n"
+            "                          runs the whole model)\n"
             "      --devices D0,D1,..  device ordinal of each stage (default: all on device 0)\n"
             "      --spec K            speculative greedy decoding: verify up to K prompt-lookup draft tokens\n"
             "                          per step (needs --temp 0 and one prompt; output = plain greedy)\n"
@@ -51,15 +55,29 @@ static void usage(FILE *f)
             "      --act-type T        matmul input rows: f32, f16 or bf16 (default: MEMRA_ACT_TYPE, else f32)\n"
             "  -c, --ctx-size N        context length (default 2048, at most the model's)\n"
             "  -h, --help              this text\n"
-            "Text goes to stdout; progress and statistics to stderr. Backend: MEMRA_BACKEND=cpu|cuda;\n"
-            "pipeline doors: MEMRA_PP_STAGES, MEMRA_PP_SPLITS, MEMRA_PP_DEVICES, ... (docs/doors.md).\n");
+            "stdout: each prompt, then its generated text; progress and statistics go to stderr (prompt and\n"
+            "generation tok/s apart). Backend: MEMRA_BACKEND=cpu|cuda. Doors are MEMRA_* environment variables\n"
+            "that switch a feature on (docs/doors.md); they override the options. A door \"shut\" (unset, or\n"
+            "MEMRA_PP_STAGES=0 or 1) keeps the plain path: one stage, no pipeline. Pipeline doors:\n"
+            "MEMRA_PP_STAGES, MEMRA_PP_SPLITS, MEMRA_PP_DEVICES, ...\n");
 }
 
+/* A usage error: one line saying what was wrong, then where the full text is. Returns 2 (the exit code). */
+static int usage_error(const char *what)
+{
+    fprintf(stderr, "memra-run: %s (see memra-run --help)\n", what);
+    return 2;
+}
+
+/* flag's value val is wrong (val NULL: the command line ended before it); allowed says what is allowed. */
 static int bad(const char *flag, const char *val, const char *allowed)
 {
-    fprintf(stderr, "memra-run: %s %s: %s\n\n", flag, val ? val : "(missing value)", allowed);
-    usage(stderr);
-    return 2;
+    char msg[512];
+    if (val)
+        snprintf(msg, sizeof msg, "%s %s: %s", flag, val, allowed);
+    else
+        snprintf(msg, sizeof msg, "%s needs a value after it: %s", flag, allowed);
+    return usage_error(msg);
 }
 
 static int parse_int(const char *v, long lo, long hi, int *out)
@@ -88,6 +106,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
 {
     *o = (run_opts){ .n_predict = 128, .top_k = 40, .n_ctx = 2048, .chunk = 32, .temp = 0.8f, .top_p = 0.95f,
                      .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 42, .stages = 1 };
+    const char *devices_arg = NULL; /* the --devices text, for its error */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -157,6 +176,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             memra_kv_type *field = !strcmp(a, "--kv-type") ? &o->kv_type : &o->act_type;
             *field = types[k];
         } else if (!strcmp(a, "--devices")) {
+            devices_arg = v;
             o->n_devices = 0;
             const char *c = v;
             while (c && *c) {
@@ -170,21 +190,33 @@ static int parse_args(int argc, char **argv, run_opts *o)
             if (!v || !o->n_devices)
                 return bad(a, v, "expected a comma-separated list of device ordinals, one per stage");
         } else {
-            fprintf(stderr, "memra-run: unknown flag '%s'\n\n", a);
-            usage(stderr);
-            return 2;
+            char msg[512];
+            snprintf(msg, sizeof msg, "unknown option '%s'", a);
+            return usage_error(msg);
         }
     }
+    char msg[512];
     if (!o->model)
-        return bad("-m", NULL, "a model is required");
+        return usage_error("no model given: -m MODEL.gguf is required");
     if (!o->n_prompts)
-        return bad("-p", NULL, "a prompt is required");
-    if (o->n_devices && o->n_devices != (o->stages < 2 ? 1 : o->stages))
-        return bad("--devices", NULL, "give one device per stage (--stages N needs N devices)");
+        return usage_error("no prompt given: -p TEXT is required");
+    if (o->n_devices && o->n_devices != (o->stages < 2 ? 1 : o->stages)) {
+        if (o->stages < 2)
+            snprintf(msg, sizeof msg, "--devices %s: %d devices but one stage (--stages %d runs the whole model on "
+                     "one device); give --stages %d to split the model over them", devices_arg, o->n_devices,
+                     o->stages, o->n_devices);
+        else
+            snprintf(msg, sizeof msg, "--devices %s: %d devices for --stages %d; give one device per stage",
+                     devices_arg, o->n_devices, o->stages);
+        return usage_error(msg);
+    }
     if (o->stages < 2)
         o->n_devices = 0; /* one stage: the primary device */
-    if (o->spec && (o->temp != 0.0f || o->n_prompts > 1))
-        return bad("--spec", NULL, "speculative decoding needs --temp 0 and a single prompt");
+    if (o->spec && (o->temp != 0.0f || o->n_prompts > 1)) {
+        snprintf(msg, sizeof msg, "--spec %d: speculative decoding needs --temp 0 and a single prompt (given: "
+                 "--temp %g, %d prompt%s)", o->spec, (double)o->temp, o->n_prompts, o->n_prompts == 1 ? "" : "s");
+        return usage_error(msg);
+    }
     return 0;
 }
 
@@ -273,6 +305,9 @@ int main(int argc, char **argv)
         rp.overlap = 1; /* several sequences in flight: rotate the boundary slots (MEMRA_PP_OVERLAP wins) */
     if (!(rt = memra_runtime_create(m, &rp))) {
         fprintf(stderr, "memra-run: %s\n", memra_last_error());
+        if (strstr(memra_last_error(), "door shut"))
+            fprintf(stderr, "memra-run: a door is a MEMRA_* environment variable (docs/doors.md); door shut means "
+                            "unset or off, the plain path: one stage, no pipeline\n");
         rc = memra_last_status() == MEMRA_E_INVAL ? 2 : 1;
         goto out_quiet;
     }
@@ -299,6 +334,11 @@ int main(int argc, char **argv)
     sp.repeat_penalty = o.repeat_penalty;
     sp.seed = o.seed;
     gen_stats st;
+    if (o.n_prompts == 1) { /* the prompt, then the streamed text (an answer starts on its own line) */
+        fputs(o.prompt[0], stdout);
+        fputs(o.chat ? "\n" : "", stdout);
+        fflush(stdout);
+    }
     if (o.n_predict > 0 && gen_run(rt, m, prompts, n_prompt, o.n_prompts, o.n_predict, o.chunk, &sp, o.spec,
                                    o.n_prompts == 1, outs, &st) != MEMRA_OK) {
         why = memra_runtime_last_error(rt);
@@ -308,13 +348,23 @@ int main(int argc, char **argv)
         fputc('\n', stdout);
     else
         for (int i = 0; i < o.n_prompts; i++)
-            printf("%s%s\n", i ? "\n" : "", outs[i].text ? outs[i].text : "");
+            printf("%s%s%s%s\n", i ? "\n" : "", o.prompt[i], o.chat ? "\n" : "", outs[i].text ? outs[i].text : "");
     fflush(stdout);
     if (o.n_predict > 0) {
-        fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): %d prompt + %d generated tokens in %.2f s "
-                        "(%.1f generated tok/s)\n",
-                memra_runtime_n_stages(rt), o.n_prompts, st.prompt_tokens, st.gen_tokens, st.seconds,
-                st.gen_tokens / st.seconds);
+        fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): %d prompt + %d generated tokens in %.2f s\n",
+                memra_runtime_n_stages(rt), o.n_prompts, st.prompt_tokens, st.gen_tokens, st.seconds);
+        if (o.n_prompts > 1) /* the sequences' prompts and decoding interleave: no split */
+            fprintf(stderr, "memra-run: prompts and generation overlap across sequences: %.1f generated tok/s over "
+                            "the whole run\n", st.gen_tokens / st.seconds);
+        else if (st.first_s > 0.0) {
+            /* the prompt's phase ends with the first generated token (it comes from the prompt's logits) */
+            double gen_s = st.seconds - st.first_s;
+            fprintf(stderr, "memra-run: prompt:     %d tokens in %.2f s (%.1f tok/s, up to the first generated token)\n",
+                    st.prompt_tokens, st.first_s, st.prompt_tokens / st.first_s);
+            if (st.gen_tokens > 1 && gen_s > 0.0)
+                fprintf(stderr, "memra-run: generation: %d tokens in %.2f s (%.1f generated tok/s, after the first)\n",
+                        st.gen_tokens - 1, gen_s, (st.gen_tokens - 1) / gen_s);
+        }
         if (o.spec)
             fprintf(stderr, "memra-run: speculative: %d verify steps, %d drafted, %d accepted (%.0f%%), %.2f tokens "
                             "per step\n",
