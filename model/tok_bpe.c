@@ -204,6 +204,7 @@ static bpe_pair heap_pop(bpe_ctx *c)
 
 static void try_pair(bpe_ctx *c, int32_t l, int32_t r)
 {
+    tok_work++;
     if (l < 0 || r < 0 || c->sym[l].id < 0 || c->sym[r].id < 0)
         return;
     int32_t rank, res;

@@ -13,6 +13,8 @@
 
 #include "model/tok_internal.h"
 
+_Thread_local uint64_t tok_work;
+
 #define RX_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define RX_CONTRACT "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 #define RX_LLAMA3 RX_CONTRACT "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
@@ -77,7 +79,7 @@ int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err)
         int ec;
         PCRE2_SIZE eo;
         pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->rx[i], PCRE2_ZERO_TERMINATED,
-                                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+                                      PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
         if (!c) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ec, msg, sizeof msg);
@@ -125,31 +127,65 @@ static int frag_push(frag_list *l, size_t off, size_t len)
     return 0;
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n) (RFC 3629: no overlongs, surrogates or code points past
+ * U+10FFFF), or 0 when s[0] does not start one. */
+static size_t utf8_valid_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t l = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (l == 0 || l > n)
+        return 0;
+    for (size_t i = 1; i < l; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0; /* overlong, surrogate, or past U+10FFFF */
+    return l;
+}
+
 /* Split each fragment of in by code into out: every match and every gap between matches is a fragment.
- * A fragment is matched on its own (lookahead does not see past its end), as llama.cpp and HF do. */
+ * A fragment is matched on its own (lookahead does not see past its end), as llama.cpp and HF do.
+ * Invalid UTF-8 matches nothing and stays in the gaps (what PCRE2_MATCH_INVALID_UTF does): each fragment
+ * is validated once, and the regex runs over each valid run with PCRE2_NO_UTF_CHECK, so no match call
+ * re-checks the rest of the text (that check made splitting quadratic in the text's length). */
 static int split_one(const pcre2_code *code, pcre2_match_data *md, const char *text, const frag_list *in,
                      frag_list *out)
 {
     for (size_t f = 0; f < in->n; f++) {
-        PCRE2_SPTR subj = (PCRE2_SPTR)(text + in->off[f]);
-        size_t flen = in->len[f], pos = 0, prev = 0;
-        while (pos < flen) {
-            int rc = pcre2_match(code, subj, flen, pos, 0, md, NULL);
-            if (rc == PCRE2_ERROR_NOMATCH)
-                break;
-            if (rc < 0)
-                return MEMRA_E_INVAL; /* resource limit on a pathological input */
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            size_t s = ov[0], e = ov[1];
-            if (e > s) {
-                if (frag_push(out, in->off[f] + prev, s - prev) || frag_push(out, in->off[f] + s, e - s))
-                    return MEMRA_E_NOMEM;
-                prev = pos = e;
-            } else { /* empty match: step one character */
-                pos = s + 1;
-                while (pos < flen && (subj[pos] & 0xC0) == 0x80)
-                    pos++;
+        const unsigned char *subj = (const unsigned char *)text + in->off[f];
+        size_t flen = in->len[f], prev = 0, seg = 0;
+        while (seg < flen) {
+            size_t end = seg, l;
+            while (end < flen && (l = utf8_valid_len(subj + end, flen - end)) > 0)
+                end += l;
+            tok_work += end - seg;
+            size_t pos = seg;
+            while (pos < end) { /* the valid run [seg, end) */
+                int rc = pcre2_match(code, (PCRE2_SPTR)(subj + seg), end - seg, pos - seg, PCRE2_NO_UTF_CHECK, md,
+                                     NULL);
+                if (rc == PCRE2_ERROR_NOMATCH) {
+                    tok_work += end - pos;
+                    break;
+                }
+                if (rc < 0)
+                    return MEMRA_E_INVAL; /* resource limit on a pathological input */
+                PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+                size_t s = seg + ov[0], e = seg + ov[1];
+                tok_work += e - pos + 1;
+                if (e > s) {
+                    if (frag_push(out, in->off[f] + prev, s - prev) || frag_push(out, in->off[f] + s, e - s))
+                        return MEMRA_E_NOMEM;
+                    prev = pos = e;
+                } else { /* empty match: step one character */
+                    pos = s + 1;
+                    while (pos < end && (subj[pos] & 0xC0) == 0x80)
+                        pos++;
+                }
             }
+            seg = end < flen ? end + 1 : end; /* an invalid byte: part of the gap */
         }
         if (frag_push(out, in->off[f] + prev, flen - prev))
             return MEMRA_E_NOMEM;

@@ -89,6 +89,7 @@ static spm_pair heap_pop(spm_heap *h)
 
 static int try_pair(const mdl_tokenizer *t, const char *buf, const spm_sym *s, int32_t l, int32_t r, spm_heap *h)
 {
+    tok_work++;
     if (l < 0 || r < 0)
         return 0;
     uint32_t n = s[l].n + s[r].n;

@@ -530,6 +530,94 @@ static void test_a_synthetic_gguf_vocab_loads_merges_and_round_trips(void **stat
     unlink(path);
 }
 
+/* tok_work spent by one mdl_tokenize of len bytes of base repeated (this thread's counter). */
+static uint64_t work_of(const mdl_tokenizer *t, const char *base, size_t len, int32_t *ids)
+{
+    char *s = malloc(len);
+    assert_non_null(s);
+    size_t bl = strlen(base);
+    for (size_t i = 0; i < len; i++)
+        s[i] = base[i % bl];
+    uint64_t w0 = tok_work;
+    int n = mdl_tokenize(t, s, len, 0, 1, ids, (int)len + 8);
+    uint64_t w = tok_work - w0;
+    free(s);
+    assert_true(n > 0);
+    assert_true(w > 0);
+    return w;
+}
+
+static void test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    add_merge(&v, "t", "h");
+    add_merge(&v, "th", "e");
+    add_merge(&v, "\xC4\xA0", "the");
+    add_merge(&v, "1", "2");
+    static const char *const pres[] = {"default", "gpt2", "smollm", "llama-bpe", "qwen2", "tekken"};
+    const char *text = "the quick brown fox, 12345 times;\n\n  \t<b>bold</b> caf\xC3\xA9 \xFF\xE2\x82 'll end.  ";
+    const size_t len = 128 * 1024;
+    int32_t *ids = malloc((2 * len + 8) * sizeof *ids);
+    for (size_t k = 0; k < sizeof pres / sizeof pres[0]; k++) {
+        dev_err err = {0};
+        mdl_tokenizer *t = tiny_create(&v, pres[k], &err);
+        assert_non_null(t);
+        uint64_t w1 = work_of(t, text, len, ids), w2 = work_of(t, text, 2 * len, ids);
+        if (w2 * 2 > w1 * 5)
+            fail_msg("pre %s: 128 KiB cost %llu steps, 256 KiB %llu (more than 2.5x)", pres[k],
+                     (unsigned long long)w1, (unsigned long long)w2);
+        assert_true(w1 < 64 * len); /* a bounded number of steps per byte */
+        mdl_tokenizer_destroy(t);
+    }
+    free(ids);
+    tiny_free(&v);
+}
+
+static void test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    static char *user[5000];
+    char **tok = malloc((256 + 5000) * sizeof *tok);
+    int32_t *type = malloc((256 + 5000) * sizeof *type);
+    for (int i = 0; i < 256; i++)
+        tok[i] = v.tok[i], type[i] = v.type[i];
+    for (int i = 0; i < 5000; i++) {
+        char s[32];
+        snprintf(s, sizeof s, "<user_token_%d>", i);
+        tok[256 + i] = user[i] = strdup(s);
+        type[256 + i] = MDL_TOKEN_USER_DEFINED;
+    }
+    mdl_vocab_src src;
+    mdl_vocab_src_init(&src);
+    src.model = "gpt2";
+    src.pre = "gpt2";
+    src.n_tokens = 256 + 5000;
+    src.tokens = (const char *const *)tok;
+    src.token_types = type;
+    dev_err err = {0};
+    mdl_tokenizer *t = mdl_tokenizer_create(&src, &err);
+    assert_non_null(t);
+    int32_t ids[16];
+    assert_int_equal(tokenize(t, "<user_token_123>", 0, ids), 1); /* leftmost-longest, not <user_token_1 */
+    assert_int_equal(ids[0], 256 + 123);
+    const size_t len = 16 * 1024;
+    int32_t *out = malloc((2 * len + 8) * sizeof *out);
+    const char *near = "<user_token_<user_token_9x<<";
+    uint64_t w1 = work_of(t, near, len, out), w2 = work_of(t, near, 2 * len, out);
+    if (w2 * 2 > w1 * 5 || w1 > 64 * len)
+        fail_msg("16 KiB cost %llu steps, 32 KiB %llu (want <= 2.5x and < 64 per byte with 5000 special tokens)",
+                 (unsigned long long)w1, (unsigned long long)w2);
+    free(out);
+    mdl_tokenizer_destroy(t);
+    for (int i = 0; i < 5000; i++)
+        free(user[i]);
+    free(tok);
+    free(type);
+    tiny_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -544,6 +632,8 @@ int main(void)
         cmocka_unit_test(test_spm_ids_match_the_hf_oracle_and_round_trip),
         cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
         cmocka_unit_test(test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case),
+        cmocka_unit_test(test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type),
+        cmocka_unit_test(test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@ static const struct {
     {"pp-scaling", bench_pp_scaling, "PP-1 vs PP-N tokens/s with S sequences in flight, busy/bubble per stage"},
     {"prime", bench_prime, "chunked prefill of a long prompt: unsplit walk vs PP-N chunk pipeline"},
     {"sample", bench_sample, "host time to pick a token from a vocabulary of logits (argmax, sampler)"},
+    {"tokenize", bench_tokenize, "host time to tokenize long texts (a model's vocab; many user-defined tokens)"},
     {"gpu-kernels", bench_gpu_kernels, "CUDA GEMV bandwidth per weight type on an 8B-shaped layer (--attention: the attention kernel)"},
 };
 
