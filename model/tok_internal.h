@@ -65,6 +65,9 @@ struct mdl_tokenizer {
     tok_mergemap merges;     /* BPE only */
     tok_pretok pre;          /* BPE only */
     int32_t byte_tok[256];   /* BPE: id of the byte-level symbol of byte b; SPM: id of <0xXX> or -1 */
+    int32_t fffd[3];         /* what stands for a byte with no byte token (U+FFFD): see tok_fffd_init */
+    int n_fffd;              /* 1..3 ids in fffd (BPE: the byte tokens of EF BF BD, merged as words are) */
+    int no_byte_tok;         /* the vocab has no byte token at all (SPM: one stand-in per unknown character) */
     int16_t cp_to_byte[324]; /* BPE: byte-level codepoint -> byte (-1 when not a byte symbol) */
     int32_t *special;        /* ids matched in raw text (control, user-defined, unknown), ascending */
     int n_special;
@@ -99,6 +102,11 @@ extern _Thread_local uint64_t tok_work;
 /* hashing and maps (tokenizer.c) */
 uint32_t tok_hash(const char *s, size_t n);
 int32_t tok_strmap_get(const mdl_tokenizer *t, const char *s, size_t n);
+
+/* The stand-in of a byte the vocab has no byte token for: U+FFFD's text as one token when the vocab has
+ * it (SPM), else the byte tokens of EF BF BD, else unk. Returns MEMRA_E_FORMAT naming the byte when some
+ * byte lacks a token and the vocab has none of these (no text may be dropped). (tok_bpe.c) */
+int tok_fffd_init(mdl_tokenizer *t, dev_err *err);
 
 /* byte-level BPE (tok_bpe.c) */
 void tok_bpe_byte_cps(uint32_t cp_of_byte[256]);

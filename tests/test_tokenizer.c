@@ -618,6 +618,84 @@ static void test_special_token_matching_work_does_not_grow_with_the_number_of_sp
     tiny_free(&v);
 }
 
+/* Replace byte b's symbol in a tiny vocab with a token that is no byte symbol. */
+static void drop_byte(tiny *v, int b)
+{
+    char s[32];
+    snprintf(s, sizeof s, "<no_byte_%02X>", b);
+    free(v->tok[b]);
+    v->tok[b] = strdup(s);
+}
+
+static void test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    drop_byte(&v, 0xFF);
+    drop_byte(&v, 0x04);
+    dev_err err = {0};
+    int32_t ids[256];
+    mdl_tokenizer *t = tiny_create(&v, "smollm", &err); /* no merges: U+FFFD is its three byte tokens */
+    assert_non_null(t);
+    assert_int_equal(tokenize(t, "a\xFF" "b", 1, ids), 5);
+    assert_int_equal(ids[0], 'a');
+    assert_int_equal(ids[1], 0xEF);
+    assert_int_equal(ids[2], 0xBF);
+    assert_int_equal(ids[3], 0xBD);
+    assert_int_equal(ids[4], 'b');
+    mdl_tokenizer_destroy(t);
+
+    add_merge(&v, "\xC3\xAF", "\xC2\xBF"); /* the byte-level spelling of EF BF */
+    int fffd = add_merge(&v, "\xC3\xAF\xC2\xBF", "\xC2\xBD");
+    t = tiny_create(&v, "smollm", &err); /* merged: one token per byte that has none */
+    assert_non_null(t);
+    assert_int_equal(tokenize(t, "a\xFF" "b\x04\xFF", 1, ids), 5);
+    assert_int_equal(ids[0], 'a');
+    assert_int_equal(ids[1], fffd);
+    assert_int_equal(ids[2], 'b');
+    assert_int_equal(ids[3], fffd);
+    assert_int_equal(ids[4], fffd);
+    assert_int_equal(tokenize(t, "\xEF\xBF\xBD", 1, ids), 1); /* as the text U+FFFD itself */
+    assert_int_equal(ids[0], fffd);
+    mdl_tokenizer_destroy(t);
+
+    drop_byte(&v, 0xEF); /* no U+FFFD bytes and no unk: refused at create, naming a byte */
+    t = tiny_create(&v, "smollm", &err);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "no byte token for 0x04"));
+    assert_non_null(strstr(err.msg, "U+FFFD"));
+    tiny_free(&v);
+}
+
+static void test_spm_bytes_without_byte_tokens_become_u_fffd(void **state)
+{
+    /* <unk> <s> </s>, U+FFFD's byte tokens and "a": every other byte lacks a <0xXX> token */
+    const char *tok[] = {"<unk>", "<s>", "</s>", "<0xEF>", "<0xBF>", "<0xBD>", "a", "\xE2\x96\x81" "a"};
+    int32_t types[] = {MDL_TOKEN_UNKNOWN, MDL_TOKEN_CONTROL, MDL_TOKEN_CONTROL, MDL_TOKEN_BYTE, MDL_TOKEN_BYTE,
+                       MDL_TOKEN_BYTE, MDL_TOKEN_NORMAL, MDL_TOKEN_NORMAL};
+    float scores[8] = {0};
+    mdl_vocab_src src;
+    mdl_vocab_src_init(&src);
+    src.model = "llama";
+    src.n_tokens = 8;
+    src.tokens = tok;
+    src.token_types = types;
+    src.scores = scores;
+    src.bos = 1, src.eos = 2, src.unk = 0;
+    src.add_space_prefix = 0;
+    dev_err err = {0};
+    mdl_tokenizer *t = mdl_tokenizer_create(&src, &err);
+    assert_non_null(t);
+    int32_t ids[16];
+    assert_int_equal(tokenize(t, "a\xFF" "a", 1, ids), 5);
+    assert_int_equal(ids[0], 6);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 4);
+    assert_int_equal(ids[3], 5);
+    assert_int_equal(ids[4], 6);
+    mdl_tokenizer_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -633,6 +711,8 @@ int main(void)
         cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
         cmocka_unit_test(test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case),
         cmocka_unit_test(test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type),
+        cmocka_unit_test(test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped),
+        cmocka_unit_test(test_spm_bytes_without_byte_tokens_become_u_fffd),
         cmocka_unit_test(test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
