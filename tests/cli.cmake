@@ -103,3 +103,9 @@ memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> 
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES
   PASS_REGULAR_EXPRESSION "--kernel-trace traces CUDA kernels. this run's backend is the CPU;--kernel-trace needs a build with CUDA 13")
+
+# SIGINT/SIGTERM mid-run: memra-run prints the text so far (one prompt: the same text as a run of that many
+# tokens; several: each request's lines prefixed [i]), says so on stderr and exits 130 / 143
+memra_cli(cli_run_sigint_prints_the_text_so_far_and_exits_130 unit sh ${CMAKE_CURRENT_SOURCE_DIR}/run_sigint.sh
+          $<TARGET_FILE:memra-run> $<TARGET_FILE:memra-mkgguf>)
+set_tests_properties(cli_run_sigint_prints_the_text_so_far_and_exits_130 PROPERTIES TIMEOUT 300)
