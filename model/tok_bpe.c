@@ -257,6 +257,8 @@ static int bpe_word(void *vctx, const char *w, size_t n)
 {
     bpe_ctx *c = vctx;
     const mdl_tokenizer *t = c->t;
+    if (tok_full(c->out))
+        return TOK_STOP;
     if (t->pre.ignore_merges) {
         if (grow((void **)&c->enc, &c->enc_cap, 2 * n, 1))
             return MEMRA_E_NOMEM;
@@ -268,7 +270,7 @@ static int bpe_word(void *vctx, const char *w, size_t n)
         int32_t id = tok_strmap_get(t, c->enc, el);
         if (id >= 0) {
             tok_emit(c->out, id);
-            return 0;
+            return tok_full(c->out) ? TOK_STOP : 0;
         }
     }
     if (grow((void **)&c->sym, &c->sym_cap, 3 * n, sizeof *c->sym) ||
@@ -306,7 +308,7 @@ static int bpe_word(void *vctx, const char *w, size_t n)
     for (int32_t i = 0; i >= 0 && (size_t)i < n; i = c->sym[i].next)
         if (c->sym[i].id >= 0)
             tok_emit(c->out, c->sym[i].id);
-    return 0;
+    return tok_full(c->out) ? TOK_STOP : 0;
 }
 
 int tok_bpe_encode(const mdl_tokenizer *t, const char *text, size_t len, tok_out *out)
@@ -316,7 +318,7 @@ int tok_bpe_encode(const mdl_tokenizer *t, const char *text, size_t len, tok_out
     free(c.sym);
     free(c.heap);
     free(c.enc);
-    return rc;
+    return rc == TOK_STOP ? 0 : rc;
 }
 
 int tok_bpe_piece(const mdl_tokenizer *t, int32_t id, char *buf, int cap)

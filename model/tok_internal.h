@@ -79,7 +79,8 @@ struct mdl_tokenizer {
     char *chat_template;
 };
 
-/* Growable output with the mdl_tokenize contract: ids beyond cap are counted, not written. */
+/* Output with the mdl_tokenize contract: ids beyond cap are counted, not written; with cap > 0 the
+ * encoders stop once more than cap ids are out (tok_full), so the work is bounded by cap. */
 typedef struct tok_out {
     int32_t *ids;
     int cap;
@@ -98,6 +99,15 @@ static inline void tok_emit(tok_out *o, int32_t id)
  * Every step of a call is one of those, so the counter is the cost model that tests check for linear
  * growth (a 2x text costs at most ~2x). Thread-local: tokenizing threads never share it. */
 extern _Thread_local uint64_t tok_work;
+
+/* Whether tokenizing stops here: cap > 0 and more than cap ids are out (cap 0 asks for the whole count). */
+static inline int tok_full(const tok_out *o)
+{
+    return o->cap > 0 && o->n > o->cap;
+}
+
+/* What a word callback returns to stop tok_pretok_split once the output is full (not an error). */
+#define TOK_STOP 1
 
 /* hashing and maps (tokenizer.c) */
 uint32_t tok_hash(const char *s, size_t n);
@@ -129,7 +139,8 @@ int32_t tok_special_match(const mdl_tokenizer *t, const char *s, size_t n, int p
 /* pre-tokenizer (tok_pretok.c) */
 int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err);
 void tok_pretok_free(tok_pretok *p);
-/* Split text into words; calls fn(ctx, word, word_len) in order; stops at the first non-zero return. */
+/* Split text into words; calls fn(ctx, word, word_len) in order as each is found; stops at the first
+ * non-zero return and returns it (or MEMRA_E_NOMEM / MEMRA_E_INVAL). */
 typedef int (*tok_word_fn)(void *ctx, const char *word, size_t len);
 int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_word_fn fn, void *ctx);
 

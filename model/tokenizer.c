@@ -229,7 +229,7 @@ int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_s
         tok_emit(&o, t->bos);
     int prev_special = 1, rc = 0;
     size_t start = 0;
-    for (size_t i = 0; i < len && rc == 0;) {
+    for (size_t i = 0; i < len && rc == 0 && !tok_full(&o);) {
         int32_t id = match_special(t, text + i, len - i, parse_special);
         if (id < 0) {
             i++;
@@ -244,13 +244,13 @@ int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_s
         i += t->len[id];
         start = i;
     }
-    if (rc == 0 && start < len)
+    if (rc == 0 && start < len && !tok_full(&o))
         rc = encode_raw(t, text + start, len - start, prev_special, &o);
     if (rc)
         return rc;
     if (add_special && t->add_eos)
         tok_emit(&o, t->eos);
-    return o.n <= cap ? o.n : -o.n;
+    return o.n <= cap ? o.n : cap > 0 ? -(cap + 1) : -o.n; /* cap > 0: stopped at the first id past cap */
 }
 
 /* ---- pieces ---- */

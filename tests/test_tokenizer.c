@@ -696,6 +696,40 @@ static void test_spm_bytes_without_byte_tokens_become_u_fffd(void **state)
     mdl_tokenizer_destroy(t);
 }
 
+static void test_a_small_cap_stops_tokenizing_past_it_and_bounds_the_work(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    add_merge(&v, "t", "h");
+    add_merge(&v, "th", "e");
+    add_merge(&v, "\xC4\xA0", "the");
+    dev_err err = {0};
+    mdl_tokenizer *t = tiny_create(&v, "smollm", &err);
+    assert_non_null(t);
+    const size_t len = 256 * 1024;
+    char *s = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        s[i] = "the cat, 42 times; the end\n"[i % 27];
+    int32_t *all = malloc((len + 8) * sizeof *all), part[17];
+    uint64_t w0 = tok_work;
+    int n = mdl_tokenize(t, s, len, 0, 1, all, (int)len + 8);
+    uint64_t w_all = tok_work - w0;
+    assert_true(n > 1000);
+    assert_int_equal(mdl_tokenize(t, s, len, 0, 1, NULL, 0), -n); /* cap 0: the whole count */
+    w0 = tok_work;
+    assert_int_equal(mdl_tokenize(t, s, len, 0, 1, part, 16), -(16 + 1)); /* stopped past cap */
+    uint64_t w_cap = tok_work - w0;
+    assert_memory_equal(part, all, 16 * sizeof *part);
+    /* what remains is one UTF-8 scan of the text: the splitting and merging stopped */
+    if (w_cap > len + 4096 || w_cap * 3 > w_all)
+        fail_msg("cap 16 cost %llu steps, the whole text %llu (256 KiB)", (unsigned long long)w_cap,
+                 (unsigned long long)w_all);
+    free(all);
+    free(s);
+    mdl_tokenizer_destroy(t);
+    tiny_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -711,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
         cmocka_unit_test(test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case),
         cmocka_unit_test(test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type),
+        cmocka_unit_test(test_a_small_cap_stops_tokenizing_past_it_and_bounds_the_work),
         cmocka_unit_test(test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped),
         cmocka_unit_test(test_spm_bytes_without_byte_tokens_become_u_fffd),
         cmocka_unit_test(test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens),
