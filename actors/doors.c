@@ -27,20 +27,19 @@ act_pp_seams act_pp_seams_default(void)
     return s;
 }
 
-/* Parse a decimal integer in [lo, hi] spanning all of s (no sign, no spaces). */
-static int parse_int(const char *s, size_t len, long lo, long hi, long *out)
+int act_door_parse_int(const char *s, size_t len, long lo, long hi, long *out)
 {
-    if (len == 0 || len > 9)
+    if (!s || len == 0 || len > 18 || (len > 1 && s[0] == '0'))
         return -1;
-    long v = 0;
+    long long v = 0;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return -1;
-        v = v * 10 + (s[i] - '0');
+        v = v * 10 + (s[i] - '0'); /* 18 digits stay below 2^63 */
     }
     if (v < lo || v > hi)
         return -1;
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
@@ -50,7 +49,7 @@ static int door_int(const char *name, long lo, long hi, const char *allowed, lon
     const char *v = getenv(name);
     if (!v)
         return 0;
-    if (parse_int(v, strlen(v), lo, hi, out) != 0)
+    if (act_door_parse_int(v, strlen(v), lo, hi, out) != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: not allowed; %s", name, v, allowed);
     return 1;
 }
@@ -70,7 +69,7 @@ static int door_list(const char *name, const char *v, long lo, long hi, const ch
                                what);
         if (n == cap)
             return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: more than %d elements", name, v, cap);
-        if (parse_int(p, len, lo, hi, &x) != 0)
+        if (act_door_parse_int(p, len, lo, hi, &x) != 0)
             return dev_err_set(err, MEMRA_E_INVAL, "%s=%s: element '%.*s' is not %s", name, v, (int)len, p, what);
         out[n++] = (int)x;
         if (!comma)
@@ -88,8 +87,10 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
     if ((r = door_int("MEMRA_PP_STAGES", 0, ACT_PP_MAX_STAGES, "expected an integer 0..64 (0/1 = door shut)", &v,
                       err)) < 0)
         return r;
-    if (r == 1)
+    if (r == 1) {
         c.stages = (int)v;
+        c.stages_env = 1;
+    }
 
     const char *splits = getenv("MEMRA_PP_SPLITS"), *split = getenv("MEMRA_PP_SPLIT");
     if (splits && split)
@@ -97,9 +98,14 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
                            "MEMRA_PP_SPLITS=%s and MEMRA_PP_SPLIT=%s are both set: use one (SPLIT is the N=2 spelling)",
                            splits, split);
     if (split) {
-        if (parse_int(split, strlen(split), 1, INT_MAX / 2, &v) != 0)
+        if (act_door_parse_int(split, strlen(split), 1, INT_MAX / 2, &v) != 0)
             return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLIT=%s: expected one layer index > 0 (the N=2 cut)",
                                split);
+        if (c.stages < 2 && c.stages_env)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_PP_SPLIT=%s opens the 2-stage door but MEMRA_PP_STAGES=%d shuts it: unset one, "
+                               "or set MEMRA_PP_STAGES=2",
+                               split, c.stages);
         if (c.stages < 2)
             c.stages = 2; /* the N=2 back-compat spelling opens the 2-stage door */
         else if (c.stages != 2)
@@ -108,6 +114,7 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
                                split, c.stages, c.stages - 1);
         c.n_cuts = 1;
         c.cuts[0] = (int)v;
+        c.cuts_env = 1;
     }
     if (splits && !strcmp(splits, "weights")) {
         if (c.stages < 2)
@@ -132,6 +139,7 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
             if (c.cuts[i] <= c.cuts[i - 1])
                 return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=%s: cuts must be strictly increasing", splits);
         c.n_cuts = n;
+        c.cuts_env = 1;
     }
 
     const char *devs = getenv("MEMRA_PP_DEVICES");
@@ -166,6 +174,9 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
 
     int r2 = act_pp_config_check(&c, err);
     if (r2 != 0)
+        return r2;
+    act_pp_seams seams = act_pp_seams_default(); /* the seams' current values, so create names a bad one */
+    if ((r2 = act_doors_read_seams(&seams, err)) != 0)
         return r2;
     *cfg_io = c;
     return 0;
@@ -289,8 +300,10 @@ int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const
     if (n > ACT_PP_MAX_STAGES)
         return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: stages=%d, allowed up to %d", n, ACT_PP_MAX_STAGES);
     if (n > n_layers)
-        return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_STAGES=%d: more stages than the model's %d layers", n,
-                           n_layers);
+        return dev_err_set(err, MEMRA_E_INVAL, c->stages_env ? "MEMRA_PP_STAGES=%d: more stages than the model's %d layers"
+                                                             : "memra_runtime_params.stages=%d (memra-run --stages): more "
+                                                               "stages than the model's %d layers",
+                           n, n_layers);
     if (c->balance) {
         if (!weight_cost)
             return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS=weights needs the model's weight cost per layer");
@@ -302,13 +315,14 @@ int act_pp_cuts(const act_pp_config *c, int n_layers, int n_devices_avail, const
         fence[n] = n_layers;
         for (int s = 1; s < n; s++) {
             int cut = c->n_cuts ? c->cuts[s - 1] : s * n_layers / n;
+            const char *from = !c->n_cuts ? "the even split" : c->cuts_env ? "MEMRA_PP_SPLITS"
+                                                                         : "memra_runtime_params.cuts";
             if (cut <= 0 || cut >= n_layers)
-                return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_SPLITS: cut %d is outside (0, %d) for this model",
-                                   cut, n_layers);
+                return dev_err_set(err, MEMRA_E_INVAL, "%s: cut %d is outside (0, %d) for this model", from, cut,
+                                   n_layers);
             if (cut <= fence[s - 1])
-                return dev_err_set(err, MEMRA_E_INVAL,
-                                   "MEMRA_PP_SPLITS: cuts must be strictly increasing (%d after %d)", cut,
-                                   fence[s - 1]);
+                return dev_err_set(err, MEMRA_E_INVAL, "%s: cuts must be strictly increasing (%d after %d)", from,
+                                   cut, fence[s - 1]);
             fence[s] = cut;
         }
     }

@@ -11,6 +11,8 @@
 #ifndef ACT_DOORS_H
 #define ACT_DOORS_H
 
+#include <stddef.h>
+
 #include "device/err.h"
 
 #define ACT_PP_MAX_STAGES 64
@@ -27,6 +29,8 @@ typedef struct act_pp_config {
     int shard;                       /* 1 = each stage's weights on its device; 0 = all on the primary */
     int slots;                       /* K persistent slots per boundary, 1..ACT_PP_MAX_SLOTS (default 2) */
     int streams;                     /* 1 = per-stage streams/events; 0 = one-stream seam (single device) */
+    int stages_env;                  /* 1 = stages came from MEMRA_PP_STAGES (messages name the source) */
+    int cuts_env;                    /* 1 = cuts came from MEMRA_PP_SPLITS / MEMRA_PP_SPLIT */
 } act_pp_config;
 
 /* Per-step seams (1 = on). */
@@ -53,8 +57,14 @@ act_pp_config act_pp_config_default(void);
 /* The documented defaults of every seam. */
 act_pp_seams act_pp_seams_default(void);
 
+/* The doors' one integer syntax: s[0..len) is decimal digits only (no sign, no spaces, no leading zero
+ * except "0" itself) and its value is in [lo, hi]. Returns 0 with *out, or -1. Every integer door (here,
+ * MEMRA_CPU_DEVICES in device/dev.c) parses with it, so one spelling means one thing everywhere. */
+int act_door_parse_int(const char *s, size_t len, long lo, long hi, long *out);
+
 /* Apply the structural doors set in the environment on top of *cfg (env overrides config). Checks what can
- * be checked without a model (syntax, SPLIT vs SPLITS, counts vs N, slots range). Returns 0 or
+ * be checked without a model (syntax, SPLIT vs SPLITS, counts vs N, slots range), and the seams' current
+ * values too, so a bad seam fails create naming its variable rather than the first step. Returns 0 or
  * MEMRA_E_INVAL with the message; *cfg is unchanged on failure. */
 int act_doors_read_structural(act_pp_config *cfg, dev_err *err);
 

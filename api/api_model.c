@@ -138,8 +138,8 @@ static int need_tok(const memra_model *m, const char *fn)
     return 0;
 }
 
-/* Map a tokenizer result (count, -(needed) or a MEMRA_E_* code) to a status + *n_out. Codes and "needed"
- * overlap for small counts, so the caller tells which: bad_args are checked before the call. */
+/* Map mdl_tokenize's result (a count, -(more than cap) or -(needed) with cap 0, or a MEMRA_E_* code) to a
+ * status + *n_out. Codes and "needed" overlap for small counts, so each call below is made so they cannot. */
 int memra_tokenize(const memra_model *m, const char *text, int len, int add_special, int parse_special,
                    memra_token *out, int cap, int *n_out)
 {
@@ -151,28 +151,38 @@ int memra_tokenize(const memra_model *m, const char *text, int len, int add_spec
         return api_fail(box, MEMRA_E_INVAL, "memra_tokenize: text=%p len=%d out=%p cap=%d n_out=%p (need text, "
                         "len >= 0, cap >= 0, out when cap > 0, n_out)", (const void *)text, len, (void *)out, cap,
                         (void *)n_out);
-    /* mdl_tokenize returns -(needed) when out is too small; ask with a real buffer so it never returns an
-     * error code that could be mistaken for a count: on "too small", count with a scratch buffer. */
-    int32_t one;
-    int n = mdl_tokenize(m->tok, text, (size_t)len, add_special, parse_special, cap > 0 ? out : &one,
-                         cap > 0 ? cap : 0);
-    if (n >= 0) {
-        *n_out = n;
-        return MEMRA_OK;
-    }
-    if (len > INT32_MAX - 8)
-        return api_fail(box, MEMRA_E_INVAL, "memra_tokenize: len %d is too large (at most %d bytes)", len,
-                        INT32_MAX - 8);
-    int need = len + 8; /* a token is at least one byte; + BOS/EOS */
-    int32_t *tmp = malloc((size_t)need * sizeof *tmp);
-    if (!tmp)
-        return api_fail(box, MEMRA_E_NOMEM, "memra_tokenize: out of host memory");
-    n = mdl_tokenize(m->tok, text, (size_t)len, add_special, parse_special, tmp, need);
-    free(tmp);
-    if (n < 0)
+    if (cap > 0) { /* mdl_tokenize stops at the first id past cap: the work is bounded by cap */
+        int32_t two[2];
+        const int c = cap >= 2 ? cap : 2; /* its "more than c" answer, -(c + 1) <= -3, is then no MEMRA_E_* code */
+        int n = mdl_tokenize(m->tok, text, (size_t)len, add_special, parse_special, cap >= 2 ? out : two, c);
+        if (n >= 0 && n <= cap) {
+            if (cap < 2)
+                memcpy(out, two, (size_t)n * sizeof *out);
+            *n_out = n;
+            return MEMRA_OK;
+        }
+        if (n > cap || n <= -(c + 1)) {
+            *n_out = cap + 1;
+            return api_fail(box, MEMRA_E_FULL, "memra_tokenize: more than cap %d tokens (tokenizing stops at the "
+                            "first one past cap; cap 0 counts them all)", cap);
+        }
         return api_fail(box, n == MEMRA_E_NOMEM ? MEMRA_E_NOMEM : MEMRA_E_INVAL, "memra_tokenize: tokenizer failed");
+    }
+    /* cap 0, a size query: the whole text is counted. -(count) and the codes MEMRA_E_INVAL (-1) / NOMEM (-2)
+     * overlap for counts 1 and 2, which a 3-id buffer tells apart. */
+    int n = mdl_tokenize(m->tok, text, (size_t)len, add_special, parse_special, NULL, 0);
+    if (n == MEMRA_E_INVAL || n == MEMRA_E_NOMEM) {
+        int32_t three[3];
+        n = mdl_tokenize(m->tok, text, (size_t)len, add_special, parse_special, three, 3);
+        if (n < 0)
+            return api_fail(box, n == MEMRA_E_NOMEM ? MEMRA_E_NOMEM : MEMRA_E_INVAL, "memra_tokenize: tokenizer failed");
+    } else {
+        n = -n;
+    }
     *n_out = n;
-    return api_fail(box, MEMRA_E_FULL, "memra_tokenize: %d tokens do not fit in cap %d", n, cap);
+    if (n == 0)
+        return MEMRA_OK;
+    return api_fail(box, MEMRA_E_FULL, "memra_tokenize: %d tokens do not fit in cap 0", n);
 }
 
 int memra_token_to_piece(const memra_model *m, memra_token token, char *buf, int cap, int special, int *n_out)

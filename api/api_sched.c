@@ -444,13 +444,13 @@ static void end_or_defer(sched *s, sched_req *r, int status)
 }
 
 /* One token of r: record, emit, and decide whether r goes on. */
-static void take_token(sched *s, sched_req *r, memra_token t)
+static void take_token(sched *s, sched_req *r, int row, memra_token t)
 {
     memra_request *rq = r->rq;
     const memra_model *m = s->rt->model;
     if (t < 0) {
-        end_or_defer(s, r, api_fail(&s->rt->err, MEMRA_E_INVAL, "request %d: no logit of the step's row is above -inf "
-                               "(every one -inf or NaN): no token to pick", r->index));
+        end_or_defer(s, r, api_fail(&s->rt->err, MEMRA_E_INVAL, "request %d: step row %d: no logit is above -inf "
+                                    "(every one -inf or NaN): no token to pick", r->index, row));
         return;
     }
     if (rq->stop_at_eog && memra_token_is_eog(m, t)) {
@@ -501,7 +501,7 @@ int sched_complete(sched *s, int gi)
         } else if (r) {
             end_or_defer(s, q, r);
         } else if (row >= 0) {
-            take_token(s, q, g->argmax ? toks[row] : memra_sampler_sample(q->smp, logits + (size_t)row * n_vocab));
+            take_token(s, q, row, g->argmax ? toks[row] : memra_sampler_sample(q->smp, logits + (size_t)row * n_vocab));
         }
     }
     memra_pending_free(p);

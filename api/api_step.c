@@ -1,6 +1,7 @@
 /* Submitting steps (prime, decode and its greedy twin, verify, batch) and the pendings. Every act_pp_submit
  * runs under rt->mu (the pipeline takes one submitting thread at a time); waits take no runtime lock (the
  * act_pending's own lock orders the logits handoff from the readback actor to the waiting thread). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,6 +288,26 @@ int memra_decode_batch(memra_runtime *rt, memra_seq *const *seqs, const memra_to
 
 static const char *const wait_fn[2] = {"memra_pending_wait", "memra_pending_wait_token"};
 
+/* A row whose logits are all -inf or NaN (NaN or -inf in the weights or activations) leaves no token to pick:
+ * the wait succeeds (its caller decides what to do with the row), but the runtime's error (and this thread's)
+ * says why the pick that follows fails. The scan stops at a row's first logit above -inf: one compare for a
+ * usable row. */
+static void note_rows_without_candidate(memra_pending *p, const float *l, int rows)
+{
+    const int n = p->rt->n_vocab;
+    for (int r = 0; r < rows; r++) {
+        const float *x = l + (size_t)r * (size_t)n;
+        int k = 0;
+        while (k < n && !(x[k] > -INFINITY))
+            k++;
+        if (k == n) {
+            api_fail(&p->rt->err, MEMRA_E_INVAL, "step row %d: no logit is above -inf (all %d are -inf or NaN): no "
+                     "token to pick; the model's weights or activations hold NaN or infinities", r, n);
+            return;
+        }
+    }
+}
+
 /* Wait for p's earlier prompt chunks, then its own step, and read the step's result as `greedy` says (0: logits
  * into *logits, 1: argmax tokens into *tokens). A pending of the other kind is refused at once, nothing
  * waited, naming the reader that fits; it stays usable. */
@@ -302,8 +323,14 @@ static int pending_wait_as(memra_pending *p, int greedy, const float **logits, c
     int r = 0;
     for (int i = 0; i < p->n_deps && r == 0; i++)
         r = act_pending_wait(p->deps[i], NULL, NULL, &err);
+    int n_rows = 0;
     if (r == 0)
-        r = greedy ? act_pending_wait_tokens(p->ap, tokens, rows, &err) : act_pending_wait(p->ap, logits, rows, &err);
+        r = greedy ? act_pending_wait_tokens(p->ap, tokens, &n_rows, &err)
+                   : act_pending_wait(p->ap, logits, &n_rows, &err);
+    if (rows)
+        *rows = n_rows;
+    if (r == 0 && !greedy && logits && *logits)
+        note_rows_without_candidate(p, *logits, n_rows);
     return r ? api_fail_err(&p->rt->err, &err) : MEMRA_OK;
 }
 
@@ -321,6 +348,9 @@ int api_pending_wait_argmax(memra_pending *p, memra_token *token)
     const int32_t *t = NULL;
     int r = pending_wait_as(p, 1, NULL, &t, NULL);
     *token = r == 0 ? t[0] : -1; /* one row: a greedy pending is one decode step (memra_seq_decode_greedy) */
+    if (r == 0 && *token < 0)
+        api_fail(&p->rt->err, MEMRA_E_INVAL, "step row 0: no logit is above -inf (every one -inf or NaN): no token "
+                 "to pick; the model's weights or activations hold NaN or infinities");
     return r;
 }
 

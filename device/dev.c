@@ -2,6 +2,8 @@
  * the environment door (MEMRA_BACKEND, MEMRA_CPU_DEVICES). No shared mutable state of its own. */
 #include "device/dev_impl.h"
 
+#include "actors/doors.h" /* act_door_parse_int: the doors' one integer syntax */
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,20 +60,24 @@ int dev_backend_doors(int *kind, int *n_cpu, dev_err *err)
 {
     const char *be = getenv("MEMRA_BACKEND");
     const char *nd = getenv("MEMRA_CPU_DEVICES");
-    if (nd && nd[0]) {
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(nd, &end, 10);
-        if (errno || end == nd || *end != '\0' || v < 1 || v > DEV_CPU_DEVICES_MAX)
-            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d (default %d)",
-                               nd, DEV_CPU_DEVICES_MAX, DEV_CPU_DEVICES_DEFAULT);
+    long v;
+    if (nd) { /* set means set: an empty value is refused, not read as unset */
+        if (act_door_parse_int(nd, strlen(nd), 1, DEV_CPU_DEVICES_MAX, &v) != 0)
+            return dev_err_set(err, MEMRA_E_INVAL,
+                               "MEMRA_CPU_DEVICES=%s: must be an integer in 1..%d, digits only (default %d)", nd,
+                               DEV_CPU_DEVICES_MAX, DEV_CPU_DEVICES_DEFAULT);
         *n_cpu = (int)v;
     }
-    if (be && be[0]) {
+    if (be) {
         if (strcmp(be, "cpu") == 0)
             *kind = DEV_KIND_CPU;
         else if (strcmp(be, "cuda") == 0)
+#ifdef MEMRA_HAVE_CUDA
             *kind = DEV_KIND_CUDA;
+#else
+            return dev_err_set(err, MEMRA_E_UNSUPPORTED, "MEMRA_BACKEND=cuda: this build has no CUDA backend "
+                                                         "(configure with MEMRA_CUDA=ON/AUTO and nvcc); allowed: cpu");
+#endif
         else
             return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_BACKEND=%s: allowed values are cpu, cuda (default: cuda "
                                                    "when built with CUDA and a GPU is visible, else cpu)", be);

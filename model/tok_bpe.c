@@ -74,6 +74,29 @@ static int merge_find(const tok_mergemap *m, int32_t l, int32_t r, int32_t *rank
     }
 }
 
+int tok_fffd_init(mdl_tokenizer *t, dev_err *err)
+{
+    int32_t whole = t->kind == TOK_KIND_SPM ? tok_strmap_get(t, "\xEF\xBF\xBD", 3) : -1;
+    int32_t ef = t->byte_tok[0xEF], bf = t->byte_tok[0xBF], bd = t->byte_tok[0xBD];
+    t->n_fffd = 0;
+    if (whole >= 0)
+        t->fffd[t->n_fffd++] = whole;
+    else if (ef >= 0 && bf >= 0 && bd >= 0)
+        t->fffd[0] = ef, t->fffd[1] = bf, t->fffd[2] = bd, t->n_fffd = 3;
+    else if (t->unk >= 0)
+        t->fffd[t->n_fffd++] = t->unk;
+    t->no_byte_tok = 1;
+    for (int b = 0; b < 256; b++)
+        t->no_byte_tok &= t->byte_tok[b] < 0;
+    for (int b = 0; b < 256 && t->n_fffd == 0; b++)
+        if (t->byte_tok[b] < 0)
+            return dev_err_set(err, MEMRA_E_FORMAT,
+                               "tokenizer: no byte token for 0x%02X, and neither U+FFFD (its token or the byte tokens "
+                               "of EF BF BD) nor an unknown token to stand for it: such text could not be tokenized",
+                               b);
+    return MEMRA_OK;
+}
+
 int tok_bpe_init(mdl_tokenizer *t, const mdl_vocab_src *src, dev_err *err)
 {
     uint32_t cps[256];
@@ -87,6 +110,9 @@ int tok_bpe_init(mdl_tokenizer *t, const mdl_vocab_src *src, dev_err *err)
     }
     if (src->n_merges && !src->merges)
         return dev_err_set(err, MEMRA_E_FORMAT, "tokenizer.ggml.merges: n_merges=%u but no array", src->n_merges);
+    int rc = tok_fffd_init(t, err);
+    if (rc)
+        return rc;
 
     uint32_t cap = 1;
     while (cap < 2u * src->n_merges + 2)
@@ -204,6 +230,7 @@ static bpe_pair heap_pop(bpe_ctx *c)
 
 static void try_pair(bpe_ctx *c, int32_t l, int32_t r)
 {
+    tok_work++;
     if (l < 0 || r < 0 || c->sym[l].id < 0 || c->sym[r].id < 0)
         return;
     int32_t rank, res;
@@ -230,6 +257,8 @@ static int bpe_word(void *vctx, const char *w, size_t n)
 {
     bpe_ctx *c = vctx;
     const mdl_tokenizer *t = c->t;
+    if (tok_full(c->out))
+        return TOK_STOP;
     if (t->pre.ignore_merges) {
         if (grow((void **)&c->enc, &c->enc_cap, 2 * n, 1))
             return MEMRA_E_NOMEM;
@@ -241,14 +270,21 @@ static int bpe_word(void *vctx, const char *w, size_t n)
         int32_t id = tok_strmap_get(t, c->enc, el);
         if (id >= 0) {
             tok_emit(c->out, id);
-            return 0;
+            return tok_full(c->out) ? TOK_STOP : 0;
         }
     }
-    if (grow((void **)&c->sym, &c->sym_cap, n, sizeof *c->sym) ||
-        grow((void **)&c->heap, &c->heap_cap, 2 * n + 2, sizeof *c->heap))
+    if (grow((void **)&c->sym, &c->sym_cap, 3 * n, sizeof *c->sym) ||
+        grow((void **)&c->heap, &c->heap_cap, 6 * n + 2, sizeof *c->heap))
         return MEMRA_E_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        c->sym[i] = (bpe_sym){t->byte_tok[(unsigned char)w[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1, 0};
+    size_t ns = 0; /* a byte with no byte token becomes U+FFFD's symbols (tok_fffd_init) */
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = t->byte_tok[(unsigned char)w[i]];
+        for (int k = 0, m = id >= 0 ? 1 : t->n_fffd; k < m; k++, ns++)
+            c->sym[ns] = (bpe_sym){id >= 0 ? id : t->fffd[k], (int32_t)ns - 1, (int32_t)ns + 1, 0};
+    }
+    if (ns)
+        c->sym[ns - 1].next = -1;
+    n = ns;
     c->heap_n = 0;
     for (size_t i = 1; i < n; i++)
         try_pair(c, (int32_t)i - 1, (int32_t)i);
@@ -272,7 +308,7 @@ static int bpe_word(void *vctx, const char *w, size_t n)
     for (int32_t i = 0; i >= 0 && (size_t)i < n; i = c->sym[i].next)
         if (c->sym[i].id >= 0)
             tok_emit(c->out, c->sym[i].id);
-    return 0;
+    return tok_full(c->out) ? TOK_STOP : 0;
 }
 
 int tok_bpe_encode(const mdl_tokenizer *t, const char *text, size_t len, tok_out *out)
@@ -282,7 +318,7 @@ int tok_bpe_encode(const mdl_tokenizer *t, const char *text, size_t len, tok_out
     free(c.sym);
     free(c.heap);
     free(c.enc);
-    return rc;
+    return rc == TOK_STOP ? 0 : rc;
 }
 
 int tok_bpe_piece(const mdl_tokenizer *t, int32_t id, char *buf, int cap)

@@ -13,6 +13,8 @@
 
 #include "model/tok_internal.h"
 
+_Thread_local uint64_t tok_work;
+
 #define RX_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define RX_CONTRACT "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 #define RX_LLAMA3 RX_CONTRACT "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
@@ -77,7 +79,7 @@ int tok_pretok_init(tok_pretok *p, const char *pre, dev_err *err)
         int ec;
         PCRE2_SIZE eo;
         pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->rx[i], PCRE2_ZERO_TERMINATED,
-                                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+                                      PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
         if (!c) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(ec, msg, sizeof msg);
@@ -97,90 +99,96 @@ void tok_pretok_free(tok_pretok *p)
     p->n = 0;
 }
 
-/* A list of fragments [off, off+len) of the text. */
-typedef struct frag_list {
-    size_t *off, *len;
-    size_t n, cap;
-} frag_list;
-
-static int frag_push(frag_list *l, size_t off, size_t len)
+/* Length of the valid UTF-8 sequence at s[0..n) (RFC 3629: no overlongs, surrogates or code points past
+ * U+10FFFF), or 0 when s[0] does not start one. */
+static size_t utf8_valid_len(const unsigned char *s, size_t n)
 {
-    if (len == 0)
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t l = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (l == 0 || l > n)
         return 0;
-    if (l->n == l->cap) {
-        size_t nc = l->cap ? l->cap * 2 : 64;
-        size_t *o = realloc(l->off, nc * sizeof *o);
-        if (!o)
-            return MEMRA_E_NOMEM;
-        l->off = o;
-        size_t *n = realloc(l->len, nc * sizeof *n);
-        if (!n)
-            return MEMRA_E_NOMEM;
-        l->len = n;
-        l->cap = nc;
-    }
-    l->off[l->n] = off;
-    l->len[l->n] = len;
-    l->n++;
-    return 0;
+    for (size_t i = 1; i < l; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0; /* overlong, surrogate, or past U+10FFFF */
+    return l;
 }
 
-/* Split each fragment of in by code into out: every match and every gap between matches is a fragment.
- * A fragment is matched on its own (lookahead does not see past its end), as llama.cpp and HF do. */
-static int split_one(const pcre2_code *code, pcre2_match_data *md, const char *text, const frag_list *in,
-                     frag_list *out)
+/* The regex sequence of one call: regex `level` splits a fragment into matches and the gaps between them,
+ * and each of those goes on to regex level + 1; past the last regex a fragment is a word. Depth first, so
+ * words come out in text order as soon as they are found, and a callback that stops (the output is full)
+ * stops the splitting too. */
+typedef struct split_ctx {
+    const tok_pretok *p;
+    const char *text;
+    pcre2_match_data *md[TOK_MAX_REGEX];
+    tok_word_fn fn;
+    void *ctx;
+} split_ctx;
+
+/* Split the fragment text[off, off+len) by regex `level` and everything after it. A fragment is matched on its
+ * own (lookahead does not see past its end), as llama.cpp and HF do. Invalid UTF-8 matches nothing and stays
+ * in the gaps (what PCRE2_MATCH_INVALID_UTF does): the fragment is validated once, and the regex runs over
+ * each valid run with PCRE2_NO_UTF_CHECK, so no match call re-checks the rest of the text (that check made
+ * splitting quadratic in the text's length). */
+static int split_rec(split_ctx *c, int level, size_t off, size_t flen)
 {
-    for (size_t f = 0; f < in->n; f++) {
-        PCRE2_SPTR subj = (PCRE2_SPTR)(text + in->off[f]);
-        size_t flen = in->len[f], pos = 0, prev = 0;
-        while (pos < flen) {
-            int rc = pcre2_match(code, subj, flen, pos, 0, md, NULL);
-            if (rc == PCRE2_ERROR_NOMATCH)
+    if (flen == 0)
+        return 0;
+    if (level == c->p->n)
+        return c->fn(c->ctx, c->text + off, flen);
+    const pcre2_code *code = (const pcre2_code *)c->p->code[level];
+    pcre2_match_data *md = c->md[level];
+    const unsigned char *subj = (const unsigned char *)c->text + off;
+    size_t prev = 0, seg = 0;
+    int rc;
+    while (seg < flen) {
+        size_t end = seg, l;
+        while (end < flen && (l = utf8_valid_len(subj + end, flen - end)) > 0)
+            end += l;
+        tok_work += end - seg;
+        size_t pos = seg;
+        while (pos < end) { /* the valid run [seg, end) */
+            rc = pcre2_match(code, (PCRE2_SPTR)(subj + seg), end - seg, pos - seg, PCRE2_NO_UTF_CHECK, md, NULL);
+            if (rc == PCRE2_ERROR_NOMATCH) {
+                tok_work += end - pos;
                 break;
+            }
             if (rc < 0)
                 return MEMRA_E_INVAL; /* resource limit on a pathological input */
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            size_t s = ov[0], e = ov[1];
+            size_t s = seg + ov[0], e = seg + ov[1];
+            tok_work += e - pos + 1;
             if (e > s) {
-                if (frag_push(out, in->off[f] + prev, s - prev) || frag_push(out, in->off[f] + s, e - s))
-                    return MEMRA_E_NOMEM;
+                if ((rc = split_rec(c, level + 1, off + prev, s - prev)) != 0 ||
+                    (rc = split_rec(c, level + 1, off + s, e - s)) != 0)
+                    return rc;
                 prev = pos = e;
             } else { /* empty match: step one character */
                 pos = s + 1;
-                while (pos < flen && (subj[pos] & 0xC0) == 0x80)
+                while (pos < end && (subj[pos] & 0xC0) == 0x80)
                     pos++;
             }
         }
-        if (frag_push(out, in->off[f] + prev, flen - prev))
-            return MEMRA_E_NOMEM;
+        seg = end < flen ? end + 1 : end; /* an invalid byte: part of the gap */
     }
-    return 0;
+    return split_rec(c, level + 1, off + prev, flen - prev);
 }
 
 int tok_pretok_split(const tok_pretok *p, const char *text, size_t len, tok_word_fn fn, void *ctx)
 {
-    frag_list a = {0}, b = {0};
-    pcre2_match_data *md = NULL;
-    int rc = frag_push(&a, 0, len);
-    for (int i = 0; rc == 0 && i < p->n; i++) {
-        md = pcre2_match_data_create_from_pattern((const pcre2_code *)p->code[i], NULL);
-        if (!md) {
+    split_ctx c = {.p = p, .text = text, .fn = fn, .ctx = ctx};
+    int rc = 0;
+    for (int i = 0; i < p->n && rc == 0; i++)
+        if (!(c.md[i] = pcre2_match_data_create_from_pattern((const pcre2_code *)p->code[i], NULL)))
             rc = MEMRA_E_NOMEM;
-            break;
-        }
-        b.n = 0;
-        rc = split_one((const pcre2_code *)p->code[i], md, text, &a, &b);
-        pcre2_match_data_free(md);
-        md = NULL;
-        frag_list t = a;
-        a = b;
-        b = t;
-    }
-    for (size_t f = 0; rc == 0 && f < a.n; f++)
-        rc = fn(ctx, text + a.off[f], a.len[f]);
-    free(a.off);
-    free(a.len);
-    free(b.off);
-    free(b.len);
+    if (rc == 0)
+        rc = split_rec(&c, 0, 0, len);
+    for (int i = 0; i < p->n; i++)
+        pcre2_match_data_free(c.md[i]);
     return rc;
 }

@@ -2,7 +2,8 @@
  * first text fragment (add_space_prefix), the text starts as one symbol per UTF-8 character and the
  * adjacent pair whose concatenation is the highest-scoring vocab token merges first (leftmost on ties),
  * as llama.cpp and sentencepiece do. A final symbol missing from the vocab falls back to its bytes
- * (<0xXX> tokens), or to unk when the vocab has no byte tokens.
+ * (<0xXX> tokens); a byte with no byte token to U+FFFD (tok_fffd_init); with no byte tokens at all, one
+ * unk per unknown character.
  * Symbols are spans of one normalized buffer, so a candidate pair is a contiguous substring and a vocab
  * lookup needs no concatenation. No shared mutable state. */
 #include <stdlib.h>
@@ -20,8 +21,7 @@ int tok_spm_init(mdl_tokenizer *t, dev_err *err)
         s[0] = '<', s[1] = '0', s[2] = 'x', s[3] = hex[b >> 4], s[4] = hex[b & 15], s[5] = '>';
         t->byte_tok[b] = tok_strmap_get(t, s, 6);
     }
-    (void)err;
-    return MEMRA_OK;
+    return tok_fffd_init(t, err);
 }
 
 typedef struct spm_sym {
@@ -89,6 +89,7 @@ static spm_pair heap_pop(spm_heap *h)
 
 static int try_pair(const mdl_tokenizer *t, const char *buf, const spm_sym *s, int32_t l, int32_t r, spm_heap *h)
 {
+    tok_work++;
     if (l < 0 || r < 0)
         return 0;
     uint32_t n = s[l].n + s[r].n;
@@ -164,8 +165,11 @@ int tok_spm_encode(const mdl_tokenizer *t, const char *text, size_t len, int pre
             int32_t b = t->byte_tok[(unsigned char)buf[sym[i].off + k]];
             if (b >= 0)
                 tok_emit(out, b);
-            else if (t->unk >= 0 && k == 0)
-                tok_emit(out, t->unk); /* no byte tokens: one unk per unknown character */
+            else if (t->no_byte_tok && k == 0) /* no byte tokens at all: one unk per unknown character */
+                tok_emit(out, t->unk >= 0 ? t->unk : t->fffd[0]);
+            else if (!t->no_byte_tok)
+                for (int f = 0; f < t->n_fffd; f++)
+                    tok_emit(out, t->fffd[f]); /* this byte has no token: U+FFFD stands in */
         }
     }
 done:

@@ -53,15 +53,6 @@ void mdl_vocab_src_init(mdl_vocab_src *src)
 
 /* ---- create / destroy ---- */
 
-static int cmp_special(const void *a, const void *b, void *vt)
-{
-    const mdl_tokenizer *t = vt;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t->len[x] != t->len[y])
-        return t->len[x] > t->len[y] ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
-
 static const char *const EOG_TEXTS[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
                                         "<end_of_turn>", "<|end|>", "</s>", "<|end_of_text|>"};
 
@@ -173,7 +164,8 @@ mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err)
                 if (strcmp(t->text[i], EOG_TEXTS[k]) == 0)
                     t->eog[i] = 1;
     }
-    qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
+    if (tok_special_init(t, err))
+        goto fail;
     if (t->eos >= 0)
         t->eog[t->eos] = 1;
     if (src->chat_template && !(t->chat_template = strdup(src->chat_template))) {
@@ -199,6 +191,7 @@ void mdl_tokenizer_destroy(mdl_tokenizer *t)
     free(t->score);
     free(t->eog);
     free(t->special);
+    tok_special_free(t);
     free(t->vocab.slots);
     free(t->vocab.hashes);
     free(t->merges.slots);
@@ -214,14 +207,7 @@ static int32_t match_special(const mdl_tokenizer *t, const char *s, size_t n, in
 {
     if (!t->special_first[(unsigned char)s[0]])
         return -1;
-    for (int k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        if (!parse_special && t->type[id] != MDL_TOKEN_USER_DEFINED)
-            continue;
-        if (t->len[id] <= n && memcmp(t->text[id], s, t->len[id]) == 0)
-            return id;
-    }
-    return -1;
+    return tok_special_match(t, s, n, parse_special);
 }
 
 static int encode_raw(const mdl_tokenizer *t, const char *s, size_t n, int prev_special, tok_out *o)
@@ -243,7 +229,7 @@ int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_s
         tok_emit(&o, t->bos);
     int prev_special = 1, rc = 0;
     size_t start = 0;
-    for (size_t i = 0; i < len && rc == 0;) {
+    for (size_t i = 0; i < len && rc == 0 && !tok_full(&o);) {
         int32_t id = match_special(t, text + i, len - i, parse_special);
         if (id < 0) {
             i++;
@@ -258,13 +244,13 @@ int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_s
         i += t->len[id];
         start = i;
     }
-    if (rc == 0 && start < len)
+    if (rc == 0 && start < len && !tok_full(&o))
         rc = encode_raw(t, text + start, len - start, prev_special, &o);
     if (rc)
         return rc;
     if (add_special && t->add_eos)
         tok_emit(&o, t->eos);
-    return o.n <= cap ? o.n : -o.n;
+    return o.n <= cap ? o.n : cap > 0 ? -(cap + 1) : -o.n; /* cap > 0: stopped at the first id past cap */
 }
 
 /* ---- pieces ---- */

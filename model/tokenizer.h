@@ -52,11 +52,14 @@ mdl_tokenizer *mdl_tokenizer_create(const mdl_vocab_src *src, dev_err *err);
 void mdl_tokenizer_destroy(mdl_tokenizer *t);
 
 /* Tokenize len bytes of text (need not be NUL-terminated, need not be valid UTF-8: invalid bytes are
- * tokenized as single bytes). add_special: prepend BOS / append EOS as the model asks (add_bos/add_eos).
+ * tokenized as single bytes; a byte the vocab has no byte token for as U+FFFD, docs/tokenizer.md).
+ * add_special: prepend BOS / append EOS as the model asks (add_bos/add_eos).
  * parse_special: control tokens written in the text (e.g. "<|im_start|>") become their id; otherwise
  * they are tokenized as plain text. User-defined tokens are always matched.
- * Returns the number of ids written to out; -(needed) when cap is too small (the first cap ids are
- * written); MEMRA_E_INVAL on bad arguments (len over 512 MiB included), MEMRA_E_NOMEM.
+ * Returns the number of ids written to out; when they do not fit (the first cap ids are written):
+ * with cap > 0 tokenizing stops at the first id past cap and returns -(cap + 1), so the work is bounded by
+ * cap (byte-level BPE; SPM merges each run between special tokens whole); with cap 0, -(needed).
+ * MEMRA_E_INVAL on bad arguments (len over 512 MiB included), MEMRA_E_NOMEM.
  * Cost: O(len log len) at worst (regex split + heap BPE per word); a few allocations per call. */
 int mdl_tokenize(const mdl_tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                  int32_t *out, int cap);

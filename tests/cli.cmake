@@ -146,3 +146,8 @@ set_tests_properties(scripts_apt_install_waits_for_the_dpkg_lock PROPERTIES LABE
   PASS_REGULAR_EXPRESSION "apt-install lock: OK")
 set_tests_properties(scripts_reconfigure_rebuilds_nothing PROPERTIES LABELS unit TIMEOUT 120
   PASS_REGULAR_EXPRESSION "reconfigure keeps the build: OK")
+# SIGINT/SIGTERM mid-run: memra-run prints the text so far (one prompt: the same text as a run of that many
+# tokens; several: each request's lines prefixed [i]), says so on stderr and exits 130 / 143
+memra_cli(cli_run_sigint_prints_the_text_so_far_and_exits_130 unit sh ${CMAKE_CURRENT_SOURCE_DIR}/run_sigint.sh
+          $<TARGET_FILE:memra-run> $<TARGET_FILE:memra-mkgguf>)
+set_tests_properties(cli_run_sigint_prints_the_text_so_far_and_exits_130 PROPERTIES TIMEOUT 300)

@@ -110,8 +110,16 @@ static void test_tokenize_says_how_many_are_needed_when_cap_is_too_small(void **
     assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 128, &n), MEMRA_OK);
     assert_true(n > 2);
     assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 2, &need), MEMRA_E_FULL);
-    assert_int_equal(need, n);
+    assert_int_equal(need, 3); /* cap > 0: tokenizing stops at the first id past cap */
     api_tiny_assert_error(memra_model_last_error(api_tiny_model), MEMRA_E_FULL, "cap 2");
+    assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, NULL, 0, &need), MEMRA_E_FULL);
+    assert_int_equal(need, n); /* cap 0: the exact count */
+    assert_int_equal(memra_tokenize(api_tiny_model, text, (int)strlen(text), 0, 0, t, 1, &need), MEMRA_E_FULL);
+    assert_int_equal(need, 2);
+    assert_int_equal(memra_tokenize(api_tiny_model, "t", 1, 0, 0, t, 1, &need), MEMRA_OK);
+    assert_int_equal(need, 1);
+    assert_int_equal(memra_tokenize(api_tiny_model, "t", 1, 0, 0, NULL, 0, &need), MEMRA_E_FULL);
+    assert_int_equal(need, 1);
     assert_int_equal(memra_tokenize(api_tiny_model, text, -1, 0, 0, t, 128, &n), MEMRA_E_INVAL);
     assert_int_equal(memra_tokenize(api_tiny_model, text, 3, 0, 0, NULL, 5, &n), MEMRA_E_INVAL);
     char buf[256];

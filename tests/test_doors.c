@@ -2,18 +2,20 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "actors/doors.h"
+#include "device/dev.h"
 
 static const char *all_doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
                                   "MEMRA_PP_SHARD", "MEMRA_PP_SLOTS", "MEMRA_PP_STREAMS", "MEMRA_PP_OVERLAP",
                                   "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
                                   "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_PDL", "MEMRA_PP_GRAPH",
                                   "MEMRA_PP_SAME_DEVICE_PIPE", "MEMRA_PP_MARKERS", "MEMRA_PP_KEYS",
-                                  "MEMRA_PP_HEAD_RING"};
+                                  "MEMRA_PP_HEAD_RING", "MEMRA_BACKEND", "MEMRA_CPU_DEVICES"};
 
 static int clear_env(void **state)
 {
@@ -179,6 +181,18 @@ static const struct bad bad_table[] = {
      "MEMRA_PP_SLOTS=0: not allowed; expected 1..16 slots per boundary"},
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_SHARD", "2"}},
      "MEMRA_PP_SHARD=2: not allowed; expected 0 (all weights on the primary) or 1 (per-stage)"},
+    {{{"MEMRA_PP_STAGES", "02"}}, "MEMRA_PP_STAGES=02: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", " 2"}}, "MEMRA_PP_STAGES= 2: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", "+2"}}, "MEMRA_PP_STAGES=+2: not allowed; expected an integer 0..64 (0/1 = door shut)"},
+    {{{"MEMRA_PP_STAGES", "3"}, {"MEMRA_PP_SPLITS", "010,20"}},
+     "MEMRA_PP_SPLITS=010,20: element '010' is not a layer index > 0"},
+    {{{"MEMRA_PP_STAGES", "0"}, {"MEMRA_PP_SPLIT", "10"}},
+     "MEMRA_PP_SPLIT=10 opens the 2-stage door but MEMRA_PP_STAGES=0 shuts it: unset one, or set MEMRA_PP_STAGES=2"},
+    {{{"MEMRA_PP_STAGES", "1"}, {"MEMRA_PP_SPLIT", "10"}},
+     "MEMRA_PP_SPLIT=10 opens the 2-stage door but MEMRA_PP_STAGES=1 shuts it: unset one, or set MEMRA_PP_STAGES=2"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_OVERLAP", "2"}}, /* a seam, refused at create too */
+     "MEMRA_PP_OVERLAP=2: not allowed; expected 0 (off) or 1 (on)"},
+    {{{"MEMRA_PRIME_PIPE", "01"}}, "MEMRA_PRIME_PIPE=01: not allowed; expected 0 (off) or 1 (on)"},
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_STREAMS", "0"}, {"MEMRA_PP_DEVICES", "0,1"}},
      "MEMRA_PP_STREAMS=0 is the one-stream, one-device seam but MEMRA_PP_DEVICES places stages on several devices: "
      "unset one of them"},
@@ -272,6 +286,78 @@ static void test_warn_unwired_fires_once_per_path(void **state)
     assert_int_equal(act_warn_unwired_count("spec_loop"), 0);
 }
 
+static void test_the_door_integer_syntax_is_digits_only_without_sign_space_or_leading_zero(void **state)
+{
+    static const char *const bad[] = {"", " 1", "1 ", "+1", "-1", "01", "00", "00000000001", "1x", "0x10", "1e3",
+                                      "1,", "9999999999999999999999", "65"};
+    long v = -7;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (act_door_parse_int(bad[i], strlen(bad[i]), 0, 64, &v) == 0)
+            fail_msg("'%s' parsed as %ld", bad[i], v);
+    assert_int_equal(v, -7); /* untouched on refusal */
+    assert_int_equal(act_door_parse_int("0", 1, 0, 64, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(act_door_parse_int("64", 2, 0, 64, &v), 0);
+    assert_int_equal(v, 64);
+    assert_int_equal(act_door_parse_int("100000000000000000", 18, 0, 1L << 62, &v), 0);
+    assert_int_equal(act_door_parse_int("12", 1, 0, 64, &v), 0); /* only len bytes are read */
+    assert_int_equal(v, 1);
+}
+
+static void test_backend_doors_refuse_empty_signed_spaced_and_padded_values_naming_the_variable(void **state)
+{
+    static const char *const bad_n[] = {"", " 1", "+1", "00000000001", "1 ", "0", "65"};
+    for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
+        setenv("MEMRA_CPU_DEVICES", bad_n[i], 1);
+        int kind = -1, n = 2;
+        dev_err e = {0};
+        char want[64];
+        snprintf(want, sizeof want, "MEMRA_CPU_DEVICES=%s: must be an integer in 1..", bad_n[i]);
+        if (dev_backend_doors(&kind, &n, &e) != MEMRA_E_INVAL || strncmp(e.msg, want, strlen(want)) != 0 || n != 2)
+            fail_msg("MEMRA_CPU_DEVICES='%s': got '%s' n=%d", bad_n[i], e.msg, n);
+    }
+    setenv("MEMRA_CPU_DEVICES", "3", 1);
+    int kind = -1, n = 2;
+    dev_err e = {0};
+    assert_int_equal(dev_backend_doors(&kind, &n, &e), 0);
+    assert_int_equal(n, 3);
+    unsetenv("MEMRA_CPU_DEVICES");
+
+    setenv("MEMRA_BACKEND", "", 1);
+    assert_int_equal(dev_backend_doors(&kind, &n, &e), MEMRA_E_INVAL);
+    assert_non_null(strstr(e.msg, "MEMRA_BACKEND=: allowed values are cpu, cuda"));
+    e = (dev_err){0};
+    setenv("MEMRA_BACKEND", "cuda", 1);
+    kind = -1;
+#ifdef MEMRA_HAVE_CUDA
+    assert_int_equal(dev_backend_doors(&kind, &n, &e), 0);
+    assert_int_equal(kind, DEV_KIND_CUDA);
+#else
+    assert_int_equal(dev_backend_doors(&kind, &n, &e), MEMRA_E_UNSUPPORTED);
+    assert_string_equal(e.msg, "MEMRA_BACKEND=cuda: this build has no CUDA backend (configure with MEMRA_CUDA=ON/AUTO "
+                               "and nvcc); allowed: cpu");
+#endif
+    unsetenv("MEMRA_BACKEND");
+}
+
+static void test_too_many_stages_blame_the_source_they_came_from(void **state)
+{
+    act_pp_config c = act_pp_config_default();
+    c.stages = 64; /* memra_runtime_params.stages, as memra-run --stages 64 sets it; no door set */
+    dev_err e = {0};
+    int fence[65];
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(act_pp_cuts(&c, 30, 8, NULL, fence, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "memra_runtime_params.stages=64 (memra-run --stages): more stages than the model's 30 "
+                               "layers");
+    assert_null(strstr(e.msg, "MEMRA_PP_STAGES"));
+    c = act_pp_config_default();
+    c.stages = 3, c.n_cuts = 2, c.cuts[0] = 10, c.cuts[1] = 40;
+    e = (dev_err){0};
+    assert_int_equal(act_pp_cuts(&c, 30, 8, NULL, fence, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "memra_runtime_params.cuts: cut 40 is outside (0, 30) for this model");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +370,10 @@ int main(void)
         cmocka_unit_test_setup(test_weight_balanced_cuts_count_the_head_on_the_last_stage, clear_env),
         cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),
         cmocka_unit_test_setup(test_warn_unwired_fires_once_per_path, clear_env),
+        cmocka_unit_test_setup(test_the_door_integer_syntax_is_digits_only_without_sign_space_or_leading_zero, clear_env),
+        cmocka_unit_test_setup(test_backend_doors_refuse_empty_signed_spaced_and_padded_values_naming_the_variable,
+                               clear_env),
+        cmocka_unit_test_setup(test_too_many_stages_blame_the_source_they_came_from, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -530,6 +530,206 @@ static void test_a_synthetic_gguf_vocab_loads_merges_and_round_trips(void **stat
     unlink(path);
 }
 
+/* tok_work spent by one mdl_tokenize of len bytes of base repeated (this thread's counter). */
+static uint64_t work_of(const mdl_tokenizer *t, const char *base, size_t len, int32_t *ids)
+{
+    char *s = malloc(len);
+    assert_non_null(s);
+    size_t bl = strlen(base);
+    for (size_t i = 0; i < len; i++)
+        s[i] = base[i % bl];
+    uint64_t w0 = tok_work;
+    int n = mdl_tokenize(t, s, len, 0, 1, ids, (int)len + 8);
+    uint64_t w = tok_work - w0;
+    free(s);
+    assert_true(n > 0);
+    assert_true(w > 0);
+    return w;
+}
+
+static void test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    add_merge(&v, "t", "h");
+    add_merge(&v, "th", "e");
+    add_merge(&v, "\xC4\xA0", "the");
+    add_merge(&v, "1", "2");
+    static const char *const pres[] = {"default", "gpt2", "smollm", "llama-bpe", "qwen2", "tekken"};
+    const char *text = "the quick brown fox, 12345 times;\n\n  \t<b>bold</b> caf\xC3\xA9 \xFF\xE2\x82 'll end.  ";
+    const size_t len = 128 * 1024;
+    int32_t *ids = malloc((2 * len + 8) * sizeof *ids);
+    for (size_t k = 0; k < sizeof pres / sizeof pres[0]; k++) {
+        dev_err err = {0};
+        mdl_tokenizer *t = tiny_create(&v, pres[k], &err);
+        assert_non_null(t);
+        uint64_t w1 = work_of(t, text, len, ids), w2 = work_of(t, text, 2 * len, ids);
+        if (w2 * 2 > w1 * 5)
+            fail_msg("pre %s: 128 KiB cost %llu steps, 256 KiB %llu (more than 2.5x)", pres[k],
+                     (unsigned long long)w1, (unsigned long long)w2);
+        assert_true(w1 < 64 * len); /* a bounded number of steps per byte */
+        mdl_tokenizer_destroy(t);
+    }
+    free(ids);
+    tiny_free(&v);
+}
+
+static void test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    static char *user[5000];
+    char **tok = malloc((256 + 5000) * sizeof *tok);
+    int32_t *type = malloc((256 + 5000) * sizeof *type);
+    for (int i = 0; i < 256; i++)
+        tok[i] = v.tok[i], type[i] = v.type[i];
+    for (int i = 0; i < 5000; i++) {
+        char s[32];
+        snprintf(s, sizeof s, "<user_token_%d>", i);
+        tok[256 + i] = user[i] = strdup(s);
+        type[256 + i] = MDL_TOKEN_USER_DEFINED;
+    }
+    mdl_vocab_src src;
+    mdl_vocab_src_init(&src);
+    src.model = "gpt2";
+    src.pre = "gpt2";
+    src.n_tokens = 256 + 5000;
+    src.tokens = (const char *const *)tok;
+    src.token_types = type;
+    dev_err err = {0};
+    mdl_tokenizer *t = mdl_tokenizer_create(&src, &err);
+    assert_non_null(t);
+    int32_t ids[16];
+    assert_int_equal(tokenize(t, "<user_token_123>", 0, ids), 1); /* leftmost-longest, not <user_token_1 */
+    assert_int_equal(ids[0], 256 + 123);
+    const size_t len = 16 * 1024;
+    int32_t *out = malloc((2 * len + 8) * sizeof *out);
+    const char *near = "<user_token_<user_token_9x<<";
+    uint64_t w1 = work_of(t, near, len, out), w2 = work_of(t, near, 2 * len, out);
+    if (w2 * 2 > w1 * 5 || w1 > 64 * len)
+        fail_msg("16 KiB cost %llu steps, 32 KiB %llu (want <= 2.5x and < 64 per byte with 5000 special tokens)",
+                 (unsigned long long)w1, (unsigned long long)w2);
+    free(out);
+    mdl_tokenizer_destroy(t);
+    for (int i = 0; i < 5000; i++)
+        free(user[i]);
+    free(tok);
+    free(type);
+    tiny_free(&v);
+}
+
+/* Replace byte b's symbol in a tiny vocab with a token that is no byte symbol. */
+static void drop_byte(tiny *v, int b)
+{
+    char s[32];
+    snprintf(s, sizeof s, "<no_byte_%02X>", b);
+    free(v->tok[b]);
+    v->tok[b] = strdup(s);
+}
+
+static void test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    drop_byte(&v, 0xFF);
+    drop_byte(&v, 0x04);
+    dev_err err = {0};
+    int32_t ids[256];
+    mdl_tokenizer *t = tiny_create(&v, "smollm", &err); /* no merges: U+FFFD is its three byte tokens */
+    assert_non_null(t);
+    assert_int_equal(tokenize(t, "a\xFF" "b", 1, ids), 5);
+    assert_int_equal(ids[0], 'a');
+    assert_int_equal(ids[1], 0xEF);
+    assert_int_equal(ids[2], 0xBF);
+    assert_int_equal(ids[3], 0xBD);
+    assert_int_equal(ids[4], 'b');
+    mdl_tokenizer_destroy(t);
+
+    add_merge(&v, "\xC3\xAF", "\xC2\xBF"); /* the byte-level spelling of EF BF */
+    int fffd = add_merge(&v, "\xC3\xAF\xC2\xBF", "\xC2\xBD");
+    t = tiny_create(&v, "smollm", &err); /* merged: one token per byte that has none */
+    assert_non_null(t);
+    assert_int_equal(tokenize(t, "a\xFF" "b\x04\xFF", 1, ids), 5);
+    assert_int_equal(ids[0], 'a');
+    assert_int_equal(ids[1], fffd);
+    assert_int_equal(ids[2], 'b');
+    assert_int_equal(ids[3], fffd);
+    assert_int_equal(ids[4], fffd);
+    assert_int_equal(tokenize(t, "\xEF\xBF\xBD", 1, ids), 1); /* as the text U+FFFD itself */
+    assert_int_equal(ids[0], fffd);
+    mdl_tokenizer_destroy(t);
+
+    drop_byte(&v, 0xEF); /* no U+FFFD bytes and no unk: refused at create, naming a byte */
+    t = tiny_create(&v, "smollm", &err);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "no byte token for 0x04"));
+    assert_non_null(strstr(err.msg, "U+FFFD"));
+    tiny_free(&v);
+}
+
+static void test_spm_bytes_without_byte_tokens_become_u_fffd(void **state)
+{
+    /* <unk> <s> </s>, U+FFFD's byte tokens and "a": every other byte lacks a <0xXX> token */
+    const char *tok[] = {"<unk>", "<s>", "</s>", "<0xEF>", "<0xBF>", "<0xBD>", "a", "\xE2\x96\x81" "a"};
+    int32_t types[] = {MDL_TOKEN_UNKNOWN, MDL_TOKEN_CONTROL, MDL_TOKEN_CONTROL, MDL_TOKEN_BYTE, MDL_TOKEN_BYTE,
+                       MDL_TOKEN_BYTE, MDL_TOKEN_NORMAL, MDL_TOKEN_NORMAL};
+    float scores[8] = {0};
+    mdl_vocab_src src;
+    mdl_vocab_src_init(&src);
+    src.model = "llama";
+    src.n_tokens = 8;
+    src.tokens = tok;
+    src.token_types = types;
+    src.scores = scores;
+    src.bos = 1, src.eos = 2, src.unk = 0;
+    src.add_space_prefix = 0;
+    dev_err err = {0};
+    mdl_tokenizer *t = mdl_tokenizer_create(&src, &err);
+    assert_non_null(t);
+    int32_t ids[16];
+    assert_int_equal(tokenize(t, "a\xFF" "a", 1, ids), 5);
+    assert_int_equal(ids[0], 6);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 4);
+    assert_int_equal(ids[3], 5);
+    assert_int_equal(ids[4], 6);
+    mdl_tokenizer_destroy(t);
+}
+
+static void test_a_small_cap_stops_tokenizing_past_it_and_bounds_the_work(void **state)
+{
+    tiny v;
+    tiny_init(&v);
+    add_merge(&v, "t", "h");
+    add_merge(&v, "th", "e");
+    add_merge(&v, "\xC4\xA0", "the");
+    dev_err err = {0};
+    mdl_tokenizer *t = tiny_create(&v, "smollm", &err);
+    assert_non_null(t);
+    const size_t len = 256 * 1024;
+    char *s = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        s[i] = "the cat, 42 times; the end\n"[i % 27];
+    int32_t *all = malloc((len + 8) * sizeof *all), part[17];
+    uint64_t w0 = tok_work;
+    int n = mdl_tokenize(t, s, len, 0, 1, all, (int)len + 8);
+    uint64_t w_all = tok_work - w0;
+    assert_true(n > 1000);
+    assert_int_equal(mdl_tokenize(t, s, len, 0, 1, NULL, 0), -n); /* cap 0: the whole count */
+    w0 = tok_work;
+    assert_int_equal(mdl_tokenize(t, s, len, 0, 1, part, 16), -(16 + 1)); /* stopped past cap */
+    uint64_t w_cap = tok_work - w0;
+    assert_memory_equal(part, all, 16 * sizeof *part);
+    /* what remains is one UTF-8 scan of the text: the splitting and merging stopped */
+    if (w_cap > len + 4096 || w_cap * 3 > w_all)
+        fail_msg("cap 16 cost %llu steps, the whole text %llu (256 KiB)", (unsigned long long)w_cap,
+                 (unsigned long long)w_all);
+    free(all);
+    free(s);
+    mdl_tokenizer_destroy(t);
+    tiny_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -544,6 +744,11 @@ int main(void)
         cmocka_unit_test(test_spm_ids_match_the_hf_oracle_and_round_trip),
         cmocka_unit_test(test_a_synthetic_gguf_vocab_loads_merges_and_round_trips),
         cmocka_unit_test(test_pretokenizer_splits_match_hf_for_every_pre_type_and_corpus_case),
+        cmocka_unit_test(test_tokenizing_work_grows_linearly_with_the_text_for_every_pre_type),
+        cmocka_unit_test(test_a_small_cap_stops_tokenizing_past_it_and_bounds_the_work),
+        cmocka_unit_test(test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped),
+        cmocka_unit_test(test_spm_bytes_without_byte_tokens_become_u_fffd),
+        cmocka_unit_test(test_special_token_matching_work_does_not_grow_with_the_number_of_special_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

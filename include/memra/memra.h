@@ -103,8 +103,12 @@ MEMRA_API int memra_model_has_tokenizer(const memra_model *model); /* 1 when tok
 
 /* Tokenize len bytes of text. add_special: BOS/EOS as the model asks. parse_special: control tokens
  * written in the text ("<|im_start|>") become their id. Writes *n_out ids to out. Returns MEMRA_OK;
- * MEMRA_E_FULL when cap is too small (*n_out = the count needed, out unspecified); MEMRA_E_INVAL (NULL
- * model/text/n_out, len < 0, cap < 0, out NULL with cap > 0); MEMRA_E_UNSUPPORTED (no tokenizer). */
+ * MEMRA_E_FULL when the ids do not fit (out unspecified): with cap > 0 tokenizing stops at the first id past
+ * cap and *n_out = cap + 1 (at least that many are needed), so a long text's cost is bounded by cap (byte-level
+ * BPE; SentencePiece merges each run of text between special tokens whole); with cap 0 (a size query) the
+ * whole text is tokenized and *n_out is the exact count.
+ * MEMRA_E_INVAL (NULL model/text/n_out, len < 0, cap < 0, out NULL with cap > 0); MEMRA_E_UNSUPPORTED (no
+ * tokenizer). Cost: linear in len (docs/tokenizer.md). */
 MEMRA_API int memra_tokenize(const memra_model *model, const char *text, int len, int add_special,
                              int parse_special, memra_token *out, int cap, int *n_out);
 /* The bytes of one token into buf (not NUL-terminated), *n_out bytes. special: render control tokens.

@@ -10,8 +10,9 @@ int bench_decode(int argc, char **argv);      /* single-stage prefill/decode tok
 int bench_hop(int argc, char **argv);         /* one boundary hop per transport and slot count (transport/) */
 int bench_pp_scaling(int argc, char **argv);  /* PP-1 vs PP-N with S sequences in flight (actors/pp) */
 int bench_prime(int argc, char **argv);       /* chunked prefill: unsplit vs PP-N chunk pipeline */
-int bench_sample(int argc, char **argv);
-int bench_serve(int argc, char **argv);       /* S requests through the serving scheduler vs one alone (api/) */      /* host time to pick one token (model/sampler) */
+int bench_sample(int argc, char **argv);      /* host time to pick one token (model/sampler) */
+int bench_serve(int argc, char **argv);       /* S requests through the serving scheduler vs one alone (api/) */
+int bench_tokenize(int argc, char **argv);    /* host time to tokenize long texts (model/tok_*) */
 int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
 /* gpu-kernels --attention (bench_gpu_att.c): krn_cuda_attention_ws_async on the 8B shape per cache type, B and
  * context, on CUDA device dev, iters timed calls per row, "% HBM" against hbm GB/s, pdl = 1 launches with PDL.

@@ -16,6 +16,7 @@ static const struct {
     {"prime", bench_prime, "chunked prefill of a long prompt: unsplit walk vs PP-N chunk pipeline"},
     {"sample", bench_sample, "host time to pick a token from a vocabulary of logits (argmax, sampler)"},
     {"serve", bench_serve, "tokens/s of S requests through the serving scheduler against one alone, and the ratio"},
+    {"tokenize", bench_tokenize, "host time to tokenize long texts (a model's vocab; many user-defined tokens)"},
     {"gpu-kernels", bench_gpu_kernels, "CUDA GEMV bandwidth per weight type on an 8B-shaped layer (--attention: the attention kernel)"},
 };
 

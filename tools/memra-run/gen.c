@@ -21,6 +21,21 @@ typedef struct sink {
     gen_stats *st;  /* first_s is set at the first token */
 } sink;
 
+/* Print outs[req]'s complete lines not yet printed, each prefixed with the prompt's number; with all, the
+ * last partial line too (ended with a newline). */
+static void print_lines(gen_out *o, int req, int all)
+{
+    while (o->printed < o->len) {
+        const char *from = o->text + o->printed, *nl = memchr(from, '\n', o->len - o->printed);
+        if (!nl && !all)
+            break;
+        size_t n = nl ? (size_t)(nl - from) + 1 : o->len - o->printed;
+        printf("[%d] %.*s%s", req + 1, (int)n, from, nl ? "" : "\n");
+        o->printed += n;
+    }
+    fflush(stdout);
+}
+
 static void put(sink *k, int req, const char *piece, int n)
 {
     if (k->st->first_s == 0.0)
@@ -43,6 +58,8 @@ static void put(sink *k, int req, const char *piece, int n)
     memcpy(o->text + o->len, piece, (size_t)n);
     o->len += (size_t)n;
     o->text[o->len] = '\0';
+    if (memchr(piece, '\n', (size_t)n))
+        print_lines(o, req, 0);
 }
 
 static int on_token(void *user, int request, memra_token token, const char *piece, int n_piece)
@@ -148,10 +165,14 @@ int gen_run(memra_runtime *rt, const memra_model *m, memra_token **prompts, cons
         r = memra_generate(rt, reqs, n, chunk, on_token, &k);
         for (int i = 0; i < n; i++) {
             st->gen_tokens += reqs[i].n_out;
+            if (!st->failed && reqs[i].status != MEMRA_OK && (r == MEMRA_OK || r == reqs[i].status))
+                st->failed = i + 1;
             if (r == MEMRA_OK && reqs[i].status != MEMRA_OK)
                 r = reqs[i].status;
         }
     }
+    for (int i = 0; !stream && i < n; i++)
+        print_lines(&outs[i], i, 1);
     st->seconds = now_s() - t0;
     return r;
 }

@@ -6,8 +6,9 @@
  * 2 bad usage. Built on the public C API (memra/memra.h) only:
  * --stages/--devices (or the MEMRA_PP_* doors, which override them) split the model into stage actors;
  * several -p prompts run as several sequences in flight; --spec K decodes speculatively.
- * State: all local to main (one submitting thread). */
+ * State: local to main (one submitting thread), except the signal flag below. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ static void usage(FILE *f)
             "usage: memra-run -m MODEL.gguf -p PROMPT [options]\n"
             "  -m, --model PATH        GGUF model (llama, qwen2 architectures)\n"
             "  -p, --prompt TEXT       prompt text; give -p up to 16 times to run the prompts as sequences in\n"
-            "                          flight at once (each completion printed after the run)\n"
+            "                          flight at once (their lines printed as they complete, prefixed [i])\n"
             "  -n, --n-predict N       tokens to generate (default 128; stops early at end of generation)\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 = off (default 40)\n"
@@ -55,11 +56,14 @@ static void usage(FILE *f)
             "      --act-type T        matmul input rows: f32, f16 or bf16 (default: MEMRA_ACT_TYPE, else f32)\n"
             "  -c, --ctx-size N        context length (default 2048, at most the model's)\n"
             "  -h, --help              this text\n"
-            "stdout: each prompt, then its generated text; progress and statistics go to stderr (prompt and\n"
-            "generation tok/s apart). Backend: MEMRA_BACKEND=cpu|cuda. Doors are MEMRA_* environment variables\n"
-            "that switch a feature on (docs/doors.md); they override the options. A door \"shut\" (unset, or\n"
-            "MEMRA_PP_STAGES=0 or 1) keeps the plain path: one stage, no pipeline. Pipeline doors:\n"
-            "MEMRA_PP_STAGES, MEMRA_PP_SPLITS, MEMRA_PP_DEVICES, ...\n");
+            "stdout: one prompt, then its generated text as it comes; with several prompts, each completed line\n"
+            "prefixed \"[i] \" (i = the prompt's number), each request's last partial line when the run ends.\n"
+            "SIGINT/SIGTERM stops the run cleanly between steps, prints what was generated so far and exits 130\n"
+            "(SIGINT) or 143 (SIGTERM); a second signal ends it at once. Progress and statistics go to stderr\n"
+            "(prompt and generation tok/s apart). Backend: MEMRA_BACKEND=cpu|cuda.\n"
+            "Doors are MEMRA_* environment variables that switch a feature on (docs/doors.md); they override the\n"
+            "options. A door \"shut\" (unset, or MEMRA_PP_STAGES=0 or 1) keeps the plain path: one stage, no pipeline.\n"
+            "Pipeline doors: MEMRA_PP_STAGES, MEMRA_PP_SPLITS, MEMRA_PP_DEVICES, ...\n");
 }
 
 /* A usage error: one line saying what was wrong, then where the full text is. Returns 2 (the exit code). */
@@ -67,6 +71,30 @@ static int usage_error(const char *what)
 {
     fprintf(stderr, "memra-run: %s (see memra-run --help)\n", what);
     return 2;
+}
+
+/* The first SIGINT/SIGTERM sets it (the handler only stores: async-signal-safe); the runtime's abort
+ * callback reads it between steps, so the run stops cleanly and what it generated is printed. The handler
+ * resets itself (SA_RESETHAND): a second signal ends the process the default way. */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+static int stop_requested(void *user)
+{
+    (void)user;
+    return g_signal != 0;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* flag's value val is wrong (val NULL: the command line ended before it); allowed says what is allowed. */
@@ -271,6 +299,7 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
 
+    catch_signals();
     memra_model *m = NULL;
     memra_runtime *rt = NULL;
     memra_token *prompts[RUN_MAX_PROMPTS] = {0};
@@ -278,6 +307,7 @@ int main(int argc, char **argv)
     gen_out outs[RUN_MAX_PROMPTS];
     memset(outs, 0, sizeof outs);
     const char *why = NULL;
+    char why_buf[640];
     rc = 1;
     if (!(m = memra_model_load(o.model, NULL))) {
         why = memra_last_error();
@@ -301,6 +331,7 @@ int main(int argc, char **argv)
     rp.max_rows = o.chunk > o.spec + 1 ? o.chunk : o.spec + 1;
     rp.progress = progress_bar;
     rp.progress_user = &tty;
+    rp.abort_cb = stop_requested;
     if (o.n_prompts > 1)
         rp.overlap = 1; /* several sequences in flight: rotate the boundary slots (MEMRA_PP_OVERLAP wins) */
     if (!(rt = memra_runtime_create(m, &rp))) {
@@ -333,23 +364,31 @@ int main(int argc, char **argv)
     sp.min_p = o.min_p;
     sp.repeat_penalty = o.repeat_penalty;
     sp.seed = o.seed;
-    gen_stats st;
+    gen_stats st = {0};
+    int gr = MEMRA_OK;
     if (o.n_prompts == 1) { /* the prompt, then the streamed text (an answer starts on its own line) */
         fputs(o.prompt[0], stdout);
         fputs(o.chat ? "\n" : "", stdout);
         fflush(stdout);
     }
-    if (o.n_predict > 0 && gen_run(rt, m, prompts, n_prompt, o.n_prompts, o.n_predict, o.chunk, &sp, o.spec,
-                                   o.n_prompts == 1, outs, &st) != MEMRA_OK) {
-        why = memra_runtime_last_error(rt);
-        goto out;
-    }
+    if (o.n_predict > 0 && !g_signal)
+        gr = gen_run(rt, m, prompts, n_prompt, o.n_prompts, o.n_predict, o.chunk, &sp, o.spec, o.n_prompts == 1, outs,
+                     &st);
     if (o.n_prompts == 1)
         fputc('\n', stdout);
-    else
-        for (int i = 0; i < o.n_prompts; i++)
-            printf("%s%s%s%s\n", i ? "\n" : "", o.prompt[i], o.chat ? "\n" : "", outs[i].text ? outs[i].text : "");
     fflush(stdout);
+    if (g_signal) { /* the text so far is out; say why it stops there */
+        fprintf(stderr, "memra-run: interrupted by %s after %d generated tokens\n",
+                g_signal == SIGINT ? "SIGINT" : "SIGTERM", st.gen_tokens);
+        rc = 128 + g_signal;
+        goto out_quiet;
+    }
+    if (gr != MEMRA_OK) { /* name the prompt whose request failed, when one did */
+        why = memra_runtime_last_error(rt);
+        if (st.failed && snprintf(why_buf, sizeof why_buf, "prompt %d: %s", st.failed, why) > 0)
+            why = why_buf;
+        goto out;
+    }
     if (o.n_predict > 0) {
         fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): %d prompt + %d generated tokens in %.2f s\n",
                 memra_runtime_n_stages(rt), o.n_prompts, st.prompt_tokens, st.gen_tokens, st.seconds);
