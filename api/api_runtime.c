@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/doors.h"
 #include "api/api_internal.h"
 #include "kernels/krn.h"
 #include "model/llama.h"
@@ -86,11 +87,10 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
             r = dev_err_set(err, MEMRA_E_INVAL, "MEMRA_DEVICE_FEED=\"%s\": allowed 0 (no fed greedy steps) or 1 (fed "
                             "on the device; unset: memra_runtime_params.device_feed, AUTO = on with CUDA)", f);
     }
-    const char *m = getenv("MEMRA_PP_MICRO_BATCHES"); /* micro_batches' door: digits only, 1..n_seq */
+    const char *m = getenv("MEMRA_PP_MICRO_BATCHES"); /* micro_batches' door: the doors' integer syntax, 1..n_seq */
+    long v = 0;
     if (r == 0 && m) {
-        char *end = NULL;
-        long v = m[0] >= '1' && m[0] <= '9' && strlen(m) <= 6 ? strtol(m, &end, 10) : 0;
-        if (!end || *end || v < 1 || v > p->n_seq)
+        if (act_door_parse_int(m, strlen(m), 1, p->n_seq, &v) != 0)
             r = dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_MICRO_BATCHES=\"%s\": allowed 1..n_seq = %d (micro-batches "
                             "the scheduler keeps in flight; unset: memra_runtime_params.micro_batches, 0 = the stages)",
                             m, p->n_seq);

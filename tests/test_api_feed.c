@@ -2,8 +2,8 @@
  * one before it, submitted before that one is waited) gives the tokens of memra_seq_decode_greedy on 1 and 2
  * stages with two sequences in flight; memra_generate with device feed gives the outputs it gives without,
  * for greedy and sampled requests, n_predict 1, 2 and longer, and a callback that stops a request while its
- * next step is already in flight, and leaves its lanes clean for the next call; with more requests in flight
- * than stages it feeds nothing (those lanes keep the stages busy anyway); the misuses are refused by name
+ * next step is already in flight (the scheduler feeds a micro-batch of greedy requests once nobody waits to
+ * join), and leaves its slots clean for the next call; the misuses are refused by name
  * with MEMRA_E_STATE / MEMRA_E_INVAL. CPU backend, every leg. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,7 +114,7 @@ static int stop_request0(void *user, int req, memra_token t, const char *piece, 
 }
 
 /* Requests: greedy with n_predict GEN, 1 and 2, one sampled; request 0 stopped by the callback after 5
- * tokens (its fed step already in flight). Run twice on the runtime: the lanes come back clean. */
+ * tokens (its fed step already in flight). Run twice on the runtime: the slots come back clean. */
 static void run_requests(memra_runtime *rt, memra_token out[4][GEN], int n_out[4])
 {
     memra_token prompts[4][7];

@@ -9,6 +9,7 @@
  *           memra_seq_decode_greedy(seq, tok, &pending) + memra_pending_wait_token(pending, &next)
  *                                                 greedy decode, the token picked on the device
  *        memra_decode_batch / memra_generate      several sequences at once (every stage kept busy)
+ *        memra_server_create(rt)          requests submitted from any thread while others run
  *
  * Errors: every fallible call returns an int status (MEMRA_OK = 0, MEMRA_E_* < 0, memra/status.h) or, for
  * constructors, NULL. The message of a failure is kept (1) on the calling thread (memra_last_error()) and
@@ -200,8 +201,8 @@ typedef struct memra_runtime_params {
     void *abort_user;
     /* 0.2.0: the fields below were appended after abort_user, so 0.1.0's fields keep their offsets */
     memra_kv_type kv_type;   /* KV cache elements (default MEMRA_KV_DEFAULT) */
-    memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); memra_generate
-                              * uses it for greedy requests when on */
+    memra_feed_mode device_feed; /* memra_seq_decode_greedy_next (default MEMRA_FEED_AUTO); the serving scheduler
+                              * (memra_generate, memra_server) feeds micro-batches of greedy requests when on */
     memra_kv_type act_type;  /* matmul input rows (default MEMRA_KV_DEFAULT: the MEMRA_ACT_TYPE door when
                               * apply_env, else F32) */
     /* appended after act_type, so earlier fields keep their offsets */
@@ -407,17 +408,21 @@ typedef struct memra_request {
     int status;                    /* OUT: MEMRA_OK or this request's error */
 } memra_request;
 
-/* Run n requests to completion, keeping min(n, free slots) of them in flight at once (one step each in
- * the pipeline, so every stage is busy); a request waiting for a slot starts when one frees. Prompts are
- * primed in chunks of `chunk` (0 = max_rows). A request whose sampling is greedy with nothing to penalize
- * (temperature <= 0, and repeat_penalty 1, freq_penalty 0, presence_penalty 0 or else repeat_last_n 0) takes its
- * first token from the prompt's logits and decodes the rest with memra_seq_decode_greedy: the same tokens,
- * without reading logits back; a row with no logit above -inf ends it with status MEMRA_E_INVAL, as the
- * sampler would. on_token may be NULL. Returns MEMRA_OK when every request
- * ended (each request's own status says how), MEMRA_E_INVAL (NULL rt/reqs, n < 1, a bad prompt or sampler:
- * that request's status says which, nothing ran), MEMRA_E_FULL (no slot free at all), MEMRA_E_ABORTED
- * (the abort callback: requests stop where they are), or the first stage error. Every slot it opened is
- * closed on return. Thread-safe against other calls on rt (it shares the pipeline with them). */
+/* Run n requests to completion through the serving scheduler, on the calling thread: a free sequence slot admits
+ * the next request into one of the runtime's micro-batches (memra_runtime_params.micro_batches), each micro-batch
+ * keeps one step in flight holding one row per decoding request plus prompt rows of joining requests (chunk: the
+ * most prompt rows of one request in a step, 0 = the step's budget of max_rows), and a request waiting for a slot
+ * joins when one frees. A step whose output rows all belong to requests whose sampling is greedy with nothing to
+ * penalize (temperature <= 0, and repeat_penalty 1, freq_penalty 0, presence_penalty 0 or else repeat_last_n 0)
+ * picks their tokens on the device; otherwise each request's sampler picks from its row of logits. The tokens are
+ * those of each request's own sampler; a row with no logit above -inf ends that request with status
+ * MEMRA_E_INVAL, as the sampler would. on_token may be NULL; it runs on this thread. Returns MEMRA_OK when every
+ * request ended (each request's own status says how: MEMRA_OK, MEMRA_E_FULL when its context filled or its
+ * prompt does not fit, MEMRA_E_INVAL, or a step's error), MEMRA_E_INVAL (NULL rt/reqs, n < 1, chunk outside
+ * 0..max_rows, a bad prompt or sampler: that request's status says which, nothing ran), MEMRA_E_FULL (no slot
+ * free at all), MEMRA_E_ABORTED (the abort callback, checked between steps: requests stop where they are), or
+ * the first step error (the other requests still ran to their ends). Every slot it opened is closed on return.
+ * Thread-safe against other calls on rt (it shares the pipeline with them). */
 MEMRA_API int memra_generate(memra_runtime *rt, memra_request *reqs, int n, int chunk, memra_token_fn on_token,
                              void *user);
 
