@@ -18,7 +18,7 @@
 #include "support/api_tiny.h"
 
 #define NV API_TINY_NV
-#define NREQ 64
+#define NREQ 256
 #define GEN 10
 
 static memra_runtime *make_rt(int stages, int n_seq, int max_rows)
@@ -81,22 +81,23 @@ static void assert_same_outputs(const req_set *got, const req_set *ref, int n, c
 static void test_64_requests_through_the_scheduler_equal_each_run_alone_on_1_2_and_4_stages(void **state)
 {
     (void)state;
+    enum { N64 = 64 };
     static req_set ref, got;
-    make_requests(&ref, NREQ);
-    run_alone(&ref, NREQ);
+    make_requests(&ref, N64);
+    run_alone(&ref, N64);
     static const int stages[] = {1, 2, 4};
     for (int k = 0; k < 3; k++) {
         /* 16 slots for 64 requests: requests wait for slots, join as others end, share steps with prompts */
         memra_runtime *rt = make_rt(stages[k], 16, 24);
-        make_requests(&got, NREQ);
-        assert_int_equal(memra_generate(rt, got.r, NREQ, 0, NULL, NULL), MEMRA_OK);
+        make_requests(&got, N64);
+        assert_int_equal(memra_generate(rt, got.r, N64, 0, NULL, NULL), MEMRA_OK);
         char what[64];
         snprintf(what, sizeof what, "generate, %d stages", stages[k]);
-        assert_same_outputs(&got, &ref, NREQ, what);
+        assert_same_outputs(&got, &ref, N64, what);
         memra_counters c;
         assert_int_equal(memra_runtime_counters(rt, &c), MEMRA_OK);
         uint64_t rows = 0;
-        for (int i = 0; i < NREQ; i++)
+        for (int i = 0; i < N64; i++)
             rows += (uint64_t)got.r[i].n_prompt + (uint64_t)got.r[i].n_out - 1;
         assert_int_equal(c.tokens_primed + c.tokens_decoded, rows); /* every row once: none lost, none again */
         assert_true(c.steps_done < rows / 4); /* packed: far fewer steps than rows */
@@ -104,6 +105,22 @@ static void test_64_requests_through_the_scheduler_equal_each_run_alone_on_1_2_a
             assert_int_equal(c.split_steps, c.steps_done); /* every step walked the stages */
         memra_runtime_free(rt);
     }
+}
+
+static void test_256_slots_hold_256_requests_at_once_each_equal_to_alone(void **state)
+{
+    (void)state;
+    static req_set ref, got;
+    make_requests(&ref, NREQ);
+    run_alone(&ref, NREQ);
+    memra_runtime *rt = make_rt(2, NREQ, 512); /* every request admitted at once: steps of up to 512 rows */
+    make_requests(&got, NREQ);
+    assert_int_equal(memra_generate(rt, got.r, NREQ, 0, NULL, NULL), MEMRA_OK);
+    assert_same_outputs(&got, &ref, NREQ, "256 slots");
+    memra_counters c;
+    assert_int_equal(memra_runtime_counters(rt, &c), MEMRA_OK);
+    assert_true(c.steps_done <= 2 * GEN + 8); /* all 256 in flight together: about GEN steps per micro-batch */
+    memra_runtime_free(rt);
 }
 
 /* ---- the server: staggered arrivals, a cancel, a long prompt ---- */
@@ -346,6 +363,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_64_requests_through_the_scheduler_equal_each_run_alone_on_1_2_and_4_stages),
+        cmocka_unit_test(test_256_slots_hold_256_requests_at_once_each_equal_to_alone),
         cmocka_unit_test(test_requests_arriving_while_others_decode_one_cancelled_one_long_all_end_once),
         cmocka_unit_test(test_freeing_a_busy_server_ends_every_request_and_frees_every_slot),
         cmocka_unit_test(test_bad_requests_ids_and_settings_are_refused_by_name),
