@@ -397,3 +397,12 @@ void dev_set_op_hook(dev_platform *p, dev_op_hook hook, void *ctx)
     if (p->be->set_op_hook)
         p->be->set_op_hook(p, hook, ctx);
 }
+
+int dev_device_mem_info(dev_device *d, size_t *free_b, size_t *total_b, dev_err *err)
+{
+    *free_b = *total_b = 0;
+    if (!d->plat->be->mem_info)
+        return dev_err_set(err, MEMRA_E_UNSUPPORTED, "dev_device_mem_info: the %s backend does not report memory",
+                           d->plat->be->name);
+    return d->plat->be->mem_info(d, free_b, total_b, err);
+}

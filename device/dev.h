@@ -81,6 +81,12 @@ void dev_host_free(dev_platform *p, void *ptr);
  * read at device-side positions) to the CPU backend's checker. Cost: one registry look-up (a lock). */
 size_t dev_alloc_extent(dev_platform *p, const void *ptr);
 
+/* Bytes d can allocate now (*free_b) and its total memory (*total_b): cudaMemGetInfo on CUDA; on the CPU
+ * backend the host's available memory (MemAvailable) and its physical memory, shared by every emulated
+ * device. Returns 0, or MEMRA_E_UNSUPPORTED / MEMRA_E_DEVICE (err says why; *free_b = *total_b = 0). A snapshot:
+ * another allocator may take the bytes before the caller does. */
+int dev_device_mem_info(dev_device *d, size_t *free_b, size_t *total_b, dev_err *err);
+
 /* Host-synchronous copy into device memory (weight upload at load time). */
 int dev_copy_h2d_sync(dev_device *d, void *dst, const void *src_host, size_t bytes, dev_err *err);
 

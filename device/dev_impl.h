@@ -17,6 +17,8 @@ typedef struct dev_backend {
     int (*peer_grant)(dev_device *accessor, dev_device *owner, dev_err *err);
     void *(*malloc)(dev_device *d, size_t bytes, dev_err *err);
     void (*free)(dev_device *d, void *p);
+    /* bytes free for allocations on d now, and its total; may be NULL: unknown */
+    int (*mem_info)(dev_device *d, size_t *free_b, size_t *total_b, dev_err *err);
     void *(*host_alloc)(dev_platform *p, size_t bytes, dev_err *err);
     void (*host_free)(dev_platform *p, void *ptr);
     int (*copy_h2d_sync)(dev_device *d, void *dst, const void *src, size_t bytes, dev_err *err);

@@ -24,6 +24,43 @@ int mdl_kv_type_from_env(int *type, dev_err *err) { return elem_type_door("MEMRA
 
 int mdl_act_type_from_env(int *type, dev_err *err) { return elem_type_door("MEMRA_ACT_TYPE", type, err); }
 
+/* The cache's bytes on each device against what the device has free, checked before anything is allocated, so a
+ * cache that does not fit is refused naming the bytes wanted and free rather than by an allocation half-way.
+ * The CPU backend's emulated devices share the host's memory: their sum is checked against it. A device that
+ * does not report its memory is not checked (its allocation still fails with the bytes). */
+static int kv_fits(const mdl_model *m, dev_device *const *layer_dev, size_t layer_bytes, int n_seq, int n_ctx,
+                   int type, dev_err *err)
+{
+    const int n_layer = m->hp.n_layer;
+    for (int il = 0; il < n_layer; il++) {
+        dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
+        if (!d)
+            continue;
+        const int host = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CPU;
+        int first = 1, layers = 0; /* count d's layers once, at d's first layer (host: every CPU device's) */
+        for (int j = 0; j < n_layer; j++) {
+            dev_device *e = layer_dev ? layer_dev[j] : m->layers[j].dev;
+            const int same = e == d || (host && e && dev_platform_kind(dev_device_platform(e)) == DEV_KIND_CPU);
+            if (same && j < il)
+                first = 0;
+            layers += same;
+        }
+        if (!first)
+            continue;
+        size_t free_b = 0, total_b = 0;
+        dev_err probe = {0};
+        if (dev_device_mem_info(d, &free_b, &total_b, &probe) != 0)
+            continue;
+        const double want = 2.0 * (double)layer_bytes * (double)layers;
+        if (want > (double)free_b)
+            return dev_err_set(err, MEMRA_E_NOMEM, "KV cache: %.0f bytes wanted on %s (%d layers x K and V x %d seq x "
+                               "%d ctx x %d x %zu B), %zu free of %zu: lower n_seq or n_ctx, or use a 16-bit kv_type",
+                               want, host ? "the host (every CPU device)" : dev_device_name(d), layers, n_seq, n_ctx,
+                               m->hp.n_head_kv * m->hp.head_dim, krn_kv_elem_bytes(type), free_b, total_b);
+    }
+    return 0;
+}
+
 mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
                       dev_err *err)
 {
@@ -44,6 +81,8 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
     const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * krn_kv_elem_bytes(type);
+    if (kv_fits(m, layer_dev, bytes, n_seq, n_ctx, type, err) != 0)
+        goto fail;
     for (int il = 0; il < hp->n_layer; il++) {
         dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
         kv->layer[il].dev = d;

@@ -611,6 +611,38 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
 static void post_sem(void *sem) { sem_post(sem); }
 static void wait_sem(void *sem) { sem_wait(sem); }
 
+/* A KV cache that cannot fit in the free memory is refused before any allocation, naming the bytes. */
+static void test_a_kv_cache_larger_than_the_free_memory_is_refused_naming_bytes_wanted_and_free(void **state)
+{
+    (void)state;
+    tiny tm;
+    make_tiny(&tm, "llama", KRN_Q8_0, 0, 29);
+    dev_err err = { 0 };
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 2, &err);
+    mdl_model *m = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err);
+    assert_non_null(m);
+    size_t free_b = 0, total_b = 0;
+    assert_int_equal(dev_device_mem_info(dev_platform_device(p, 0), &free_b, &total_b, &err), 0);
+    assert_true(free_b > 0 && total_b >= free_b);
+    /* n_seq x n_ctx sized to want about twice the host's total: refused before any allocation */
+    const mdl_hparams *hp = mdl_model_hparams(m);
+    const double per = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * 4.0; /* f32 K and V, per position */
+    const int n_seq = 4096, n_ctx = (int)(2.0 * (double)total_b / per / n_seq) + 1;
+    dev_device *ld[64];
+    for (int il = 0; il < hp->n_layer; il++)
+        ld[il] = dev_platform_device(p, il % 2); /* two emulated devices: one host's memory */
+    assert_null(mdl_kv_create(m, ld, n_seq, n_ctx, KRN_F32, &err));
+    assert_int_equal(err.code, MEMRA_E_NOMEM);
+    if (!strstr(err.msg, "bytes wanted on the host") || !strstr(err.msg, "free of"))
+        fail_msg("the refusal does not name the bytes: %s", err.msg);
+    mdl_kv *kv = mdl_kv_create(m, ld, 2, 64, KRN_F32, &err); /* a small one fits */
+    assert_non_null(kv);
+    mdl_kv_destroy(kv);
+    mdl_model_free(m);
+    dev_platform_close(p);
+    unlink(tm.path);
+}
+
 /* A scratch reserves attention's workspace once (CPU: the forward ignores it; the bits do not change). */
 static void test_scratch_reserves_the_attention_workspace_once(void **state)
 {
@@ -717,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
         cmocka_unit_test(test_a_stage_that_skips_its_event_wait_is_reported_as_a_race),
         cmocka_unit_test(test_scratch_reserves_the_attention_workspace_once),
+        cmocka_unit_test(test_a_kv_cache_larger_than_the_free_memory_is_refused_naming_bytes_wanted_and_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #ifdef MEMRA_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -242,12 +243,35 @@ static size_t cpu_alloc_extent(dev_platform *bp, const void *ptr)
     return n;
 }
 
+/* The host's available memory (/proc/meminfo's MemAvailable: free plus reclaimable cache), else free pages. */
+static int cpu_mem_info(dev_device *d, size_t *free_b, size_t *total_b, dev_err *err)
+{
+    (void)d;
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return dev_err_set(err, MEMRA_E_UNSUPPORTED, "cpu: the host's memory size is unknown (sysconf)");
+    *total_b = (size_t)pages * (size_t)page;
+    *free_b = avail > 0 ? (size_t)avail * (size_t)page : 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            *free_b = (size_t)kb * 1024u;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return 0;
+}
+
 static const dev_backend cpu_backend = {
     .name = "cpu",
     .platform_close = cpu_platform_close,
     .peer_grant = cpu_peer_grant,
     .malloc = cpu_malloc,
     .free = cpu_free,
+    .mem_info = cpu_mem_info,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .copy_h2d_sync = cpu_copy_h2d_sync,

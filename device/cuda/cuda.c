@@ -464,12 +464,23 @@ static void cu_graph_destroy(dev_graph *bg)
 
 static void cu_platform_close(dev_platform *p) { free(p); }
 
+static int cu_mem_info(dev_device *d, size_t *free_b, size_t *total_b, dev_err *err)
+{
+    int prev;
+    if (push_device(d, &prev, err))
+        return err->code;
+    cudaError_t rc = cudaMemGetInfo(free_b, total_b);
+    pop_device(prev);
+    return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaMemGetInfo on %s", d->name);
+}
+
 static const dev_backend cuda_backend = {
     .name = "cuda",
     .platform_close = cu_platform_close,
     .peer_grant = cu_peer_grant,
     .malloc = cu_malloc,
     .free = cu_free,
+    .mem_info = cu_mem_info,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
     .copy_h2d_sync = cu_copy_h2d_sync,
