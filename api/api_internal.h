@@ -37,6 +37,7 @@ struct memra_model {
     char *path;               /* the GGUF path (the runtime loads the weights from it) */
     char arch[32];
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ctx_train;
+    int head_dim;             /* <arch>.attention.key_length (default n_embd / n_head) */
     mdl_tokenizer *tok;       /* NULL when the file has no tokenizer.* keys */
     mdl_chat *chat;           /* NULL when there is no template or its format is unknown */
     api_errbox err;

@@ -7,6 +7,7 @@
 
 #include "api/api_internal.h"
 #include "model/gguf.h"
+#include "model/llama.h"
 #include "model/vocab_gguf.h"
 
 memra_model_params memra_model_default_params(void)
@@ -35,9 +36,12 @@ static int read_hparams(memra_model *m, const mdl_gguf *g, dev_err *err)
 {
     const char *s;
     size_t len;
-    int r = mdl_gguf_get_str(g, "general.architecture", &s, &len, err);
-    if (r)
+    mdl_hparams hp; /* the loader's checks (every size and product bounded), so a model loads here only if the
+                     * runtime can load it */
+    int r = mdl_hparams_read(g, &hp, err);
+    if (r || (r = mdl_gguf_get_str(g, "general.architecture", &s, &len, err)))
         return r;
+    m->head_dim = hp.head_dim;
     if (len >= sizeof m->arch)
         len = sizeof m->arch - 1;
     memcpy(m->arch, s, len);

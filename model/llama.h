@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "device/dev.h"
 #include "kernels/krn.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 
 typedef struct mdl_model mdl_model;
@@ -37,6 +38,20 @@ typedef struct mdl_hparams {
     int has_qkv_bias;     /* qwen2: attn_q/k/v biases */
     int tied_embeddings;  /* 1 when output.weight is absent and lm_head reuses token_embd */
 } mdl_hparams;
+
+/* Bounds on the header's sizes, so every product of them (q_dim = n_head x head_dim, a matrix's elements, a
+ * scratch of max_rows rows) is computed without overflow: each dimension and each row width (n_embd, n_ff,
+ * head_dim, q_dim, kv_dim, head counts) is at most MDL_DIM_MAX (the widest real models use 2^16), n_layer
+ * at most MDL_LAYER_MAX. A header beyond them is refused with the key's name. */
+#define MDL_DIM_MAX (1 << 20)
+#define MDL_LAYER_MAX 65536
+
+/* Read and check the hparams of an open GGUF (everything but n_vocab and tied_embeddings, which come from
+ * the tensors): every key in range, every product within the bounds above. 0, or MEMRA_E_FORMAT naming the
+ * key(s) and the value(s), MEMRA_E_UNSUPPORTED for an architecture or rope scaling memra lacks. */
+int mdl_hparams_read(const mdl_gguf *g, mdl_hparams *hp, dev_err *err);
+/* "llama", "qwen2" for an mdl_arch; NULL otherwise. */
+const char *mdl_arch_name(int arch);
 
 typedef struct mdl_load_params {
     dev_platform *platform;        /* where devices live (required) */

@@ -1,0 +1,187 @@
+/* Hostile model files and runtime sizes: each case is a tiny GGUF the test writes (gguf_tiny with one or
+ * two header values changed), and each must be refused with a message naming the key, field or file, or
+ * handled as documented (docs/reliability.md, "Model files"): hyper-parameter products bounded in 64
+ * bits, n_ctx whose cache does not fit, a file changed or truncated under a loaded model, inconsistent
+ * tokenizer metadata. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "device/dev.h"
+#include "kernels/krn.h"
+#include "memra/memra.h"
+#include "model/gguf.h"
+#include "model/gguf_synth.h"
+#include "model/gguf_write.h"
+#include "model/llama.h"
+#include "model/vocab_gguf.h"
+#include "support/gguf_tiny.h"
+
+static char tmp[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    dev_err err = {0};
+    return gguf_tiny_temp_path(tmp, sizeof tmp, "hardening", &err);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(tmp);
+    return 0;
+}
+
+/* One header change: key set to a u32 (added when the synthetic model has no such key). */
+typedef struct hkey {
+    const char *key;
+    uint32_t v;
+} hkey;
+
+/* Offset of the value of u32 key `key` in an encoded GGUF (u64 length, the key, u32 type 4, then the value),
+ * or 0 when the buffer has no such key. */
+static size_t u32_value_at(const uint8_t *buf, size_t n, const char *key)
+{
+    const size_t kl = strlen(key);
+    for (size_t i = 0; i + 8 + kl + 8 <= n; i++) {
+        uint64_t len;
+        uint32_t type;
+        memcpy(&len, buf + i, 8);
+        if (len != kl || memcmp(buf + i + 8, key, kl) != 0)
+            continue;
+        memcpy(&type, buf + i + 8 + kl, 4);
+        if (type == MDL_GGUF_U32)
+            return i + 8 + kl + 4;
+    }
+    return 0;
+}
+
+/* Write gguf_tiny's model of params p to path with the n changes applied. */
+static void write_hostile(const char *path, const gguf_tiny_params *p, const hkey *keys, int n)
+{
+    dev_err err = {0};
+    gguf_tiny_params d;
+    if (!p) {
+        gguf_tiny_defaults(&d);
+        p = &d;
+    }
+    mdl_gguf_writer *w = mdl_gguf_writer_create(&err);
+    assert_non_null(w);
+    assert_int_equal(mdl_gguf_synth_fill(w, p, &err), 0);
+    void *probe;
+    size_t pn;
+    assert_int_equal(mdl_gguf_writer_to_mem(w, &probe, &pn, &err), 0);
+    for (int i = 0; i < n; i++)
+        if (!u32_value_at(probe, pn, keys[i].key))
+            assert_int_equal(mdl_gguf_writer_u32(w, keys[i].key, keys[i].v), 0);
+    free(probe);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(mdl_gguf_writer_to_mem(w, (void **)&buf, &len, &err), 0);
+    mdl_gguf_writer_destroy(w);
+    for (int i = 0; i < n; i++) {
+        const size_t at = u32_value_at(buf, len, keys[i].key);
+        assert_true(at > 0);
+        memcpy(buf + at, &keys[i].v, 4);
+    }
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(buf);
+}
+
+/* mdl_model_load of path on a one-device CPU platform; NULL + err on failure. */
+static mdl_model *load_cpu(const char *path, dev_platform **plat, dev_err *err)
+{
+    *plat = dev_platform_open(DEV_KIND_CPU, 1, err);
+    assert_non_null(*plat);
+    mdl_load_params lp = {.platform = *plat};
+    return mdl_model_load(path, &lp, err);
+}
+
+/* Both loaders (the engine's mdl_model_load and the API's memra_model_load) refuse path with code and a
+ * message containing each of the NULL-terminated wants. */
+static void both_refuse(const char *path, int code, const char *const *wants)
+{
+    dev_platform *plat;
+    dev_err err = {0};
+    mdl_model *m = load_cpu(path, &plat, &err);
+    if (m)
+        fail_msg("mdl_model_load accepted a hostile file (wanted: %s)", wants[0]);
+    dev_platform_close(plat);
+    if (err.code != code)
+        fail_msg("mdl_model_load: code %s, wanted %s: %s", memra_status_str(err.code), memra_status_str(code), err.msg);
+    for (int i = 0; wants[i]; i++)
+        if (!strstr(err.msg, wants[i]))
+            fail_msg("mdl_model_load's message lacks '%s': %s", wants[i], err.msg);
+    memra_model *am = memra_model_load(path, NULL);
+    if (am) {
+        memra_model_free(am);
+        fail_msg("memra_model_load accepted a hostile file (wanted: %s)", wants[0]);
+    }
+    const char *msg = memra_last_error();
+    for (int i = 0; wants[i]; i++)
+        if (!strstr(msg, wants[i]))
+            fail_msg("memra_model_load's message lacks '%s': %s", wants[i], msg);
+}
+
+/* ---- hyper-parameter products ---- */
+
+static void test_a_key_length_of_2_31_minus_1_is_refused_naming_the_key(void **state)
+{
+    (void)state;
+    const hkey k[] = {{"llama.attention.key_length", 2147483647u}, {"llama.rope.dimension_count", 64}};
+    write_hostile(tmp, NULL, k, 2);
+    both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"llama.attention.key_length", "2147483647", NULL});
+}
+
+static void test_nine_heads_of_2_28_overflow_q_dim_and_are_refused_naming_both_keys(void **state)
+{
+    (void)state;
+    const hkey k[] = {{"llama.attention.head_count", 9},
+                      {"llama.attention.head_count_kv", 3},
+                      {"llama.attention.key_length", 1u << 18},
+                      {"llama.rope.dimension_count", 64}};
+    write_hostile(tmp, NULL, k, 4);
+    both_refuse(tmp, MEMRA_E_FORMAT,
+                (const char *const[]){"llama.attention.head_count (9) x llama.attention.key_length (262144)",
+                                      "2359296", NULL});
+    const hkey k2[] = {{"llama.attention.head_count", 9},
+                       {"llama.attention.head_count_kv", 3},
+                       {"llama.attention.key_length", 1u << 28},
+                       {"llama.rope.dimension_count", 64}};
+    write_hostile(tmp, NULL, k2, 4);
+    both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"llama.attention.key_length", "268435456", NULL});
+}
+
+static void test_sizes_beyond_their_bounds_are_refused_naming_the_key(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+                                       "llama.attention.head_count"};
+    for (int i = 0; i < 4; i++) {
+        const hkey k[] = {{keys[i], 0x7FFFFFFFu}};
+        write_hostile(tmp, NULL, k, 1);
+        both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){keys[i], "2147483647", "out of range", NULL});
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_key_length_of_2_31_minus_1_is_refused_naming_the_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nine_heads_of_2_28_overflow_q_dim_and_are_refused_naming_both_keys,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes_beyond_their_bounds_are_refused_naming_the_key, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
