@@ -175,6 +175,61 @@ static void test_sizes_beyond_their_bounds_are_refused_naming_the_key(void **sta
     }
 }
 
+/* ---- runtime sizes ---- */
+
+static void test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max(void **state)
+{
+    (void)state;
+    for (int64_t n_ctx = INT32_MAX - 70; n_ctx <= INT32_MAX; n_ctx++) {
+        const uint64_t split = (uint64_t)(n_ctx + 63) / 64; /* in 64 bits: no overflow here */
+        const uint64_t want = KRN_ATT_WS_TICKETS * 4 + 3 * 5 * split * (16 + 2) * 4;
+        assert_int_equal(krn_attention_ws_bytes(3, 5, 16, (int)n_ctx), want);
+    }
+    assert_int_equal(krn_attention_ws_split_bytes(INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX), SIZE_MAX);
+    assert_int_equal(krn_attention_ws_split_bytes(1, 1, 1, -1), SIZE_MAX);
+}
+
+static memra_runtime_params cpu_params(int n_ctx, int n_seq)
+{
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU;
+    p.cpu_devices = 1;
+    p.apply_env = 0;
+    p.n_ctx = n_ctx;
+    p.n_seq = n_seq;
+    return p;
+}
+
+static void test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_bytes(void **state)
+{
+    (void)state;
+    write_hostile(tmp, NULL, NULL, 0);
+    memra_model *m = memra_model_load(tmp, NULL);
+    assert_non_null(m);
+    static const int cases[][2] = {{INT32_MAX, 4}, {INT32_MAX - 1, 4096}, {1 << 30, 1}};
+    for (int i = 0; i < 3; i++) {
+        memra_runtime_params p = cpu_params(cases[i][0], cases[i][1]);
+        memra_runtime *rt = memra_runtime_create(m, &p);
+        if (rt) {
+            memra_runtime_free(rt);
+            fail_msg("n_ctx %d x n_seq %d: the runtime was created", cases[i][0], cases[i][1]);
+        }
+        const char *msg = memra_last_error();
+        char want[64];
+        snprintf(want, sizeof want, "memra_runtime_params.n_ctx = %d", cases[i][0]);
+        if (!strstr(msg, want) || !strstr(msg, "bytes") || !strstr(msg, "allowed n_ctx") ||
+            !strstr(msg, memra_status_str(MEMRA_E_INVAL)))
+            fail_msg("n_ctx %d x n_seq %d: %s", cases[i][0], cases[i][1], msg);
+    }
+    memra_runtime_params p = cpu_params(4096, 2); /* 4096 positions of the tiny model: 16 MB, fits */
+    memra_runtime *rt = memra_runtime_create(m, &p);
+    if (!rt)
+        fail_msg("n_ctx 4096: %s", memra_last_error());
+    assert_int_equal(memra_runtime_n_ctx(rt), 4096);
+    memra_runtime_free(rt);
+    memra_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -182,6 +237,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nine_heads_of_2_28_overflow_q_dim_and_are_refused_naming_both_keys,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_sizes_beyond_their_bounds_are_refused_naming_the_key, setup, teardown),
+        cmocka_unit_test(test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max),
+        cmocka_unit_test_setup_teardown(test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_bytes, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
