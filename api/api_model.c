@@ -80,6 +80,7 @@ memra_model *memra_model_load(const char *path, const memra_model_params *params
     api_errbox_init(&m->err);
     if (!(g = mdl_gguf_open(path, &err)) || read_hparams(m, g, &err))
         goto fail;
+    m->file_id = *mdl_gguf_identity(g);
     if (p.progress)
         p.progress(0.5f, p.progress_user);
     if (mdl_gguf_find(g, "tokenizer.ggml.model") >= 0) {

@@ -176,7 +176,12 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     /* AUTO: act_pp's AUTO (with CUDA, wherever a fed step can run ahead) */
     ap.feed = p.device_feed == MEMRA_FEED_ON ? ACT_FEED_ON : p.device_feed == MEMRA_FEED_AUTO ? ACT_FEED_AUTO
                                                                                                 : ACT_FEED_OFF;
-    if (!(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)))
+    /* the runtime loads the weights from model->path again: it must be the file memra_model_load read (a stat
+     * here, then the identity of the file act_pp mapped, header hash included) */
+    if (mdl_gguf_id_check_path(model->path, &model->file_id, "memra_model_load", &err) ||
+        !(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)) ||
+        mdl_gguf_id_compare(model->path, mdl_model_file_id(act_pp_model(rt->pp)), &model->file_id,
+                            "memra_model_load", &err))
         goto fail;
     rt->feed = act_pp_feeds(rt->pp);
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
@@ -191,6 +196,7 @@ fail:
     dev_err_wrap(&err, "memra_runtime_create");
     api_fail_err(box, &err);
     if (rt) {
+        act_pp_destroy(rt->pp);
         if (rt->plat)
             dev_platform_close(rt->plat);
         if (rt->slot_used) {

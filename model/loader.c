@@ -1,6 +1,6 @@
 /* mdl_model_load: GGUF metadata -> hparams, tensors -> per-layer device blocks, the head on its device,
- * the embedding table left in the mmapped file. No shared mutable state: the model is immutable once
- * loaded. */
+ * the embedding table copied to host memory; the file is unmapped once loaded. No shared mutable state: the
+ * model is immutable once loaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,9 +360,16 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     hp->n_vocab = (int)embd->ne[1];
     if (get_tensor(m, "token_embd.weight", hp->n_vocab, hp->n_embd, 0, &embd, err))
         goto fail;
-    m->embd = embd->data;
     m->embd_type = embd->type;
     m->embd_row_bytes = krn_row_bytes(embd->type, hp->n_embd);
+    /* the host gather reads the table for the model's life: an owned copy, so nothing at run time reads the
+     * file (truncating it would raise SIGBUS, overwriting it would change the text) */
+    if (!(m->embd_owned = malloc(embd->bytes))) {
+        dev_err_set(err, MEMRA_E_NOMEM, "no host memory for the embedding table copy (%zu bytes)", embd->bytes);
+        goto fail;
+    }
+    memcpy(m->embd_owned, embd->data, embd->bytes);
+    m->embd = m->embd_owned;
 
     /* a GGUF without tokenizer.* keys (tiny test models) loads with no tokenizer */
     if (mdl_gguf_find(m->gguf, "tokenizer.ggml.model") >= 0 && !(m->tok = mdl_tokenizer_from_gguf(m->gguf, err)))
@@ -387,6 +394,12 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     m->head_dev = p->head_dev ? p->head_dev : m->layers[hp->n_layer - 1].dev;
     if (load_head(m, err))
         goto fail;
+    /* everything is copied out of the map: a file changed while it was read is refused, then it is unmapped */
+    m->file_id = *mdl_gguf_identity(m->gguf);
+    if (mdl_gguf_id_check_path(path, &m->file_id, "it was opened", err))
+        goto fail;
+    mdl_gguf_close(m->gguf);
+    m->gguf = NULL;
     if (p->progress)
         p->progress(1.0f, p->progress_ctx);
     return m;
@@ -474,6 +487,7 @@ size_t mdl_model_weight_bytes(const mdl_model *m)
     return n;
 }
 const char *mdl_model_arch_name(const mdl_model *m) { return m->arch_name; }
+const mdl_gguf_id *mdl_model_file_id(const mdl_model *m) { return &m->file_id; }
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m) { return m->tok; }
 dev_device *mdl_model_head_device(const mdl_model *m) { return m->head_dev; }
 

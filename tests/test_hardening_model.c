@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -230,6 +231,170 @@ static void test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_byte
     memra_model_free(m);
 }
 
+/* ---- the file under a loaded model ---- */
+
+/* Overwrite path in place with zeros (same size, same inode: a private map sees untouched pages change). */
+static void zero_file_in_place(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    char *z = calloc(1, (size_t)st.st_size);
+    assert_non_null(z);
+    assert_int_equal(fwrite(z, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+    assert_int_equal(fclose(f), 0);
+    free(z);
+}
+
+/* Greedy tokens of a short run on rt (8 steps from token 5). */
+static void greedy_run(memra_runtime *rt, memra_token out[8])
+{
+    memra_seq *seq = memra_seq_open(rt);
+    assert_non_null(seq);
+    memra_token tok = 5;
+    for (int i = 0; i < 8; i++) {
+        memra_pending *pd = NULL;
+        if (memra_seq_decode_greedy(seq, tok, &pd) != MEMRA_OK || memra_pending_wait_token(pd, &tok) != MEMRA_OK)
+            fail_msg("greedy step %d: %s", i, memra_last_error());
+        memra_pending_free(pd);
+        out[i] = tok;
+    }
+    assert_int_equal(memra_seq_close(seq), MEMRA_OK);
+}
+
+static void test_a_model_file_overwritten_then_truncated_after_load_changes_nothing(void **state)
+{
+    (void)state;
+    write_hostile(tmp, NULL, NULL, 0);
+    dev_platform *plat;
+    dev_err err = {0};
+    mdl_model *m = load_cpu(tmp, &plat, &err);
+    if (!m)
+        fail_msg("%s", err.msg);
+    const int32_t toks[3] = {0, 5, 299};
+    const int E = mdl_model_hparams(m)->n_embd;
+    float *a = malloc(sizeof(float) * 3 * (size_t)E), *b = malloc(sizeof(float) * 3 * (size_t)E);
+    assert_true(a && b);
+    assert_int_equal(mdl_embed_rows(m, toks, 3, a, &err), 0);
+    zero_file_in_place(tmp);
+    assert_int_equal(mdl_embed_rows(m, toks, 3, b, &err), 0);
+    assert_memory_equal(a, b, sizeof(float) * 3 * (size_t)E); /* a mapped table would read the zeros */
+    assert_int_equal(truncate(tmp, 0), 0);
+    assert_int_equal(mdl_embed_rows(m, toks, 3, b, &err), 0); /* a mapped table: SIGBUS */
+    assert_memory_equal(a, b, sizeof(float) * 3 * (size_t)E);
+    free(a);
+    free(b);
+    mdl_model_free(m);
+    dev_platform_close(plat);
+
+    /* the same through the API: the greedy text of a runtime does not change when its file does */
+    write_hostile(tmp, NULL, NULL, 0);
+    memra_model *am = memra_model_load(tmp, NULL);
+    assert_non_null(am);
+    memra_runtime_params p = cpu_params(64, 1);
+    memra_runtime *rt = memra_runtime_create(am, &p);
+    if (!rt)
+        fail_msg("%s", memra_last_error());
+    memra_token before[8], after[8];
+    greedy_run(rt, before);
+    zero_file_in_place(tmp);
+    assert_int_equal(truncate(tmp, 0), 0);
+    greedy_run(rt, after);
+    assert_memory_equal(before, after, sizeof before);
+    memra_runtime_free(rt);
+    memra_model_free(am);
+}
+
+/* progress callback: the first call appends a byte to the model file (it changes while being read) */
+static void append_once(float frac, void *ctx)
+{
+    int *done = ctx;
+    if (frac <= 0.0f || *done)
+        return;
+    *done = 1;
+    FILE *f = fopen(tmp, "ab");
+    assert_non_null(f);
+    fputc(0, f);
+    fclose(f);
+}
+
+static void test_a_model_file_changed_while_loading_is_refused(void **state)
+{
+    (void)state;
+    write_hostile(tmp, NULL, NULL, 0);
+    dev_err err = {0};
+    dev_platform *plat = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(plat);
+    int done = 0;
+    mdl_load_params lp = {.platform = plat, .progress = append_once, .progress_ctx = &done};
+    mdl_model *m = mdl_model_load(tmp, &lp, &err);
+    assert_true(done);
+    if (m) {
+        mdl_model_free(m);
+        fail_msg("a file that grew while loading was accepted");
+    }
+    assert_int_equal(err.code, MEMRA_E_STATE);
+    assert_non_null(strstr(err.msg, "changed since it was opened"));
+    assert_non_null(strstr(err.msg, tmp));
+    dev_platform_close(plat);
+}
+
+/* memra_runtime_create on m must fail with MEMRA_E_STATE and a message naming the file and `what`. */
+static void runtime_refused(memra_model *m, const char *what)
+{
+    memra_runtime_params p = cpu_params(64, 1);
+    memra_runtime *rt = memra_runtime_create(m, &p);
+    if (rt) {
+        memra_runtime_free(rt);
+        fail_msg("the runtime was created over a changed file (wanted: %s)", what);
+    }
+    const char *msg = memra_last_error();
+    if (!strstr(msg, memra_status_str(MEMRA_E_STATE)) || !strstr(msg, tmp) ||
+        !strstr(msg, "changed since memra_model_load") || !strstr(msg, what))
+        fail_msg("wanted MEMRA_E_STATE, the path and '%s': %s", what, msg);
+}
+
+static void test_a_model_file_replaced_after_memra_model_load_is_refused_by_runtime_create(void **state)
+{
+    (void)state;
+    gguf_tiny_params big;
+    gguf_tiny_defaults(&big);
+    big.n_vocab = 1000;
+    write_hostile(tmp, NULL, NULL, 0);
+    memra_model *m = memra_model_load(tmp, NULL);
+    assert_non_null(m);
+    assert_int_equal(memra_model_n_vocab(m), 300);
+    write_hostile(tmp, &big, NULL, 0); /* n_vocab 1000 under the same name */
+    runtime_refused(m, "bytes, then");
+
+    /* the same size and mtime, another header (rms epsilon): the mapped file's header hash tells them apart */
+    write_hostile(tmp, NULL, NULL, 0);
+    struct stat st;
+    assert_int_equal(stat(tmp, &st), 0);
+    memra_model_free(m);
+    m = memra_model_load(tmp, NULL);
+    assert_non_null(m);
+    gguf_tiny_params eps;
+    gguf_tiny_defaults(&eps);
+    eps.rms_eps = 1e-6f;
+    write_hostile(tmp, &eps, NULL, 0);
+    const struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, tmp, ts, 0), 0);
+    runtime_refused(m, "its header");
+
+    /* the file as loaded: the runtime is created */
+    write_hostile(tmp, NULL, NULL, 0);
+    assert_int_equal(utimensat(AT_FDCWD, tmp, ts, 0), 0);
+    memra_runtime_params p = cpu_params(64, 1);
+    memra_runtime *rt = memra_runtime_create(m, &p);
+    if (!rt)
+        fail_msg("the unchanged file was refused: %s", memra_last_error());
+    assert_int_equal(memra_runtime_n_vocab(rt), 300);
+    memra_runtime_free(rt);
+    memra_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +405,11 @@ int main(void)
         cmocka_unit_test(test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max),
         cmocka_unit_test_setup_teardown(test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_bytes, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_model_file_overwritten_then_truncated_after_load_changes_nothing,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_model_file_changed_while_loading_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_model_file_replaced_after_memra_model_load_is_refused_by_runtime_create, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
