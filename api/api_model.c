@@ -86,6 +86,11 @@ memra_model *memra_model_load(const char *path, const memra_model_params *params
     if (mdl_gguf_find(g, "tokenizer.ggml.model") >= 0) {
         if (!(m->tok = mdl_tokenizer_from_gguf(g, &err)))
             goto fail;
+        if (mdl_tokenizer_n_vocab(m->tok) > m->n_vocab) { /* the loader's rule (model/loader.c) */
+            dev_err_set(&err, MEMRA_E_FORMAT, "tokenizer.ggml.tokens has %d entries, more than the %d rows of "
+                        "token_embd.weight", mdl_tokenizer_n_vocab(m->tok), m->n_vocab);
+            goto fail;
+        }
         const char *tmpl = mdl_tokenizer_chat_template(m->tok);
         if (tmpl) {
             dev_err cerr = {0};

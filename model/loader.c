@@ -374,6 +374,11 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     /* a GGUF without tokenizer.* keys (tiny test models) loads with no tokenizer */
     if (mdl_gguf_find(m->gguf, "tokenizer.ggml.model") >= 0 && !(m->tok = mdl_tokenizer_from_gguf(m->gguf, err)))
         goto fail;
+    if (m->tok && mdl_tokenizer_n_vocab(m->tok) > hp->n_vocab) { /* fewer is fine: padded embedding rows */
+        dev_err_set(err, MEMRA_E_FORMAT, "tokenizer.ggml.tokens has %d entries, more than the %d rows of "
+                    "token_embd.weight", mdl_tokenizer_n_vocab(m->tok), hp->n_vocab);
+        goto fail;
+    }
 
     dev_device *dev0 = dev_platform_device(p->platform, 0);
     if (!(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {

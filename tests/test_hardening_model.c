@@ -22,6 +22,7 @@
 #include "model/gguf_synth.h"
 #include "model/gguf_write.h"
 #include "model/llama.h"
+#include "model/tokenizer.h"
 #include "model/vocab_gguf.h"
 #include "support/gguf_tiny.h"
 
@@ -98,6 +99,111 @@ static void write_hostile(const char *path, const gguf_tiny_params *p, const hke
     assert_int_equal(fwrite(buf, 1, len, f), len);
     assert_int_equal(fclose(f), 0);
     free(buf);
+}
+
+/* One metadata override for write_variant: key replaced (or added) by a string, a u32, an i32, a string
+ * array (strs, n) or an i32 array (i32s, n); drop = 1 removes the key. */
+typedef struct kov {
+    const char *key;
+    int type;                 /* MDL_GGUF_STRING, _U32, _I32, or _ARRAY with arr_type */
+    int arr_type;             /* MDL_GGUF_STRING or MDL_GGUF_I32 */
+    const char *str;
+    int64_t i;
+    const char *const *strs;
+    const int32_t *i32s;
+    uint64_t n;
+    int drop;
+} kov;
+
+static void put_override(mdl_gguf_writer *w, const kov *o)
+{
+    if (o->drop)
+        return;
+    int rc = o->type == MDL_GGUF_STRING ? mdl_gguf_writer_str(w, o->key, o->str)
+           : o->type == MDL_GGUF_U32    ? mdl_gguf_writer_u32(w, o->key, (uint32_t)o->i)
+           : o->type == MDL_GGUF_I32    ? mdl_gguf_writer_i32(w, o->key, (int32_t)o->i)
+           : o->arr_type == MDL_GGUF_STRING ? mdl_gguf_writer_arr_str(w, o->key, o->strs, o->n)
+                                            : mdl_gguf_writer_arr(w, o->key, MDL_GGUF_I32, o->i32s, o->n);
+    assert_int_equal(rc, 0);
+}
+
+/* Write gguf_tiny's model of params p (NULL: defaults) to path, its metadata copied key by key through the
+ * reader with the n overrides applied (an override of a key the model lacks is added at the end). */
+static void write_variant(const char *path, const gguf_tiny_params *p, const kov *ovs, int n)
+{
+    dev_err err = {0};
+    write_hostile(path, p, NULL, 0);
+    mdl_gguf *g = mdl_gguf_open(path, &err);
+    assert_non_null(g);
+    mdl_gguf_writer *w = mdl_gguf_writer_create(&err);
+    assert_non_null(w);
+    int used[16] = {0};
+    assert_true(n <= 16);
+    for (int i = 0; i < mdl_gguf_kv_count(g); i++) {
+        const char *key = mdl_gguf_kv_key(g, i);
+        int o = -1;
+        for (int k = 0; k < n; k++)
+            if (strcmp(ovs[k].key, key) == 0)
+                o = k;
+        if (o >= 0) {
+            put_override(w, &ovs[o]);
+            used[o] = 1;
+            continue;
+        }
+        const int type = mdl_gguf_kv_type(g, i);
+        if (type == MDL_GGUF_U32) {
+            uint32_t v;
+            assert_int_equal(mdl_gguf_get_u32(g, key, &v, &err), 0);
+            mdl_gguf_writer_u32(w, key, v);
+        } else if (type == MDL_GGUF_F32) {
+            float v;
+            assert_int_equal(mdl_gguf_get_f32(g, key, &v, &err), 0);
+            mdl_gguf_writer_f32(w, key, v);
+        } else if (type == MDL_GGUF_BOOL) {
+            int v;
+            assert_int_equal(mdl_gguf_get_bool(g, key, &v, &err), 0);
+            mdl_gguf_writer_bool(w, key, v);
+        } else if (type == MDL_GGUF_STRING) {
+            const char *v;
+            size_t len;
+            assert_int_equal(mdl_gguf_get_str(g, key, &v, &len, &err), 0);
+            char *c = strndup(v, len);
+            mdl_gguf_writer_str(w, key, c);
+            free(c);
+        } else {
+            int et;
+            uint64_t cnt;
+            assert_int_equal(type, MDL_GGUF_ARRAY);
+            assert_int_equal(mdl_gguf_get_arr(g, key, &et, &cnt, &err), 0);
+            if (et == MDL_GGUF_STRING) {
+                char **v = calloc(cnt + 1, sizeof *v);
+                assert_non_null(v);
+                for (uint64_t j = 0; j < cnt; j++) {
+                    const char *sj;
+                    size_t lj;
+                    assert_int_equal(mdl_gguf_arr_str(g, key, j, &sj, &lj), 0);
+                    v[j] = strndup(sj, lj);
+                }
+                mdl_gguf_writer_arr_str(w, key, (const char *const *)v, cnt);
+                for (uint64_t j = 0; j < cnt; j++)
+                    free(v[j]);
+                free(v);
+            } else {
+                mdl_gguf_writer_arr(w, key, et, mdl_gguf_arr_data(g, key), cnt);
+            }
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (!used[k])
+            put_override(w, &ovs[k]);
+    for (int i = 0; i < mdl_gguf_tensor_count(g); i++) {
+        const mdl_gguf_tensor *t = mdl_gguf_tensor_at(g, i);
+        mdl_gguf_writer_tensor_raw(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    mdl_gguf_close(g);
+    if (mdl_gguf_writer_save(w, path, &err))
+        fail_msg("write_variant: %s", err.msg);
+    mdl_gguf_writer_destroy(w);
 }
 
 /* mdl_model_load of path on a one-device CPU platform; NULL + err on failure. */
@@ -395,6 +501,152 @@ static void test_a_model_file_replaced_after_memra_model_load_is_refused_by_runt
     memra_model_free(m);
 }
 
+/* ---- tokenizer metadata ---- */
+
+static void test_special_ids_outside_the_vocab_are_refused_by_one_rule_naming_the_key(void **state)
+{
+    (void)state;
+    static const struct { const char *key; int type; int64_t v; const char *want; } cases[] = {
+        {"tokenizer.ggml.bos_token_id", MDL_GGUF_U32, 300, "tokenizer.ggml.bos_token_id = 300 is outside the vocab [0, 300)"},
+        {"tokenizer.ggml.bos_token_id", MDL_GGUF_U32, 0xFFFFFFFFll, "tokenizer.ggml.bos_token_id = 4294967295 is outside"},
+        {"tokenizer.ggml.eos_token_id", MDL_GGUF_U32, 0x80000000ll, "tokenizer.ggml.eos_token_id = 2147483648 is outside"},
+        {"tokenizer.ggml.eos_token_id", MDL_GGUF_I32, -1, "tokenizer.ggml.eos_token_id = -1 is outside the vocab"},
+        {"tokenizer.ggml.padding_token_id", MDL_GGUF_I32, -7, "tokenizer.ggml.padding_token_id = -7 is outside"},
+        {"tokenizer.ggml.unknown_token_id", MDL_GGUF_U32, 1000, "tokenizer.ggml.unknown_token_id = 1000 is outside"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const kov o = {.key = cases[i].key, .type = cases[i].type, .i = cases[i].v};
+        write_variant(tmp, NULL, &o, 1);
+        both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){cases[i].want, NULL});
+    }
+}
+
+static void test_a_llama_model_kind_over_a_byte_level_bpe_vocab_is_refused(void **state)
+{
+    (void)state;
+    const kov o = {.key = "tokenizer.ggml.model", .type = MDL_GGUF_STRING, .str = "llama"};
+    write_variant(tmp, NULL, &o, 1);
+    both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"tokenizer.ggml.model='llama' (SentencePiece) contradicts "
+                                                           "the vocab, which is byte-level BPE", NULL});
+}
+
+static void test_a_gpt2_model_kind_over_a_sentencepiece_vocab_is_refused_and_llama_accepted(void **state)
+{
+    (void)state;
+    enum { NV = 300 };
+    static char texts[NV][16];
+    static const char *toks[NV];
+    static int32_t types[NV];
+    for (int i = 0; i < NV; i++) {
+        if (i < 3)
+            snprintf(texts[i], sizeof texts[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else
+            snprintf(texts[i], sizeof texts[i], "\xE2\x96\x81w%d", i); /* U+2581 then a word */
+        toks[i] = texts[i];
+        types[i] = i == 0 ? MDL_TOKEN_UNKNOWN : i < 3 ? MDL_TOKEN_CONTROL : MDL_TOKEN_NORMAL;
+    }
+    kov o[] = {{.key = "tokenizer.ggml.model", .type = MDL_GGUF_STRING, .str = "gpt2"},
+               {.key = "tokenizer.ggml.tokens", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_STRING, .strs = toks, .n = NV},
+               {.key = "tokenizer.ggml.token_type", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_I32, .i32s = types,
+                .n = NV},
+               {.key = "tokenizer.ggml.merges", .drop = 1},
+               {.key = "tokenizer.ggml.pre", .drop = 1}};
+    write_variant(tmp, NULL, o, 5);
+    both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"tokenizer.ggml.model='gpt2' (byte-level BPE) contradicts "
+                                                           "the vocab, which is SentencePiece (297 tokens", NULL});
+    o[0].str = "llama";
+    write_variant(tmp, NULL, o, 5);
+    memra_model *m = memra_model_load(tmp, NULL);
+    if (!m)
+        fail_msg("a SentencePiece vocab under 'llama' was refused: %s", memra_last_error());
+    memra_model_free(m);
+}
+
+static void test_malformed_merges_are_refused_naming_the_index(void **state)
+{
+    (void)state;
+    dev_err err = {0};
+    write_hostile(tmp, NULL, NULL, 0);
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    int et;
+    uint64_t n;
+    assert_int_equal(mdl_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n, &err), 0);
+    assert_true(n > 8);
+    char **m = calloc(n, sizeof *m);
+    assert_non_null(m);
+    for (uint64_t j = 0; j < n; j++) {
+        const char *sj;
+        size_t lj;
+        assert_int_equal(mdl_gguf_arr_str(g, "tokenizer.ggml.merges", j, &sj, &lj), 0);
+        m[j] = strndup(sj, lj);
+    }
+    mdl_gguf_close(g);
+    static const struct { const char *merge; const char *want; } cases[] = {
+        {"nospace", "tokenizer.ggml.merges[7] = 'nospace' is not two tokens separated by a space"},
+        {"a ", "tokenizer.ggml.merges[7] = 'a ' is not two tokens separated by a space"},
+        {"", "tokenizer.ggml.merges[7] = '' is not two tokens"},
+        {"q ZZZZZ", "tokenizer.ggml.merges[7] = 'q ZZZZZ': 'ZZZZZ' is not a token of tokenizer.ggml.tokens"},
+        {"\x01\x02 x", "tokenizer.ggml.merges[7] = '?\? x': '?\?' is not a token"},
+    };
+    char *keep = m[7];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        m[7] = (char *)cases[i].merge;
+        const kov o = {.key = "tokenizer.ggml.merges", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_STRING,
+                       .strs = (const char *const *)m, .n = n};
+        write_variant(tmp, NULL, &o, 1);
+        both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){cases[i].want, NULL});
+    }
+    m[7] = keep;
+    for (uint64_t j = 0; j < n; j++)
+        free(m[j]);
+    free(m);
+}
+
+static void test_token_types_out_of_range_and_more_tokens_than_embedding_rows_are_refused(void **state)
+{
+    (void)state;
+    enum { NV = 300 };
+    static int32_t types[NV];
+    for (int i = 0; i < NV; i++)
+        types[i] = i < 3 ? MDL_TOKEN_CONTROL : MDL_TOKEN_NORMAL;
+    types[10] = 42;
+    const kov o = {.key = "tokenizer.ggml.token_type", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_I32,
+                   .i32s = types, .n = NV};
+    write_variant(tmp, NULL, &o, 1);
+    both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"tokenizer.ggml.token_type[10] = 42 (allowed 0..6", NULL});
+
+    /* the tokenizer of a 1000-token model over the embedding table of a 300-token one */
+    gguf_tiny_params big;
+    gguf_tiny_defaults(&big);
+    big.n_vocab = 1000;
+    write_hostile(tmp, &big, NULL, 0);
+    dev_err err = {0};
+    mdl_gguf *g = mdl_gguf_open(tmp, &err);
+    assert_non_null(g);
+    static const char *toks[1000];
+    static int32_t ty[1000];
+    for (int j = 0; j < 1000; j++) {
+        const char *sj;
+        size_t lj;
+        assert_int_equal(mdl_gguf_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)j, &sj, &lj), 0);
+        toks[j] = strndup(sj, lj);
+        ty[j] = ((const int32_t *)mdl_gguf_arr_data(g, "tokenizer.ggml.token_type"))[j];
+    }
+    mdl_gguf_close(g);
+    const kov o2[] = {{.key = "tokenizer.ggml.tokens", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_STRING,
+                       .strs = toks, .n = 1000},
+                      {.key = "tokenizer.ggml.token_type", .type = MDL_GGUF_ARRAY, .arr_type = MDL_GGUF_I32,
+                       .i32s = ty, .n = 1000},
+                      {.key = "tokenizer.ggml.merges", .drop = 1}};
+    write_variant(tmp, NULL, o2, 3);
+    both_refuse(tmp, MEMRA_E_FORMAT,
+                (const char *const[]){"tokenizer.ggml.tokens has 1000 entries, more than the 300 rows of "
+                                      "token_embd.weight", NULL});
+    for (int j = 0; j < 1000; j++)
+        free((char *)toks[j]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +662,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_model_file_changed_while_loading_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_model_file_replaced_after_memra_model_load_is_refused_by_runtime_create, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_special_ids_outside_the_vocab_are_refused_by_one_rule_naming_the_key,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_llama_model_kind_over_a_byte_level_bpe_vocab_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_gpt2_model_kind_over_a_sentencepiece_vocab_is_refused_and_llama_accepted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_merges_are_refused_naming_the_index, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_token_types_out_of_range_and_more_tokens_than_embedding_rows_are_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
