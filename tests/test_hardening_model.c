@@ -102,13 +102,14 @@ static void write_hostile(const char *path, const gguf_tiny_params *p, const hke
 }
 
 /* One metadata override for write_variant: key replaced (or added) by a string, a u32, an i32, a string
- * array (strs, n) or an i32 array (i32s, n); drop = 1 removes the key. */
+ * array (strs, n), an i32 array (i32s, n) or an f32 (f); drop = 1 removes the key. */
 typedef struct kov {
     const char *key;
     int type;                 /* MDL_GGUF_STRING, _U32, _I32, or _ARRAY with arr_type */
     int arr_type;             /* MDL_GGUF_STRING or MDL_GGUF_I32 */
     const char *str;
     int64_t i;
+    float f;                  /* MDL_GGUF_F32 */
     const char *const *strs;
     const int32_t *i32s;
     uint64_t n;
@@ -122,6 +123,7 @@ static void put_override(mdl_gguf_writer *w, const kov *o)
     int rc = o->type == MDL_GGUF_STRING ? mdl_gguf_writer_str(w, o->key, o->str)
            : o->type == MDL_GGUF_U32    ? mdl_gguf_writer_u32(w, o->key, (uint32_t)o->i)
            : o->type == MDL_GGUF_I32    ? mdl_gguf_writer_i32(w, o->key, (int32_t)o->i)
+           : o->type == MDL_GGUF_F32    ? mdl_gguf_writer_f32(w, o->key, o->f)
            : o->arr_type == MDL_GGUF_STRING ? mdl_gguf_writer_arr_str(w, o->key, o->strs, o->n)
                                             : mdl_gguf_writer_arr(w, o->key, MDL_GGUF_I32, o->i32s, o->n);
     assert_int_equal(rc, 0);
@@ -279,6 +281,18 @@ static void test_sizes_beyond_their_bounds_are_refused_naming_the_key(void **sta
         const hkey k[] = {{keys[i], 0x7FFFFFFFu}};
         write_hostile(tmp, NULL, k, 1);
         both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){keys[i], "2147483647", "out of range", NULL});
+    }
+}
+
+static void test_a_negative_or_nan_rope_scaling_factor_is_refused_naming_the_key(void **state)
+{
+    (void)state;
+    const float bad[] = {-2.0f, __builtin_nanf(""), 1e30f};
+    for (int i = 0; i < 3; i++) {
+        const kov o[] = {{.key = "llama.rope.scaling.type", .type = MDL_GGUF_STRING, .str = "linear"},
+                         {.key = "llama.rope.scaling.factor", .type = MDL_GGUF_F32, .f = bad[i]}};
+        write_variant(tmp, NULL, o, 2);
+        both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){"llama.rope.scaling.factor", "out of range", NULL});
     }
 }
 
@@ -654,6 +668,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nine_heads_of_2_28_overflow_q_dim_and_are_refused_naming_both_keys,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_sizes_beyond_their_bounds_are_refused_naming_the_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_negative_or_nan_rope_scaling_factor_is_refused_naming_the_key, setup,
+                                        teardown),
         cmocka_unit_test(test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max),
         cmocka_unit_test_setup_teardown(test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_bytes, setup,
                                         teardown),
