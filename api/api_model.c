@@ -55,8 +55,9 @@ static int read_hparams(memra_model *m, const mdl_gguf *g, dev_err *err)
         (r = get_int(g, m->arch, "context_length", -1, &m->n_ctx_train, err)))
         return r;
     const mdl_gguf_tensor *te = mdl_gguf_tensor_find(g, "token_embd.weight");
-    if (!te || te->n_dims != 2 || te->ne[0] != m->n_embd)
-        return dev_err_set(err, MEMRA_E_FORMAT, "token_embd.weight is missing or not (n_vocab, %d)", m->n_embd);
+    if (!te || te->n_dims != 2 || te->ne[0] != m->n_embd || te->ne[1] > INT32_MAX)
+        return dev_err_set(err, MEMRA_E_FORMAT, "token_embd.weight is missing or not (n_vocab <= 2^31-1, %d)",
+                           m->n_embd);
     m->n_vocab = (int)te->ne[1];
     return 0;
 }
