@@ -7,6 +7,7 @@
  * refusal carries a message. Seeds: tests/fuzz/doors/. Run by scripts/fuzz. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,8 @@ static void need_msg(int rc, const dev_err *err)
         __builtin_trap();
 }
 
+static char env[N_DOORS][512]; /* "NAME=value" strings the environment points to while set (long values cut) */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *in = malloc(size + 1);
@@ -42,8 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         next = nl ? nl + 1 : in + size;
         if (nl)
             *nl = '\0';
-        if (*line)
-            setenv(k_doors[(unsigned char)line[0] % N_DOORS], line + 1, 1);
+        if (*line) { /* putenv over a buffer of our own: setenv would keep every value ever set (glibc) */
+            const size_t d = (unsigned char)line[0] % N_DOORS;
+            snprintf(env[d], sizeof env[d], "%s=%s", k_doors[d], line + 1);
+            putenv(env[d]);
+        }
     }
     dev_err err = {0};
     act_pp_config cfg = act_pp_config_default();
