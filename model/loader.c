@@ -119,28 +119,30 @@ int mdl_hparams_read(const mdl_gguf *g, mdl_hparams *hp, dev_err *err)
     if ((rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
         (rc = hp_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err)))
         return rc;
-    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return dev_err_set(err, MEMRA_E_FORMAT, "bad metadata: rms epsilon %g and rope freq_base %g must be > 0",
-                           hp->rms_eps, hp->rope_freq_base);
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f) || !(hp->rope_freq_base > 0.0f && hp->rope_freq_base < 1e30f))
+        return dev_err_set(err, MEMRA_E_FORMAT, "bad metadata: %s.attention.layer_norm_rms_epsilon %g must be in (0, 1) "
+                           "and %s.rope.freq_base %g in (0, 1e30)", arch, hp->rms_eps, arch, hp->rope_freq_base);
     hp->rope_freq_scale = 1.0f;
     char key[128], scaling[32];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if ((rc = get_cstr(g, key, scaling, sizeof scaling, err)) < 0)
         return rc;
     float factor = 0.0f;
+    const char *fkey = "rope.scaling.factor";
     if (rc == 1 && strcmp(scaling, "linear") == 0) {
-        rc = hp_f32(g, arch, "rope.scaling.factor", 1.0f, &factor, err);
+        rc = hp_f32(g, arch, fkey, 1.0f, &factor, err);
     } else if (rc == 1 && strcmp(scaling, "none") != 0) {
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "%s = '%s' is not supported; supported: none, linear", key,
                            scaling);
     } else {
-        rc = hp_f32(g, arch, "rope.scale_linear", 0.0f, &factor, err); /* the older spelling */
+        fkey = "rope.scale_linear"; /* the older spelling */
+        rc = hp_f32(g, arch, fkey, 0.0f, &factor, err);
     }
     if (rc)
         return rc;
     if (!(factor >= 0.0f) || factor > 1e6f)
-        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s.rope.scaling.factor %g is out of range (allowed 0..1e6; "
-                           "0 = none)", arch, factor);
+        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s.%s %g is out of range (allowed 0..1e6; 0 = none)", arch,
+                           fkey, factor);
     if (factor > 0.0f)
         hp->rope_freq_scale = 1.0f / factor;
     if (mdl_gguf_tensor_find(g, "rope_freqs.weight"))

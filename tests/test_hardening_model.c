@@ -296,6 +296,20 @@ static void test_a_negative_or_nan_rope_scaling_factor_is_refused_naming_the_key
     }
 }
 
+static void test_an_infinite_norm_epsilon_or_rope_base_and_a_bad_old_style_factor_are_refused_naming_the_key(
+    void **state)
+{
+    (void)state;
+    const float inf = __builtin_inff();
+    const kov cases[] = {{.key = "llama.attention.layer_norm_rms_epsilon", .type = MDL_GGUF_F32, .f = inf},
+                         {.key = "llama.rope.freq_base", .type = MDL_GGUF_F32, .f = inf},
+                         {.key = "llama.rope.scale_linear", .type = MDL_GGUF_F32, .f = -4.0f}};
+    for (int i = 0; i < 3; i++) {
+        write_variant(tmp, NULL, &cases[i], 1);
+        both_refuse(tmp, MEMRA_E_FORMAT, (const char *const[]){cases[i].key, NULL});
+    }
+}
+
 /* ---- runtime sizes ---- */
 
 static void test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max(void **state)
@@ -670,6 +684,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sizes_beyond_their_bounds_are_refused_naming_the_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_negative_or_nan_rope_scaling_factor_is_refused_naming_the_key, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_an_infinite_norm_epsilon_or_rope_base_and_a_bad_old_style_factor_are_refused_naming_the_key, setup,
+            teardown),
         cmocka_unit_test(test_attention_workspace_bytes_near_int_max_are_exact_and_overflow_gives_size_max),
         cmocka_unit_test_setup_teardown(test_an_n_ctx_whose_kv_cache_does_not_fit_is_refused_naming_the_bytes, setup,
                                         teardown),
