@@ -15,6 +15,7 @@
 #include "actors/pp.h"
 #include "memra/memra.h"
 #include "model/chat.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 
 /* A handle's last error: any thread writes, readers copy under the lock. */
@@ -37,6 +38,8 @@ struct memra_model {
     char *path;               /* the GGUF path (the runtime loads the weights from it) */
     char arch[32];
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ctx_train;
+    int head_dim;             /* <arch>.attention.key_length (default n_embd / n_head) */
+    mdl_gguf_id file_id;      /* the file as memra_model_load read it: memra_runtime_create loads the same */
     mdl_tokenizer *tok;       /* NULL when the file has no tokenizer.* keys */
     mdl_chat *chat;           /* NULL when there is no template or its format is unknown */
     struct mdl_gguf_synth *synth; /* api_model_synthetic: the shape memra_runtime_create generates (owned), else NULL */

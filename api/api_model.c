@@ -7,6 +7,7 @@
 
 #include "api/api_internal.h"
 #include "model/gguf.h"
+#include "model/llama.h"
 #include "model/vocab_gguf.h"
 
 memra_model_params memra_model_default_params(void)
@@ -35,9 +36,12 @@ static int read_hparams(memra_model *m, const mdl_gguf *g, dev_err *err)
 {
     const char *s;
     size_t len;
-    int r = mdl_gguf_get_str(g, "general.architecture", &s, &len, err);
-    if (r)
+    mdl_hparams hp; /* the loader's checks (every size and product bounded), so a model loads here only if the
+                     * runtime can load it */
+    int r = mdl_hparams_read(g, &hp, err);
+    if (r || (r = mdl_gguf_get_str(g, "general.architecture", &s, &len, err)))
         return r;
+    m->head_dim = hp.head_dim;
     if (len >= sizeof m->arch)
         len = sizeof m->arch - 1;
     memcpy(m->arch, s, len);
@@ -51,8 +55,9 @@ static int read_hparams(memra_model *m, const mdl_gguf *g, dev_err *err)
         (r = get_int(g, m->arch, "context_length", -1, &m->n_ctx_train, err)))
         return r;
     const mdl_gguf_tensor *te = mdl_gguf_tensor_find(g, "token_embd.weight");
-    if (!te || te->n_dims != 2 || te->ne[0] != m->n_embd)
-        return dev_err_set(err, MEMRA_E_FORMAT, "token_embd.weight is missing or not (n_vocab, %d)", m->n_embd);
+    if (!te || te->n_dims != 2 || te->ne[0] != m->n_embd || te->ne[1] > INT32_MAX)
+        return dev_err_set(err, MEMRA_E_FORMAT, "token_embd.weight is missing or not (n_vocab <= 2^31-1, %d)",
+                           m->n_embd);
     m->n_vocab = (int)te->ne[1];
     return 0;
 }
@@ -76,11 +81,17 @@ memra_model *memra_model_load(const char *path, const memra_model_params *params
     api_errbox_init(&m->err);
     if (!(g = mdl_gguf_open(path, &err)) || read_hparams(m, g, &err))
         goto fail;
+    m->file_id = *mdl_gguf_identity(g);
     if (p.progress)
         p.progress(0.5f, p.progress_user);
     if (mdl_gguf_find(g, "tokenizer.ggml.model") >= 0) {
         if (!(m->tok = mdl_tokenizer_from_gguf(g, &err)))
             goto fail;
+        if (mdl_tokenizer_n_vocab(m->tok) > m->n_vocab) { /* the loader's rule (model/loader.c) */
+            dev_err_set(&err, MEMRA_E_FORMAT, "tokenizer.ggml.tokens has %d entries, more than the %d rows of "
+                        "token_embd.weight", mdl_tokenizer_n_vocab(m->tok), m->n_vocab);
+            goto fail;
+        }
         const char *tmpl = mdl_tokenizer_chat_template(m->tok);
         if (tmpl) {
             dev_err cerr = {0};

@@ -1,7 +1,9 @@
 /* The runtime handle: backend + act_pp from a model and a config (env doors override), its getters,
  * counters and stats, and the sequence slot table. Shared state: see api/api_internal.h (rt->mu). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actors/doors.h"
 #include "api/api_internal.h"
@@ -100,6 +102,38 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
     return r;
 }
 
+/* An explicit n_ctx whose KV cache (every layer's K and V: n_seq x n_ctx x kv_dim elements each) and attention
+ * workspace do not fit is refused here, naming the bytes, before anything is allocated: on the CPU backend they
+ * may take half the host's memory (the rest is for the weights and activations); on CUDA they must fit 63 bits
+ * (a device that lacks the bytes fails its allocation, naming them). */
+static int check_ctx_fits(const memra_model *m, const memra_runtime_params *p, int cpu, dev_err *err)
+{
+    if (p->n_ctx <= 0)
+        return 0; /* 0: min(1024, the model's context), always small */
+    int kv_t = p->kv_type == MEMRA_KV_F16 ? KRN_F16 : p->kv_type == MEMRA_KV_BF16 ? KRN_BF16 : KRN_F32;
+    if (p->kv_type == MEMRA_KV_DEFAULT && p->apply_env && mdl_kv_type_from_env(&kv_t, NULL) != 0)
+        kv_t = KRN_F32; /* a bad MEMRA_KV_TYPE is refused, naming it, when the cache is made */
+    const uint64_t kv_dim = (uint64_t)m->n_head_kv * (uint64_t)m->head_dim;
+    /* per_pos <= 2 x 65536 layers x 4096 seq x 2^20 x 4 B = 2^53 (mdl_hparams_read's bounds): no overflow */
+    const uint64_t per_pos = 2 * (uint64_t)m->n_layer * (uint64_t)p->n_seq * kv_dim * krn_kv_elem_bytes(kv_t);
+    const int rows = p->max_rows < MDL_ATT_WS_ROWS ? p->max_rows : MDL_ATT_WS_ROWS;
+    const size_t ws = krn_attention_ws_bytes(rows, m->n_head, m->head_dim, p->n_ctx);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const uint64_t limit = cpu && pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : (uint64_t)INT64_MAX;
+    uint64_t kv = 0;
+    const int over = __builtin_mul_overflow(per_pos, (uint64_t)p->n_ctx, &kv);
+    if (!over && ws <= limit && kv <= limit - ws)
+        return 0;
+    char want[32];
+    snprintf(want, sizeof want, over ? "over 2^64" : "%llu", (unsigned long long)kv);
+    const uint64_t max_ctx = per_pos ? limit / per_pos : 0;
+    return dev_err_set(err, MEMRA_E_INVAL, "memra_runtime_params.n_ctx = %d: KV cache of %s bytes (%d layers x 2 x %d "
+                       "seq x n_ctx x %llu x %zu B) + %zu of workspace > %s (%llu B); allowed n_ctx: 1..%llu",
+                       p->n_ctx, want, m->n_layer, p->n_seq, (unsigned long long)kv_dim, krn_kv_elem_bytes(kv_t), ws,
+                       cpu ? "half the host's memory" : "2^63", (unsigned long long)limit,
+                       (unsigned long long)(max_ctx < INT32_MAX ? max_ctx : INT32_MAX));
+}
+
 static dev_platform *open_backend(const memra_runtime_params *p, dev_err *err)
 {
     if (p->backend == MEMRA_BACKEND_CPU)
@@ -132,7 +166,8 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     rt->model = model;
     rt->abort_cb = p.abort_cb;
     rt->abort_user = p.abort_user;
-    if (!(rt->plat = open_backend(&p, &err)))
+    if (!(rt->plat = open_backend(&p, &err)) ||
+        check_ctx_fits(model, &p, dev_platform_kind(rt->plat) == DEV_KIND_CPU, &err))
         goto fail;
     act_pp_params ap = act_pp_default_params();
     ap.config.stages = p.stages;
@@ -159,7 +194,13 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
                                                                                                 : ACT_FEED_OFF;
     ap.batch_invariant = p.batch_invariant; /* MEMRA_BATCH_INVARIANT, read by act_pp_create, wins when set */
     ap.synth = model->synth; /* a synthetic shape (api_model_synthetic) is generated instead of loaded */
-    if (!(rt->pp = act_pp_create(rt->plat, model->synth ? NULL : model->path, &ap, &err)))
+    /* the runtime loads the weights from model->path again: it must be the file memra_model_load read (a stat
+     * here, then the identity of the file act_pp mapped, header hash included); a synthetic shape has no file */
+    if (model->synth ? !(rt->pp = act_pp_create(rt->plat, NULL, &ap, &err))
+                     : mdl_gguf_id_check_path(model->path, &model->file_id, "memra_model_load", &err) ||
+                           !(rt->pp = act_pp_create(rt->plat, model->path, &ap, &err)) ||
+                           mdl_gguf_id_compare(model->path, mdl_model_file_id(act_pp_model(rt->pp)), &model->file_id,
+                                               "memra_model_load", &err))
         goto fail;
     rt->feed = act_pp_feeds(rt->pp);
     const mdl_hparams *hp = mdl_model_hparams(act_pp_model(rt->pp));
@@ -175,6 +216,7 @@ fail:
     dev_err_wrap(&err, "memra_runtime_create");
     api_fail_err(box, &err);
     if (rt) {
+        act_pp_destroy(rt->pp);
         if (rt->plat)
             dev_platform_close(rt->plat);
         if (rt->slot_used) {

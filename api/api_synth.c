@@ -26,6 +26,7 @@ memra_model *api_model_synthetic(const mdl_gguf_synth *shape, const char *name)
     m->n_layer = shape->n_layer;
     m->n_head = shape->n_head;
     m->n_head_kv = shape->n_head_kv;
+    m->head_dim = shape->n_head ? shape->n_embd / shape->n_head : 0;
     m->n_ctx_train = shape->n_ctx;
     return m;
 }

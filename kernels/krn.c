@@ -261,13 +261,18 @@ size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx)
                           * room for the smallest MEMRA_CUDA_ATT_CHUNK */
     if (B <= 0 || n_head <= 0 || head_dim <= 0 || n_ctx <= CHUNK)
         return 0;
-    return krn_attention_ws_split_bytes(B, n_head, head_dim, (n_ctx + CHUNK - 1) / CHUNK);
+    return krn_attention_ws_split_bytes(B, n_head, head_dim, n_ctx / CHUNK + (n_ctx % CHUNK != 0)); /* no n_ctx + 63:
+                                                                                * n_ctx may be INT_MAX */
 }
 
 size_t krn_attention_ws_split_bytes(int B, int n_head, int head_dim, int n_split)
 {
-    return KRN_ATT_WS_TICKETS * sizeof(uint32_t) +
-           (size_t)B * (size_t)n_head * (size_t)n_split * (size_t)(head_dim + 2) * sizeof(float);
+    size_t n = KRN_ATT_WS_TICKETS * sizeof(uint32_t), f = sizeof(float);
+    if (B < 0 || n_head < 0 || head_dim < 0 || n_split < 0 || __builtin_mul_overflow(f, (size_t)B, &f) ||
+        __builtin_mul_overflow(f, (size_t)n_head, &f) || __builtin_mul_overflow(f, (size_t)n_split, &f) ||
+        __builtin_mul_overflow(f, (size_t)head_dim + 2, &f) || __builtin_add_overflow(n, f, &n))
+        return SIZE_MAX; /* no allocation gives it: the caller's dev_malloc fails naming the bytes */
+    return n;
 }
 
 int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, const krn_kv_cache *c,

@@ -219,7 +219,8 @@ int krn_attention_t_async(dev_stream *s, void *out, int out_t, const float *q, c
 #define KRN_ATT_WS_TICKETS 4096
 size_t krn_attention_ws_bytes(int B, int n_head, int head_dim, int n_ctx);
 /* The same layout for n_split chunks of any size (the call's own, kernels/cuda): the tickets, then B * n_head *
- * n_split * (head_dim + 2) floats. */
+ * n_split * (head_dim + 2) floats. Both compute in size_t without overflow: SIZE_MAX when the bytes do not fit
+ * (a negative argument included). */
 size_t krn_attention_ws_split_bytes(int B, int n_head, int head_dim, int n_split);
 
 /* y (B, n) = silu(gate) * up */

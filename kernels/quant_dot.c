@@ -18,6 +18,9 @@
 #include "kernels/quant_batch.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 /* Every function passing vectors by value is static and always inlined: no ABI is involved. */
@@ -197,7 +200,8 @@ int krn_quant_path_available(int p)
 #if defined(__x86_64__)
     if (p == KRN_PATH_AVX2) {
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? 1 : 0;
+        unsigned a, b, c, d; /* F16C from CPUID leaf 1: clang before 16 has no "f16c" for __builtin_cpu_supports */
+        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 1 : 0;
     }
 #endif
     return 0;

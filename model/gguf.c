@@ -417,6 +417,8 @@ mdl_gguf *mdl_gguf_open(const char *path, dev_err *err)
         goto fail;
     }
     g->size = (size_t)st.st_size;
+    g->id = (mdl_gguf_id){.size = (uint64_t)st.st_size, .mtime_s = (int64_t)st.st_mtim.tv_sec,
+                          .mtime_ns = (int64_t)st.st_mtim.tv_nsec};
     if (g->size > 0) {
         void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -430,6 +432,10 @@ mdl_gguf *mdl_gguf_open(const char *path, dev_err *err)
     rd r = {g->path, g->map, g->size, 0, err};
     if (read_header(&r, g) || place_tensors(&r, g))
         goto fail;
+    uint64_t h = 14695981039346656037ull; /* FNV-1a 64 */
+    for (size_t i = 0; i < g->data_off; i++)
+        h = (h ^ g->map[i]) * 1099511628211ull;
+    g->id.header_hash = h;
     return g;
 inval:
     dev_err_set(err, MEMRA_E_INVAL, "mdl_gguf_open: path is NULL");

@@ -41,9 +41,21 @@ typedef struct mdl_gguf_tensor {
     size_t bytes;      /* krn_row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3] */
 } mdl_gguf_tensor;
 
+/* What identifies the file a mdl_gguf was opened from: its size and modification time (fstat of the descriptor
+ * that was mapped) and a 64-bit FNV-1a hash of its header bytes [0, data section) (metadata, vocab and tensor
+ * table). Weights are not hashed (gigabytes); a file rewritten with the same header, size and mtime is not
+ * told apart. */
+typedef struct mdl_gguf_id {
+    uint64_t size;         /* bytes */
+    int64_t mtime_s;       /* st_mtim */
+    int64_t mtime_ns;
+    uint64_t header_hash;  /* FNV-1a 64 of bytes [0, mdl_gguf_data_offset) */
+} mdl_gguf_id;
+
 /* Map and validate the file at path. Returns NULL and fills err: MEMRA_E_IO (cannot open/map),
  * MEMRA_E_FORMAT (corrupt / unsupported version), MEMRA_E_UNSUPPORTED (a tensor type memra lacks),
- * MEMRA_E_NOMEM. Cost: one pass over the header and metadata (O(file header), the vocab included). */
+ * MEMRA_E_NOMEM. Cost: one pass over the header and metadata (O(file header), the vocab included), and its
+ * hash (mdl_gguf_id: about 1 ms per MB of header). */
 mdl_gguf *mdl_gguf_open(const char *path, dev_err *err);
 /* Unmap and free; NULL is a no-op. Every pointer obtained from g dies here. */
 void mdl_gguf_close(mdl_gguf *g);
@@ -53,6 +65,15 @@ const char *mdl_gguf_path(const mdl_gguf *g);
 size_t mdl_gguf_file_size(const mdl_gguf *g);
 uint32_t mdl_gguf_alignment(const mdl_gguf *g);       /* general.alignment or 32 */
 size_t mdl_gguf_data_offset(const mdl_gguf *g);       /* file offset of the data section */
+/* The identity recorded at open (above). */
+const mdl_gguf_id *mdl_gguf_identity(const mdl_gguf *g);
+/* Whether path still has want's size and mtime (one stat; no read): 0, or MEMRA_E_STATE naming the path and
+ * what changed (MEMRA_E_IO when it cannot be stat'ed). `since` names the call that recorded want. */
+int mdl_gguf_id_check_path(const char *path, const mdl_gguf_id *want, const char *since, dev_err *err);
+/* Whether two identities are the same file contents (size, mtime and header hash all equal): 0, or
+ * MEMRA_E_STATE naming path and the first field that differs. */
+int mdl_gguf_id_compare(const char *path, const mdl_gguf_id *got, const mdl_gguf_id *want, const char *since,
+                        dev_err *err);
 
 /* ---- metadata ---- */
 int mdl_gguf_kv_count(const mdl_gguf *g);

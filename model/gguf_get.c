@@ -1,15 +1,47 @@
 /* GGUF reader: lookups and typed getters over an opened (immutable) file. No shared mutable state. */
 #include "model/gguf_impl.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int mdl_gguf_version(const mdl_gguf *g) { return g->version; }
 const char *mdl_gguf_path(const mdl_gguf *g) { return g->path; }
 size_t mdl_gguf_file_size(const mdl_gguf *g) { return g->size; }
 uint32_t mdl_gguf_alignment(const mdl_gguf *g) { return g->alignment; }
 size_t mdl_gguf_data_offset(const mdl_gguf *g) { return g->data_off; }
+const mdl_gguf_id *mdl_gguf_identity(const mdl_gguf *g) { return &g->id; }
+
+int mdl_gguf_id_check_path(const char *path, const mdl_gguf_id *want, const char *since, dev_err *err)
+{
+    struct stat st;
+    if (!path || !want)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_gguf_id_check_path: path and want are required");
+    if (stat(path, &st) != 0)
+        return dev_err_set(err, MEMRA_E_IO, "%s: cannot stat the model file loaded by %s: %s", path, since,
+                           strerror(errno));
+    const mdl_gguf_id got = {.size = (uint64_t)st.st_size, .mtime_s = (int64_t)st.st_mtim.tv_sec,
+                             .mtime_ns = (int64_t)st.st_mtim.tv_nsec, .header_hash = want->header_hash};
+    return mdl_gguf_id_compare(path, &got, want, since, err);
+}
+
+int mdl_gguf_id_compare(const char *path, const mdl_gguf_id *got, const mdl_gguf_id *want, const char *since,
+                        dev_err *err)
+{
+    if (got->size != want->size)
+        return dev_err_set(err, MEMRA_E_STATE, "%s changed since %s: %llu bytes, then %llu (load the model again)",
+                           path, since, (unsigned long long)want->size, (unsigned long long)got->size);
+    if (got->mtime_s != want->mtime_s || got->mtime_ns != want->mtime_ns)
+        return dev_err_set(err, MEMRA_E_STATE, "%s changed since %s: modified at %lld.%09lld, then at %lld.%09lld "
+                           "(load the model again)", path, since, (long long)want->mtime_s, (long long)want->mtime_ns,
+                           (long long)got->mtime_s, (long long)got->mtime_ns);
+    if (got->header_hash != want->header_hash)
+        return dev_err_set(err, MEMRA_E_STATE, "%s changed since %s: its header (metadata, vocab, tensor table) "
+                           "differs, same size and mtime (load the model again)", path, since);
+    return 0;
+}
 int mdl_gguf_kv_count(const mdl_gguf *g) { return g->n_kv; }
 int mdl_gguf_tensor_count(const mdl_gguf *g) { return g->n_tensors; }
 

@@ -26,6 +26,7 @@ struct mdl_gguf {
     int version;
     uint32_t alignment;
     size_t data_off;
+    mdl_gguf_id id;          /* recorded at open (fstat of the mapped descriptor, header hash) */
     int n_kv, n_tensors;
     mdl_gguf_kv *kv;         /* n_kv, file order */
     mdl_gguf_ent *kv_sorted; /* n_kv keys sorted (binary search) */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "device/dev.h"
 #include "kernels/krn.h"
+#include "model/gguf.h"
 #include "model/tokenizer.h"
 
 typedef struct mdl_model mdl_model;
@@ -38,6 +39,20 @@ typedef struct mdl_hparams {
     int tied_embeddings;  /* 1 when output.weight is absent and lm_head reuses token_embd */
 } mdl_hparams;
 
+/* Bounds on the header's sizes, so every product of them (q_dim = n_head x head_dim, a matrix's elements, a
+ * scratch of max_rows rows) is computed without overflow: each dimension and each row width (n_embd, n_ff,
+ * head_dim, q_dim, kv_dim, head counts) is at most MDL_DIM_MAX (the widest real models use 2^16), n_layer
+ * at most MDL_LAYER_MAX. A header beyond them is refused with the key's name. */
+#define MDL_DIM_MAX (1 << 20)
+#define MDL_LAYER_MAX 65536
+
+/* Read and check the hparams of an open GGUF (everything but n_vocab and tied_embeddings, which come from
+ * the tensors): every key in range, every product within the bounds above. 0, or MEMRA_E_FORMAT naming the
+ * key(s) and the value(s), MEMRA_E_UNSUPPORTED for an architecture or rope scaling memra lacks. */
+int mdl_hparams_read(const mdl_gguf *g, mdl_hparams *hp, dev_err *err);
+/* "llama", "qwen2" for an mdl_arch; NULL otherwise. */
+const char *mdl_arch_name(int arch);
+
 typedef struct mdl_load_params {
     dev_platform *platform;        /* where devices live (required) */
     dev_device *const *layer_dev;  /* n_layer entries: the device of each layer's weights; NULL = all on device 0 */
@@ -46,8 +61,12 @@ typedef struct mdl_load_params {
     void *progress_ctx;
 } mdl_load_params;
 
-/* Open the GGUF at path (mmapped for the model's life), read the hparams, build the tokenizer, upload each
- * layer's tensors (in their GGUF type, unconverted) to layer_dev[il] and the head to head_dev.
+/* Open the GGUF at path (mmapped while loading), read the hparams, build the tokenizer, upload each layer's
+ * tensors (in their GGUF type, unconverted) to layer_dev[il] and the head to head_dev, and copy the embedding
+ * table (what the host gather reads) into host memory the model owns; then unmap the file. A loaded model
+ * reads nothing from the file: truncating or overwriting it afterwards changes nothing. Cost of the copy:
+ * n_vocab x row bytes of host memory, once (Llama 3 8B's q4_K table: 282 MiB). A file
+ * whose size or mtime changed while it was read is refused (MEMRA_E_STATE).
  * Errors (NULL + err): MEMRA_E_IO (file), MEMRA_E_FORMAT (missing/misshaped tensor, bad metadata),
  * MEMRA_E_UNSUPPORTED (architecture or tensor type; the message lists the supported ones), NOMEM.
  * Cost: one pass over the weights (host-synchronous copies). */
@@ -89,9 +108,11 @@ dev_device *mdl_model_head_device(const mdl_model *m);
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m);
 /* Architecture name as in the GGUF ("llama", "qwen2"). */
 const char *mdl_model_arch_name(const mdl_model *m);
+/* The identity (size, mtime, header hash) of the file the model was loaded from, recorded at open. */
+const mdl_gguf_id *mdl_model_file_id(const mdl_model *m);
 
-/* Host-side gather: out (B, n_embd) host = rows tokens[0..B) of token_embd (mmapped, dequantized per
- * row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
+/* Host-side gather: out (B, n_embd) host = rows tokens[0..B) of token_embd (the model's host copy,
+ * dequantized per row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
 int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out, dev_err *err);
 /* A copy of the embedding table on device d (n_vocab rows of n_embd elements of its GGUF type, blocks layout):
  * *out describes it (out->data device memory of d, dev_free it). For krn_embed_rows_async, which gives the

@@ -27,7 +27,8 @@ typedef struct mdl_layer {
 struct mdl_model {
     mdl_hparams hp;
     char arch_name[64];
-    mdl_gguf *gguf;             /* the mmapped file; token_embd is read from it directly */
+    mdl_gguf *gguf;             /* the mmapped file while loading; NULL once loaded (nothing reads it after) */
+    mdl_gguf_id file_id;        /* the loaded file's identity (zero for a synthetic model) */
     mdl_tokenizer *tok;
     dev_platform *platform;
     mdl_layer *layers;          /* n_layer */
@@ -35,8 +36,8 @@ struct mdl_model {
     void *head_block;           /* on head_dev: output_norm + lm_head */
     float *output_norm;         /* (n_embd,) */
     krn_weight lm_head;         /* (n_vocab, n_embd): output.weight, or a copy of token_embd when tied */
-    const void *embd;           /* host (mmap): token_embd (n_vocab, n_embd) of type embd_type */
-    void *embd_owned;           /* a synthetic model's host embedding table (malloc'd), else NULL */
+    const void *embd;           /* host: token_embd (n_vocab, n_embd) of type embd_type (= embd_owned) */
+    void *embd_owned;           /* the host embedding table (malloc'd): copied from the file, or synthesized */
     int embd_type;
     size_t embd_row_bytes;
 };

@@ -1,6 +1,6 @@
 /* mdl_model_load: GGUF metadata -> hparams, tensors -> per-layer device blocks, the head on its device,
- * the embedding table left in the mmapped file. No shared mutable state: the model is immutable once
- * loaded. */
+ * the embedding table copied to host memory; the file is unmapped once loaded. No shared mutable state: the
+ * model is immutable once loaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,38 +16,38 @@ static const char *const k_archs[] = { [MDL_ARCH_LLAMA] = "llama", [MDL_ARCH_QWE
 
 /* ---- metadata ---- */
 
-/* *out = <arch>.<key> as u32; absent: *out = dflt, or MEMRA_E_FORMAT when dflt < 0 (required). A present
- * key of the wrong type is an error either way. */
-static int hp_u32(const mdl_model *m, const char *key, int dflt, int *out, dev_err *err)
+/* *out = <arch>.<key> as u32 in [0, max]; absent: *out = dflt, or MEMRA_E_FORMAT when dflt < 0 (required). A
+ * present key of the wrong type, or above max, is an error either way. */
+static int hp_u32(const mdl_gguf *g, const char *arch, const char *key, int dflt, int max, int *out, dev_err *err)
 {
     char full[128];
-    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    if (mdl_gguf_find(m->gguf, full) < 0) {
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (mdl_gguf_find(g, full) < 0) {
         if (dflt < 0)
             return dev_err_set(err, MEMRA_E_FORMAT, "metadata key %s (u32) is missing", full);
         *out = dflt;
         return 0;
     }
     uint32_t v;
-    int rc = mdl_gguf_get_u32(m->gguf, full, &v, err);
+    int rc = mdl_gguf_get_u32(g, full, &v, err);
     if (rc)
         return rc;
-    if (v > (uint32_t)INT32_MAX)
-        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s = %u is out of range", full, v);
+    if (v > (uint32_t)max)
+        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s = %u is out of range (allowed 0..%d)", full, v, max);
     *out = (int)v;
     return 0;
 }
 
 /* *out = <arch>.<key> as f32, or dflt when absent. */
-static int hp_f32(const mdl_model *m, const char *key, float dflt, float *out, dev_err *err)
+static int hp_f32(const mdl_gguf *g, const char *arch, const char *key, float dflt, float *out, dev_err *err)
 {
     char full[128];
-    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
-    if (mdl_gguf_find(m->gguf, full) < 0) {
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (mdl_gguf_find(g, full) < 0) {
         *out = dflt;
         return 0;
     }
-    return mdl_gguf_get_f32(m->gguf, full, out, err);
+    return mdl_gguf_get_f32(g, full, out, err);
 }
 
 /* Copy string key into buf (NUL-terminated, truncated to cap-1); 1 when present, 0 when absent, <0 error. */
@@ -67,11 +67,21 @@ static int get_cstr(const mdl_gguf *g, const char *key, char *buf, size_t cap, d
     return 1;
 }
 
-static int read_hparams(mdl_model *m, dev_err *err)
+/* a (key ka) x b (key kb) in 64 bits must be <= max: else MEMRA_E_FORMAT naming both keys and the product. */
+static int hp_product(const char *arch, const char *ka, int64_t a, const char *kb, int64_t b, int64_t max,
+                      const char *what, dev_err *err)
 {
-    mdl_hparams *hp = &m->hp;
+    if (a * b <= max) /* a, b <= MDL_DIM_MAX (2^20): the product fits 64 bits */
+        return 0;
+    return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s.%s (%lld) x %s.%s (%lld) = %lld is more than %lld (%s)",
+                       arch, ka, (long long)a, arch, kb, (long long)b, (long long)(a * b), (long long)max, what);
+}
+
+int mdl_hparams_read(const mdl_gguf *g, mdl_hparams *hp, dev_err *err)
+{
     char arch[64];
-    int rc = get_cstr(m->gguf, "general.architecture", arch, sizeof arch, err);
+    memset(hp, 0, sizeof *hp);
+    int rc = get_cstr(g, "general.architecture", arch, sizeof arch, err);
     if (rc <= 0)
         return rc ? rc : dev_err_set(err, MEMRA_E_FORMAT, "metadata key general.architecture is missing");
     hp->arch = -1;
@@ -81,13 +91,14 @@ static int read_hparams(mdl_model *m, dev_err *err)
     if (hp->arch < 0)
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "architecture '%s' is not supported; supported: %s", arch,
                            SUPPORTED_ARCHS);
-    snprintf(m->arch_name, sizeof m->arch_name, "%s", arch);
 
-    if ((rc = hp_u32(m, "block_count", -1, &hp->n_layer, err)) || (rc = hp_u32(m, "embedding_length", -1, &hp->n_embd, err)) ||
-        (rc = hp_u32(m, "feed_forward_length", -1, &hp->n_ff, err)) ||
-        (rc = hp_u32(m, "attention.head_count", -1, &hp->n_head, err)) ||
-        (rc = hp_u32(m, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)) ||
-        (rc = hp_u32(m, "context_length", 0, &hp->n_ctx_train, err)))
+    /* every size is bounded, so each product below fits 64 bits and each row width an int */
+    if ((rc = hp_u32(g, arch, "block_count", -1, MDL_LAYER_MAX, &hp->n_layer, err)) ||
+        (rc = hp_u32(g, arch, "embedding_length", -1, MDL_DIM_MAX, &hp->n_embd, err)) ||
+        (rc = hp_u32(g, arch, "feed_forward_length", -1, MDL_DIM_MAX, &hp->n_ff, err)) ||
+        (rc = hp_u32(g, arch, "attention.head_count", -1, MDL_DIM_MAX, &hp->n_head, err)) ||
+        (rc = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, MDL_DIM_MAX, &hp->n_head_kv, err)) ||
+        (rc = hp_u32(g, arch, "context_length", 0, INT32_MAX, &hp->n_ctx_train, err)))
         return rc;
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_head % hp->n_head_kv)
@@ -95,42 +106,64 @@ static int read_hparams(mdl_model *m, dev_err *err)
                            "bad shape metadata: n_layer %d, n_embd %d, n_ff %d, n_head %d, n_head_kv %d "
                            "(all must be > 0 and n_head a multiple of n_head_kv)",
                            hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv);
-    if ((rc = hp_u32(m, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim, err)) ||
-        (rc = hp_u32(m, "rope.dimension_count", hp->head_dim, &hp->n_rot, err)))
+    if ((rc = hp_u32(g, arch, "attention.key_length", hp->n_embd / hp->n_head, MDL_DIM_MAX, &hp->head_dim, err)) ||
+        (rc = hp_u32(g, arch, "rope.dimension_count", hp->head_dim, MDL_DIM_MAX, &hp->n_rot, err)))
         return rc;
     if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return dev_err_set(err, MEMRA_E_FORMAT, "bad rope metadata: n_rot %d, head_dim %d (need 0 < n_rot <= "
                            "head_dim, n_rot even)", hp->n_rot, hp->head_dim);
-    if ((rc = hp_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
-        (rc = hp_f32(m, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err)))
+    /* q_dim = n_head x head_dim is a row width (attn_q's rows, attn_output's row length): an int, bounded */
+    if ((rc = hp_product(arch, "attention.head_count", hp->n_head, "attention.key_length", hp->head_dim, MDL_DIM_MAX,
+                         "the widest attention row memra supports", err)))
         return rc;
-    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return dev_err_set(err, MEMRA_E_FORMAT, "bad metadata: rms epsilon %g and rope freq_base %g must be > 0",
-                           hp->rms_eps, hp->rope_freq_base);
+    if ((rc = hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (rc = hp_f32(g, arch, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err)))
+        return rc;
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f) || !(hp->rope_freq_base > 0.0f && hp->rope_freq_base < 1e30f))
+        return dev_err_set(err, MEMRA_E_FORMAT, "bad metadata: %s.attention.layer_norm_rms_epsilon %g must be in (0, 1) "
+                           "and %s.rope.freq_base %g in (0, 1e30)", arch, hp->rms_eps, arch, hp->rope_freq_base);
     hp->rope_freq_scale = 1.0f;
     char key[128], scaling[32];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
-    if ((rc = get_cstr(m->gguf, key, scaling, sizeof scaling, err)) < 0)
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if ((rc = get_cstr(g, key, scaling, sizeof scaling, err)) < 0)
         return rc;
     float factor = 0.0f;
+    const char *fkey = "rope.scaling.factor";
     if (rc == 1 && strcmp(scaling, "linear") == 0) {
-        rc = hp_f32(m, "rope.scaling.factor", 1.0f, &factor, err);
+        rc = hp_f32(g, arch, fkey, 1.0f, &factor, err);
     } else if (rc == 1 && strcmp(scaling, "none") != 0) {
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "%s = '%s' is not supported; supported: none, linear", key,
                            scaling);
     } else {
-        rc = hp_f32(m, "rope.scale_linear", 0.0f, &factor, err); /* the older spelling */
+        fkey = "rope.scale_linear"; /* the older spelling */
+        rc = hp_f32(g, arch, fkey, 0.0f, &factor, err);
     }
     if (rc)
         return rc;
+    if (!(factor >= 0.0f) || factor > 1e6f)
+        return dev_err_set(err, MEMRA_E_FORMAT, "metadata %s.%s %g is out of range (allowed 0..1e6; 0 = none)", arch,
+                           fkey, factor);
     if (factor > 0.0f)
         hp->rope_freq_scale = 1.0f / factor;
-    if (mdl_gguf_tensor_find(m->gguf, "rope_freqs.weight"))
+    if (mdl_gguf_tensor_find(g, "rope_freqs.weight"))
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "tensor rope_freqs.weight (Llama 3.1-style frequency "
                            "factors) is not supported; supported rope scaling: none, linear");
     hp->rope_neox = hp->arch == MDL_ARCH_QWEN2;
     hp->has_qkv_bias = hp->arch == MDL_ARCH_QWEN2;
     return 0;
+}
+
+const char *mdl_arch_name(int arch)
+{
+    return arch >= 0 && arch < (int)(sizeof k_archs / sizeof k_archs[0]) ? k_archs[arch] : NULL;
+}
+
+static int read_hparams(mdl_model *m, dev_err *err)
+{
+    int rc = mdl_hparams_read(m->gguf, &m->hp, err);
+    if (rc == 0)
+        snprintf(m->arch_name, sizeof m->arch_name, "%s", k_archs[m->hp.arch]);
+    return rc;
 }
 
 /* ---- tensors ---- */
@@ -329,13 +362,25 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     hp->n_vocab = (int)embd->ne[1];
     if (get_tensor(m, "token_embd.weight", hp->n_vocab, hp->n_embd, 0, &embd, err))
         goto fail;
-    m->embd = embd->data;
     m->embd_type = embd->type;
     m->embd_row_bytes = krn_row_bytes(embd->type, hp->n_embd);
+    /* the host gather reads the table for the model's life: an owned copy, so nothing at run time reads the
+     * file (truncating it would raise SIGBUS, overwriting it would change the text) */
+    if (!(m->embd_owned = malloc(embd->bytes))) {
+        dev_err_set(err, MEMRA_E_NOMEM, "no host memory for the embedding table copy (%zu bytes)", embd->bytes);
+        goto fail;
+    }
+    memcpy(m->embd_owned, embd->data, embd->bytes);
+    m->embd = m->embd_owned;
 
     /* a GGUF without tokenizer.* keys (tiny test models) loads with no tokenizer */
     if (mdl_gguf_find(m->gguf, "tokenizer.ggml.model") >= 0 && !(m->tok = mdl_tokenizer_from_gguf(m->gguf, err)))
         goto fail;
+    if (m->tok && mdl_tokenizer_n_vocab(m->tok) > hp->n_vocab) { /* fewer is fine: padded embedding rows */
+        dev_err_set(err, MEMRA_E_FORMAT, "tokenizer.ggml.tokens has %d entries, more than the %d rows of "
+                    "token_embd.weight", mdl_tokenizer_n_vocab(m->tok), hp->n_vocab);
+        goto fail;
+    }
 
     dev_device *dev0 = dev_platform_device(p->platform, 0);
     if (!(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
@@ -356,6 +401,12 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     m->head_dev = p->head_dev ? p->head_dev : m->layers[hp->n_layer - 1].dev;
     if (load_head(m, err))
         goto fail;
+    /* everything is copied out of the map: a file changed while it was read is refused, then it is unmapped */
+    m->file_id = *mdl_gguf_identity(m->gguf);
+    if (mdl_gguf_id_check_path(path, &m->file_id, "it was opened", err))
+        goto fail;
+    mdl_gguf_close(m->gguf);
+    m->gguf = NULL;
     if (p->progress)
         p->progress(1.0f, p->progress_ctx);
     return m;
@@ -443,6 +494,7 @@ size_t mdl_model_weight_bytes(const mdl_model *m)
     return n;
 }
 const char *mdl_model_arch_name(const mdl_model *m) { return m->arch_name; }
+const mdl_gguf_id *mdl_model_file_id(const mdl_model *m) { return &m->file_id; }
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m) { return m->tok; }
 dev_device *mdl_model_head_device(const mdl_model *m) { return m->head_dev; }
 

@@ -131,6 +131,20 @@ set_tests_properties(cli_bench_pp_scaling_ctx_too_small_refused PROPERTIES PASS_
 memra_cli(cli_bench_pp_scaling_ctx_exactly_enough unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY}
           --stages 2 --seqs 2 --tokens 4 --prompt 8 --ctx 14 --device-argmax 2)
 set_tests_properties(cli_bench_pp_scaling_ctx_exactly_enough PROPERTIES PASS_REGULAR_EXPRESSION "\\(same tokens\\)")
+# memra-bench serve: 8 requests through the scheduler and each alone on 2 stages (a file and a synthetic shape):
+# every request decodes its own tokens among the others; a bad flag is refused naming it
+memra_cli(cli_bench_serve_every_request_as_alone unit $<TARGET_FILE:memra-bench> serve -m ${TINY} --stages 2
+          --seqs 8 --tokens 6 --prompt 5 --check-all 1)
+set_tests_properties(cli_bench_serve_every_request_as_alone PROPERTIES PASS_REGULAR_EXPRESSION
+  "requests with the same tokens alone and among 8: 8 of 8.*ratio=")
+memra_cli(cli_bench_serve_synthetic unit $<TARGET_FILE:memra-bench> serve --synthetic tiny --stages 2 --seqs 4
+          --tokens 4 --micro-batches 2)
+set_tests_properties(cli_bench_serve_synthetic PROPERTIES PASS_REGULAR_EXPRESSION
+  "micro-batches 2.*request 0: the same tokens alone and among 4: yes")
+memra_cli(cli_bench_serve_bad_micro_batches unit $<TARGET_FILE:memra-bench> serve -m ${TINY} --seqs 2
+          --micro-batches 3)
+set_tests_properties(cli_bench_serve_bad_micro_batches PROPERTIES PASS_REGULAR_EXPRESSION
+  "micro_batches = 3 \\(allowed 0..n_seq = 2")
 memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES

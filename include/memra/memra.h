@@ -220,7 +220,9 @@ MEMRA_API memra_runtime_params memra_runtime_default_params(void);
  * cache (n_seq x n_ctx per layer) and start the stage actors. params may be NULL (defaults).
  * Returns NULL on failure with memra_last_error() and memra_model_last_error(model) set: MEMRA_E_INVAL (a
  * bad field or door: the message names it and what is allowed), MEMRA_E_IO / MEMRA_E_FORMAT (weights),
- * MEMRA_E_UNSUPPORTED (backend not built / no GPU), MEMRA_E_DEVICE, MEMRA_E_NOMEM. Nothing is left behind.
+ * MEMRA_E_UNSUPPORTED (backend not built / no GPU), MEMRA_E_DEVICE, MEMRA_E_NOMEM, MEMRA_E_STATE (the GGUF at
+ * the model's path is not the file memra_model_load read: its size, mtime or header differ). Nothing is left
+ * behind. Once created, the runtime reads nothing from the file (the embedding table is copied).
  * Cost: one pass over the weights. Call from one thread at a time (reads the environment). */
 MEMRA_API memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtime_params *params);
 /* Wait for every submitted step, free every sequence and pending still open, stop the actors, free the
