@@ -41,7 +41,7 @@ endforeach()
 set_tests_properties(example_server PROPERTIES PASS_REGULAR_EXPRESSION "client 3: 8 tokens")
 set_tests_properties(example_server_pp3 PROPERTIES
   ENVIRONMENT "${_api_env};MEMRA_PP_STAGES=3;MEMRA_PP_DEVICES=0,1,2;MEMRA_PP_OVERLAP=1"
-  PASS_REGULAR_EXPRESSION "runtime: 3 stages")
+  PASS_REGULAR_EXPRESSION "client 4: 6 tokens.*server: 3 stages, 3 micro-batches")
 
 # ---- the minimal example on the real model (normal leg; skipped when the file is absent) ----
 add_test(NAME example_simple_real_model
