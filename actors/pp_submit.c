@@ -328,6 +328,8 @@ int pp_inflight_add(act_pp *rt, int delta)
 {
     pthread_mutex_lock(&rt->inflight_lock);
     int n = rt->inflight += delta;
+    if (act_trace_on())
+        act_trace_counter(ACT_TR_INFLIGHT, ACT_TRACE_RUNTIME, pp_now_ns(), n);
     if (delta < 0)
         pthread_cond_broadcast(&rt->inflight_cv);
     pthread_mutex_unlock(&rt->inflight_lock);
