@@ -228,29 +228,33 @@ int bench_serve(int argc, char **argv)
         if (rc)
             fprintf(stderr, "memra-bench serve: --kernel-trace: %s\n", kerr.msg);
     }
-    if (rc == 0 && trace) { /* tracing's overhead: untraced and traced S arms in turn, the best of each */
-        double on = 0, off = 0;
+    if (rc == 0 && trace) { /* tracing's overhead: untraced and traced S arms in turn; each pair's ratio */
+        double on = 0, off = 0, ratio[64];
         const int pairs = repeat > 3 ? repeat : 3;
-        serve_arm ta;
+        serve_arm ta, tb;
         for (int k = 0; k < pairs && rc == 0; k++) {
             if ((rc = run_arm(rt, 0, S, P, T, many, &ta)) != 0)
                 break;
-            off = ta.tok_s > off ? ta.tok_s : off;
             if (memra_runtime_trace_start(rt, trace) != MEMRA_OK) {
                 fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
                 rc = 2;
                 break;
             }
-            rc = run_arm(rt, 0, S, P, T, many, &ta);
+            rc = run_arm(rt, 0, S, P, T, many, &tb);
             if (memra_runtime_trace_stop(rt) != MEMRA_OK) {
                 fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
                 rc = 2;
             }
-            on = ta.tok_s > on ? ta.tok_s : on;
+            off = ta.tok_s > off ? ta.tok_s : off;
+            on = tb.tok_s > on ? tb.tok_s : on;
+            ratio[k] = tb.tok_s / ta.tok_s;
+            printf("trace pair %d: off %.1f tok/s, on %.1f tok/s, on/off %.3f\n", k, ta.tok_s, tb.tok_s, ratio[k]);
         }
-        if (rc == 0)
-            printf("trace: %s written; tracing on %.1f tok/s, off %.1f tok/s (S=%d, best of %d alternating arms): "
-                   "ratio on/off=%.3f\n", trace, on, off, S, pairs, on / off);
+        if (rc == 0) {
+            bench_sort(ratio, pairs);
+            printf("trace: %s written; tracing on %.1f tok/s, off %.1f tok/s (S=%d, best of %d alternating arms); "
+                   "ratio on/off=%.3f (median of the pairs' ratios)\n", trace, on, off, S, pairs, ratio[pairs / 2]);
+        }
     }
     free(alone);
     free(many);
