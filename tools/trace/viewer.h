@@ -1,7 +1,7 @@
 /* The HTML viewer of memra-trace html: one page, inline CSS and JS, no network. The data goes between
  * VIEWER_HEAD and VIEWER_TAIL as `const TRACE = {src, tracks: [[tid, name]..], ev: [[tid, t0, t1, instant,
  * name, step, req, args]..]}` (times in us).
- * Lanes: one per track (stage actors, stage streams, boundary hops, readback, scheduler, runtime). Bubbles (idle
+ * Lanes: one per track with events (stage actors, stage streams, boundary hops, readback, scheduler, runtime). Bubbles (idle
  * stretches between two walks of a stream) are shaded, hops are arrows from the producer's stream to the
  * consumer's. Wheel zooms around the pointer, drag pans, hover shows an event, a click on an event highlights its
  * step across every lane (or its request's points). Zoomed out, spans narrower than a pixel are drawn as one
@@ -32,17 +32,18 @@
     "'use strict';\n"                                                                                              \
     "const LH=30,AX=20,cv=document.getElementById('cv'),cx=cv.getContext('2d'),tip=document.getElementById('tip');\n" \
     "const st=document.getElementById('status');document.getElementById('src').textContent=TRACE.src;\n"         \
-    "const tracks=TRACE.tracks.slice().sort((a,b)=>a[0]-b[0]);const row={};tracks.forEach((t,i)=>row[t[0]]=i);\n" \
-    "const lanes=tracks.map(t=>({tid:t[0],name:t[1],sp:[],inst:[]}));\n"                                          \
-    "const labels=document.getElementById('labels');\n"                                                           \
-    "lanes.forEach(l=>{const d=document.createElement('div');d.className='lane';d.textContent=l.name;"           \
-    "d.dataset.name=l.name;d.dataset.drawn='0';labels.appendChild(d);l.div=d;});\n"                               \
+    "const tracks=TRACE.tracks.slice().sort((a,b)=>a[0]-b[0]);let row={};tracks.forEach((t,i)=>row[t[0]]=i);\n"   \
+    "let lanes=tracks.map(t=>({tid:t[0],name:t[1],sp:[],inst:[]}));\n"                                            \
     "let lo=Infinity,hi=-Infinity;const hops=[];const stream={};\n"                                               \
     "lanes.forEach(l=>{const m=/^stage (\\d+) stream$/.exec(l.name);if(m)stream[+m[1]]=l;});\n"                   \
     "for(const e of TRACE.ev){const l=lanes[row[e[0]]];if(!l)continue;const o={t0:e[1],t1:e[2],name:e[4],"       \
     "step:e[5],req:e[6],args:e[7],lane:l};(e[3]?l.inst:l.sp).push(o);lo=Math.min(lo,e[1]);hi=Math.max(hi,e[2]);" \
     "const m=/^boundary (\\d+) hops$/.exec(l.name);if(m&&!e[3])hops.push(Object.assign(o,{b:+m[1]}));}\n"      \
     "lanes.forEach(l=>{l.sp.sort((a,b)=>a.t0-b.t0);l.inst.sort((a,b)=>a.t0-b.t0);});\n"                          \
+    "lanes=lanes.filter(l=>l.sp.length||l.inst.length);row={};lanes.forEach((l,i)=>row[l.tid]=i);\n"            \
+    "const labels=document.getElementById('labels');\n"                                                           \
+    "lanes.forEach(l=>{const d=document.createElement('div');d.className='lane';d.textContent=l.name;"           \
+    "d.dataset.name=l.name;d.dataset.drawn='0';labels.appendChild(d);l.div=d;});\n"                               \
     "hops.sort((a,b)=>a.t0-b.t0);if(!(hi>lo)){lo=0;hi=1;}\n"                                                       \
     "let v0=lo,v1=hi,sel=null;\n"                                                                                  \
     "const col={walk:'#3b7dd8',enqueue:'#7fb069',readback:'#e09f3e','mailbox wait':'#ddd',hop:'#9b59b6'};\n"      \
@@ -61,7 +62,7 @@
     "if(isStream&&o.name==='walk'){if(prevEnd!==null&&o.t0>prevEnd){const bx=X(prevEnd);cx.fillStyle='#f3c0c0';" \
     "cx.fillRect(bx,y+2,x0-bx,LH-4);bubbles++;}prevEnd=prevEnd===null?o.t1:Math.max(prevEnd,o.t1);}"            \
     "if(x1-x0<1){const c=Math.max(0,Math.min(W,x0|0));if(!px[c]){px[c]=1;cx.fillStyle=col[o.name]||'#888';"      \
-    "cx.fillRect(c,y+4,1,LH-8);}}else{cx.fillStyle=col[o.name]||'#888';cx.fillRect(x0,y+4,x1-x0,LH-8);"         \
+    "cx.fillRect(c,y+4,1,LH-8);}}else{cx.fillStyle=col[o.name]||'#888';cx.fillRect(x0,y+4,Math.max(1,x1-x0-1),LH-8);"         \
     "if(x1-x0>40){cx.fillStyle='#fff';cx.fillText(o.name+(o.step>=0?' '+o.step:''),x0+3,y+18);}}"               \
     "if(hit(o)){cx.strokeStyle='#d00';cx.lineWidth=2;cx.strokeRect(x0,y+3,Math.max(x1-x0,2),LH-6);}drawn++;}"    \
     "for(const o of l.inst){if(o.t0<v0||o.t0>v1)continue;const x=X(o.t0);cx.fillStyle=hit(o)?'#d00':'#c33';"    \
