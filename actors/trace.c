@@ -49,6 +49,16 @@ static const char *const names[ACT_TR_N_NAMES] = {
     [ACT_TR_REQ_DONE] = "done", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step",
 };
 
+int act_trace_n_buffers(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    int n = 0;
+    for (const tbuf *b = bufs; b; b = b->next)
+        n++;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
 const char *act_trace_name_str(int n) { return n >= 0 && n < ACT_TR_N_NAMES ? names[n] : "?"; }
 
 uint64_t act_trace_now_ns(void)

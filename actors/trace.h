@@ -132,6 +132,9 @@ int act_trace_stop(const void *owner, act_trace_stats *stats, dev_err *err);
 /* 1 when owner's trace records. */
 int act_trace_owned_by(const void *owner);
 
+/* Thread buffers allocated so far in this process (none until a trace records: tracing off allocates nothing). */
+int act_trace_n_buffers(void);
+
 /* Exported name of n ("walk", "hop", ...). */
 const char *act_trace_name_str(int n);
 

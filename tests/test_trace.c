@@ -61,6 +61,19 @@ static void run_requests(memra_runtime *rt)
         assert_int_equal(r[i].n_out, GEN);
 }
 
+/* First in the group: nothing has traced in this process yet. */
+static void test_an_untraced_run_allocates_no_trace_buffer(void **state)
+{
+    (void)state;
+    memra_runtime_params p = api_tiny_params(2);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
+    assert_non_null(rt);
+    run_requests(rt);
+    memra_runtime_free(rt);
+    assert_false(act_trace_on());
+    assert_int_equal(act_trace_n_buffers(), 0);
+}
+
 static void test_a_two_stage_run_traced_writes_every_stage_stream_hop_and_request(void **state)
 {
     (void)state;
@@ -76,6 +89,7 @@ static void test_a_two_stage_run_traced_writes_every_stage_stream_hop_and_reques
     run_requests(rt);
     assert_int_equal(memra_runtime_trace_stop(rt), MEMRA_OK);
     assert_false(act_trace_on());
+    assert_true(act_trace_n_buffers() >= 4); /* 2 stage actors and their 2 stream workers at least */
     memra_runtime_free(rt);
     char *j = slurp(path);
     assert_non_null(j);
@@ -168,6 +182,7 @@ static void test_tracing_off_records_nothing_and_starting_later_records_only_lat
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_an_untraced_run_allocates_no_trace_buffer),
         cmocka_unit_test(test_a_two_stage_run_traced_writes_every_stage_stream_hop_and_request),
         cmocka_unit_test(test_a_second_trace_is_refused_while_one_records),
         cmocka_unit_test(test_memra_trace_door_writes_the_file_at_free_and_refuses_an_empty_path),
