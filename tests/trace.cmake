@@ -26,3 +26,9 @@ if(TARGET memra-trace)
   set_tests_properties(trace_html_viewer_draws_both_stages_and_hops_in_chromium PROPERTIES LABELS model TIMEOUT 300
     SKIP_RETURN_CODE 77 PASS_REGULAR_EXPRESSION "trace_html: OK")
 endif()
+if(TARGET memra-run)
+  add_test(NAME trace_memra_run_names_an_unwritable_trace_path
+           COMMAND memra-run -m ${MEMRA_MODEL_PATH} -p Hi -n 1 --stages 2 --trace /nonexistent-dir/t.json)
+  set_tests_properties(trace_memra_run_names_an_unwritable_trace_path PROPERTIES LABELS model TIMEOUT 120
+    ENVIRONMENT "MEMRA_BACKEND=cpu" PASS_REGULAR_EXPRESSION "--trace /nonexistent-dir/t.json: .*cannot open /nonexistent-dir/t.json")
+endif()
