@@ -308,6 +308,10 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     pp_inflight_add(rt, 1);
     atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;
+    if (act_trace_on()) { /* the group is the scheduler's for this one step (act_trace_set_group) */
+        act_trace_instant(ACT_TR_SUBMIT, ACT_TRACE_SCHED, pp_now_ns(), rec->id, rec->B, act_trace_group_tl, rec->kind);
+        act_trace_group_tl = -1;
+    }
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {

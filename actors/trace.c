@@ -17,6 +17,7 @@
 #include <time.h>
 
 _Atomic int act_trace_flag;
+_Thread_local int act_trace_group_tl = -1;
 
 typedef struct tbuf {
     struct tbuf *next;           /* registry link [reg_lock] */
@@ -46,7 +47,7 @@ static const char *const names[ACT_TR_N_NAMES] = {
     [ACT_TR_WALK] = "walk", [ACT_TR_ENQUEUE] = "enqueue", [ACT_TR_MAILBOX_WAIT] = "mailbox wait",
     [ACT_TR_HOP] = "hop", [ACT_TR_READBACK] = "readback", [ACT_TR_CREDIT_WAIT] = "credit wait",
     [ACT_TR_FEED_WAIT] = "feed wait", [ACT_TR_REQ_QUEUED] = "queued", [ACT_TR_REQ_FIRST] = "first token",
-    [ACT_TR_REQ_DONE] = "done", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step",
+    [ACT_TR_REQ_DONE] = "done", [ACT_TR_SUBMIT] = "submit", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step",
 };
 
 int act_trace_n_buffers(void)
@@ -192,7 +193,7 @@ static void track_name(int t, char *buf, size_t n)
     else if (t == ACT_TRACE_READBACK)
         snprintf(buf, n, "readback");
     else if (t == ACT_TRACE_SCHED)
-        snprintf(buf, n, "scheduler");
+        snprintf(buf, n, "scheduler");  /* requests, and every step's submit */
     else
         snprintf(buf, n, "runtime");
 }
@@ -217,6 +218,7 @@ static void put_args(FILE *f, const act_trace_rec *r)
     case ACT_TR_REQ_QUEUED:
     case ACT_TR_REQ_FIRST: fprintf(f, "{\"req\":%d}", r->a); break;
     case ACT_TR_REQ_DONE: fprintf(f, "{\"req\":%d,\"status\":%d}", r->a, r->b); break;
+    case ACT_TR_SUBMIT: fprintf(f, "{%s\"rows\":%d,\"group\":%d,\"kind\":%d}", step, r->a, r->b, r->c); break;
     case ACT_TR_INFLIGHT:
     case ACT_TR_ROWS: fprintf(f, "{\"value\":%d}", r->a); break;
     default: fprintf(f, "{}"); break;

@@ -43,6 +43,7 @@ typedef enum act_trace_name {
     ACT_TR_REQ_QUEUED,   /* instant, scheduler: request a queued */
     ACT_TR_REQ_FIRST,    /* instant, scheduler: request a took its first token */
     ACT_TR_REQ_DONE,     /* instant, scheduler: request a ended with status b */
+    ACT_TR_SUBMIT,       /* instant, scheduler: step submitted (a = rows, b = micro-batch group or -1, c = kind) */
     ACT_TR_INFLIGHT,     /* counter, runtime: steps in flight (a) */
     ACT_TR_ROWS,         /* counter, runtime: rows of the step stage 0 takes (a) */
     ACT_TR_N_NAMES
@@ -120,6 +121,15 @@ static inline void act_trace_req(act_trace_name n, int req, int status)
 {
     if (act_trace_on())
         act_trace_instant(n, ACT_TRACE_SCHED, act_trace_now_ns(), UINT64_MAX, req, status, 0);
+}
+
+extern _Thread_local int act_trace_group_tl; /* the submitting thread's micro-batch group, -1: none */
+
+/* The scheduler: the steps this thread submits next carry micro-batch group g (-1: none) in their submit record. */
+static inline void act_trace_set_group(int g)
+{
+    if (act_trace_on())
+        act_trace_group_tl = g;
 }
 
 /* Start recording for owner (any non-NULL tag: the runtime that asked); the file is written to path by

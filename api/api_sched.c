@@ -281,6 +281,7 @@ static int group_submit(sched *s, int gi)
     admit(s, gi);
     if (g->n_mem == 0)
         return MEMRA_OK;
+    act_trace_set_group(gi);
     const int cap = s->p.step_rows;
     int32_t *tok = s->rows, *seq = tok + cap, *pos = seq + cap;
     int32_t *ptok = s->pre, *pseq = ptok + cap, *ppos = pseq + cap;
