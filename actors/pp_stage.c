@@ -381,6 +381,17 @@ static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
     pp_post(rt->stage[st->s + 1].actor, PP_MSG_TOKEN, &tok, sizeof tok);
 }
 
+/* Tracing: the out-slot credits this stage holds, after a change. */
+static void trace_credits(const pp_stage *st)
+{
+    if (act_trace_on() && st->out) {
+        int held = 0;
+        for (int k = 0; k < bnd_slots(st->out); k++)
+            held += st->credit[k];
+        act_trace_counter_of(ACT_TR_CREDITS, pp_now_ns(), held, st->s);
+    }
+}
+
 /* Tracing: the head of the queue waits (a credit or a FEED): one instant per step and cause. */
 static void trace_wait(pp_stage *st, const pp_rec *rec, act_trace_name what, int slot)
 {
@@ -417,6 +428,7 @@ static void stage_pump(pp_stage *st)
             if (!last) {
                 bnd_next_slot(st->out, rec->seams.overlap);
                 st->credit[kout] = 0;
+                trace_credits(st);
             }
             dev_err e = {0};
             int credit_back = 0;
@@ -493,6 +505,7 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
         int k;
         memcpy(&k, m->payload, sizeof k);
         st->credit[k] = 1;
+        trace_credits(st);
         break;
     }
     case PP_MSG_HEAD: { /* the last stage: the readback actor is done enqueuing its reads of logits buffer k */

@@ -47,7 +47,7 @@ static const char *const names[ACT_TR_N_NAMES] = {
     [ACT_TR_WALK] = "walk", [ACT_TR_ENQUEUE] = "enqueue", [ACT_TR_MAILBOX_WAIT] = "mailbox wait",
     [ACT_TR_HOP] = "hop", [ACT_TR_READBACK] = "readback", [ACT_TR_CREDIT_WAIT] = "credit wait",
     [ACT_TR_FEED_WAIT] = "feed wait", [ACT_TR_REQ_QUEUED] = "queued", [ACT_TR_REQ_FIRST] = "first token",
-    [ACT_TR_REQ_DONE] = "done", [ACT_TR_SUBMIT] = "submit", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step",
+    [ACT_TR_REQ_DONE] = "done", [ACT_TR_SUBMIT] = "submit", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step", [ACT_TR_CREDITS] = "credits held",
 };
 
 int act_trace_n_buffers(void)
@@ -220,6 +220,7 @@ static void put_args(FILE *f, const act_trace_rec *r)
     case ACT_TR_REQ_DONE: fprintf(f, "{\"req\":%d,\"status\":%d}", r->a, r->b); break;
     case ACT_TR_SUBMIT: fprintf(f, "{%s\"rows\":%d,\"group\":%d,\"kind\":%d}", step, r->a, r->b, r->c); break;
     case ACT_TR_INFLIGHT:
+    case ACT_TR_CREDITS:
     case ACT_TR_ROWS: fprintf(f, "{\"value\":%d}", r->a); break;
     default: fprintf(f, "{}"); break;
     }
@@ -299,7 +300,10 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
         const char *nm = act_trace_name_str(x->name);
         fprintf(f, ",\n{\"ph\":\"%c\",\"pid\":1,\"tid\":%d,\"ts\":", e->phase, x->track);
         put_us(f, e->ts, t_start);
-        fprintf(f, ",\"name\":\"%s\",\"cat\":\"%s\"", nm, nm);
+        if (x->name == ACT_TR_CREDITS) /* a counter per stage */
+            fprintf(f, ",\"name\":\"%s stage %d\",\"cat\":\"%s\"", nm, x->b, nm);
+        else
+            fprintf(f, ",\"name\":\"%s\",\"cat\":\"%s\"", nm, nm);
         switch (e->phase) {
         case 'B':
         case 'i':

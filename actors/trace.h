@@ -46,6 +46,7 @@ typedef enum act_trace_name {
     ACT_TR_SUBMIT,       /* instant, scheduler: step submitted (a = rows, b = micro-batch group or -1, c = kind) */
     ACT_TR_INFLIGHT,     /* counter, runtime: steps in flight (a) */
     ACT_TR_ROWS,         /* counter, runtime: rows of the step stage 0 takes (a) */
+    ACT_TR_CREDITS,      /* counter, runtime: out-slot credits stage b holds (a) */
     ACT_TR_N_NAMES
 } act_trace_name;
 
@@ -79,6 +80,15 @@ static inline int act_trace_on(void)
 /* Append r to this thread's buffer (allocated and registered on the thread's first record of a trace).
  * Call only when act_trace_on(); a record racing act_trace_stop may be kept or not. */
 void act_trace_put(const act_trace_rec *r);
+
+/* A counter of one stage (b = the stage: ACT_TR_CREDITS), on the runtime's track. */
+static inline void act_trace_counter_of(act_trace_name n, uint64_t t, int value, int stage)
+{
+    if (act_trace_on()) {
+        act_trace_rec r = {t, t, UINT64_MAX, value, stage, 0, ACT_TRACE_RUNTIME, ACT_TR_COUNTER, (uint8_t)n, 0};
+        act_trace_put(&r);
+    }
+}
 
 /* CLOCK_MONOTONIC in ns (the clock of every record). */
 uint64_t act_trace_now_ns(void);

@@ -96,7 +96,7 @@ static void test_a_two_stage_run_traced_writes_every_stage_stream_hop_and_reques
     static const char *const want[] = {"\"stage 0 actor\"", "\"stage 1 actor\"", "\"stage 0 stream\"",
                                        "\"stage 1 stream\"", "\"boundary 0 hops\"", "\"readback\"",
                                        "\"name\":\"walk\"", "\"name\":\"hop\"", "\"name\":\"queued\"",
-                                       "\"name\":\"first token\"", "\"name\":\"done\"", "\"group\":1", "\"ph\":\"f\"",
+                                       "\"name\":\"first token\"", "\"name\":\"done\"", "\"group\":1", "\"credits held stage 0\"", "\"steps in flight\"", "\"ph\":\"f\"",
                                        "\"dropped\":0"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(j, want[i]))
