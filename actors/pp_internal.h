@@ -33,6 +33,7 @@
 
 #include "actors/actor.h"
 #include "actors/pp.h"
+#include "actors/trace.h"
 #include "mem/pool.h"
 #include "model/llama.h"
 #include "transport/boundary.h"
@@ -53,6 +54,9 @@ typedef struct pp_mark {
     pp_stage *stage;
     pp_rec *rec;
     uint64_t t0_ns; /* set by walk-begin on the stream's worker, read by walk-end on the same worker */
+    uint64_t t1_ns; /* tracing: set by walk-end on the stream's worker; the next stage's hop mark reads it
+                     * (ordered by ev_tx: the worker passed walk-end before the send's record) */
+    int kin;        /* tracing: the inbound slot this stage received the step from (stage actor writes) */
 } pp_mark;
 
 /* CLOCK_MONOTONIC in ns (the markers' busy time, the pendings' host times). */
@@ -144,6 +148,8 @@ struct pp_stage {
     int head_free[PP_HEAD_RING]; /* last stage: 1 = logits buffer k is ours to take (HEAD gives it back) */
     int head_next;           /* last stage: where the search for a free buffer starts (round robin) */
     int graph_off;           /* 1 after capture proved unsupported or failed: eager from then on */
+    uint64_t tr_idle_ns;     /* tracing: when the handler last returned (0: not traced); the mailbox wait's begin */
+    uint64_t tr_waited;      /* tracing: 1 + the id of the step whose credit/feed wait is recorded already */
     uint64_t feed_seen;      /* stage 0: 1 + the id of the latest step whose FEED arrived (0: none yet); FEEDs
                               * arrive in step order, so every step up to it has its feed_ev records enqueued */
     /* device-side stats (marker callbacks on this stage's stream) */
@@ -213,6 +219,8 @@ struct act_pp {
     } recent[ACT_PP_MAX_STAGES][8];
     int n_recent[ACT_PP_MAX_STAGES];
     unsigned recent_next;    /* ring cursor of recent[][] (readback actor only) */
+    int64_t tr_off_ns;       /* tracing, stamped steps: device clock -> host clock offset (readback actor only) */
+    int tr_off_set;
     _Atomic int jitter_us;
     _Atomic uint64_t jitter_gen;  /* bumped with every new seed: each thread reseeds when it changes */
     _Atomic uint64_t jitter_seed; /* written before jitter_us/jitter_gen are published */

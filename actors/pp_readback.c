@@ -238,6 +238,29 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
     pp_inflight_add(rt, -1);
 }
 
+/* Tracing: the step's readback span and, for a stamped step (CUDA), its walks and hops from the device stamps,
+ * mapped onto the host clock by the smallest (synced - last walk end) seen: the stamps' clock has another origin. */
+static void trace_step(act_pp *rt, const pp_rec *rec)
+{
+    const act_pending *p = rec->pending;
+    act_trace_span(ACT_TR_READBACK, ACT_TRACE_READBACK, p->times.readback_ns, p->times.synced_ns, rec->id,
+                   rec->out_rows, 0, 0);
+    if (!rec->stamped)
+        return;
+    const uint64_t *t = p->stamps;
+    const int64_t off = (int64_t)p->times.synced_ns - (int64_t)t[2 * (rt->N - 1) + 1];
+    if (!rt->tr_off_set || off < rt->tr_off_ns)
+        rt->tr_off_ns = off, rt->tr_off_set = 1;
+    for (int s = 0; s < rt->N; s++) {
+        act_trace_span(ACT_TR_WALK, ACT_TRACE_STREAM(s), t[2 * s] + (uint64_t)rt->tr_off_ns,
+                       t[2 * s + 1] + (uint64_t)rt->tr_off_ns, rec->id, rec->B, (int)rec->kind,
+                       s == rt->N - 1 ? rec->out_rows : 0);
+        if (s > 0) /* the hop: walk end upstream to walk begin here (the stamps bracket walks only) */
+            act_trace_async(ACT_TR_HOP, ACT_TRACE_HOP(s - 1), t[2 * s - 1] + (uint64_t)rt->tr_off_ns,
+                            t[2 * s] + (uint64_t)rt->tr_off_ns, rec->id, 0, 0, rec->mark[s].kin);
+    }
+}
+
 int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
 {
     (void)a;
@@ -275,6 +298,8 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
     /* ordered by ev_done: every stage's stamps of this step were written before it (the ev_tx chain) */
     if (r == 0 && rec->stamped)
         pp_account_stamps(rt, rec);
+    if (act_trace_on())
+        trace_step(rt, rec);
     finish_step(rt, rec, r, &e);
     return 0;
 }

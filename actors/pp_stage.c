@@ -68,11 +68,28 @@ void pp_walk_end(void *arg)
                pp_now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
-    atomic_fetch_add(&st->busy_ns, pp_now_ns() - mk->t0_ns);
+    const uint64_t t1 = pp_now_ns();
+    atomic_fetch_add(&st->busy_ns, t1 - mk->t0_ns);
+    if (act_trace_on()) { /* the walk on this stream's worker clock */
+        mk->t1_ns = t1;
+        act_trace_span(ACT_TR_WALK, ACT_TRACE_STREAM(st->s), mk->t0_ns, t1, mk->rec->id, mk->rec->B,
+                       (int)mk->rec->kind, st->s == rt->N - 1 ? mk->rec->out_rows : 0);
+    }
     atomic_fetch_add(&st->walks, 1);
     atomic_fetch_and(&rt->active_mask, ~bit);
     if (st->s == rt->N - 1 && rt->N >= 2)
         pp_count_split(rt, mk->rec->kind);
+}
+
+/* Tracing, stage s > 0: the step's frame is copied out of its inbound slot (on this stage's stream): the hop
+ * from stage s-1's walk end, on boundary s-1. */
+static void pp_hop_mark(void *arg)
+{
+    pp_mark *mk = arg;
+    const pp_mark *prev = mk - 1; /* stage s-1's mark of the same step */
+    uint64_t t0 = prev->t1_ns;    /* ordered by ev_tx[kin]: its worker set it before the send's record */
+    if (t0)
+        act_trace_async(ACT_TR_HOP, ACT_TRACE_HOP(mk->stage->s - 1), t0, pp_now_ns(), mk->rec->id, 0, 0, mk->kin);
 }
 
 /* A walk whose enqueue failed after its begin marker: the stage is no longer mid-walk. */
@@ -281,6 +298,10 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     int32_t *pos = (int32_t *)(x + (size_t)rec->B * (size_t)rt->n_embd);
     int32_t *seq = pos + rec->B;
     int r, armed = st->s;
+    pp_mark *mk = &rec->mark[st->s];
+    mk->stage = st;
+    mk->rec = rec;
+    mk->kin = kin;
     if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook */
         return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure (test hook)", st->s);
     if (st->s == 0) {
@@ -289,6 +310,8 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     } else {
         if ((r = bnd_recv_async(st->in, kin, st->stream, st->frame, bytes)) != 0)
             return dev_err_set(err, r, "stage %d: receive from boundary %d slot %d failed", st->s, st->s - 1, kin);
+        if (act_trace_on() && !rec->stamped && (r = dev_host_fn_async(st->stream, pp_hop_mark, mk)) != 0)
+            return dev_err_set(err, r, "stage %d: hop trace marker", st->s);
         /* credit: slot kin goes back to stage s-1 only now that our ev_rx[kin] record is enqueued */
         if ((r = pp_post(rt->stage[st->s - 1].actor, PP_MSG_CREDIT, &kin, sizeof kin)) != 0)
             return dev_err_set(err, r, "stage %d: could not return credit %d", st->s, kin);
@@ -299,12 +322,10 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     armed = st->s + ACT_PP_MAX_STAGES;
     if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook, late */
         return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure, late (test hook)", st->s);
-    pp_mark *mk = &rec->mark[st->s];
-    mk->stage = st;
-    mk->rec = rec;
     /* the markers are host functions on the stream: on CUDA each holds the stream until the driver's callback
      * thread has run it; MEMRA_PP_MARKERS=0 drops them (measurement only: counters and busy % then stop) */
-    const int marks = !rec->stamped && (rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0);
+    const int marks =
+        !rec->stamped && (rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0 || act_trace_on());
     if (marks && (r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     /* stamped (CUDA): the GPU writes its clock into the step's pinned record, no host callback on the stream */
@@ -360,6 +381,26 @@ static void stage_forward(pp_stage *st, pp_rec *rec, int kout)
     pp_post(rt->stage[st->s + 1].actor, PP_MSG_TOKEN, &tok, sizeof tok);
 }
 
+/* Tracing: the out-slot credits this stage holds, after a change. */
+static void trace_credits(const pp_stage *st)
+{
+    if (act_trace_on() && st->out) {
+        int held = 0;
+        for (int k = 0; k < bnd_slots(st->out); k++)
+            held += st->credit[k];
+        act_trace_counter_of(ACT_TR_CREDITS, pp_now_ns(), held, st->s);
+    }
+}
+
+/* Tracing: the head of the queue waits (a credit or a FEED): one instant per step and cause. */
+static void trace_wait(pp_stage *st, const pp_rec *rec, act_trace_name what, int slot)
+{
+    if (act_trace_on() && st->tr_waited != rec->id + 1) {
+        st->tr_waited = rec->id + 1;
+        act_trace_instant(what, ACT_TRACE_STAGE(st->s), pp_now_ns(), rec->id, rec->B, 0, slot);
+    }
+}
+
 /* Run queued steps in order while their outbound credit is available. */
 static void stage_pump(pp_stage *st)
 {
@@ -369,13 +410,17 @@ static void stage_pump(pp_stage *st)
         pp_rec *rec = it.rec;
         int last = st->s == rt->N - 1;
         int failed = atomic_load(&rec->failed) || (st->s > 0 && it.kin < 0);
-        if (st->s == 0 && rec->feed && !failed && st->feed_seen < rec->feed_after)
+        if (st->s == 0 && rec->feed && !failed && st->feed_seen < rec->feed_after) {
+            trace_wait(st, rec, ACT_TR_FEED_WAIT, -1);
             return; /* wait for the FEED of the ARGMAX step whose tokens this step embeds */
+        }
         int kout = -1;
         if (!last && !failed) {
             kout = bnd_peek_slot(st->out, rec->seams.overlap);
-            if (!st->credit[kout])
+            if (!st->credit[kout]) {
+                trace_wait(st, rec, ACT_TR_CREDIT_WAIT, kout);
                 return; /* wait for CREDIT(kout) from stage s+1 */
+            }
         }
         st->q_head = (st->q_head + 1) % st->q_cap;
         st->q_len--;
@@ -383,10 +428,16 @@ static void stage_pump(pp_stage *st)
             if (!last) {
                 bnd_next_slot(st->out, rec->seams.overlap);
                 st->credit[kout] = 0;
+                trace_credits(st);
             }
             dev_err e = {0};
             int credit_back = 0;
-            if (stage_run(st, rec, it.kin, kout, &credit_back, &e) != 0) {
+            const uint64_t t_run = act_trace_on() ? pp_now_ns() : 0;
+            const int rr = stage_run(st, rec, it.kin, kout, &credit_back, &e);
+            if (t_run)
+                act_trace_span(ACT_TR_ENQUEUE, ACT_TRACE_STAGE(st->s), t_run, pp_now_ns(), rec->id, rec->B, it.kin,
+                               kout);
+            if (rr != 0) {
                 pp_rec_fail(rec, e.code, "stage", &e);
                 if (!last)
                     st->credit[kout] = 1; /* nothing was sent on it */
@@ -424,12 +475,15 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
 {
     (void)a;
     pp_stage *st = ctx;
+    if (act_trace_on() && st->tr_idle_ns) /* the mailbox was empty since the last handler returned */
+        act_trace_span(ACT_TR_MAILBOX_WAIT, ACT_TRACE_STAGE(st->s), st->tr_idle_ns, pp_now_ns(), UINT64_MAX, 0, 0, 0);
     pp_jitter(st->rt);
     switch (m->kind) {
     case PP_MSG_STEP: {
         pp_rec *rec;
         memcpy(&rec, m->payload, sizeof rec);
         rec->pending->times.stage0_ns = pp_now_ns();
+        act_trace_counter(ACT_TR_ROWS, ACT_TRACE_RUNTIME, rec->pending->times.stage0_ns, rec->B);
         if (stage_enqueue(st, (pp_item){rec, -1}) != 0) {
             pp_rec_fail(rec, MEMRA_E_NOMEM, "stage queue", NULL);
             stage_forward(st, rec, -1);
@@ -451,6 +505,7 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
         int k;
         memcpy(&k, m->payload, sizeof k);
         st->credit[k] = 1;
+        trace_credits(st);
         break;
     }
     case PP_MSG_HEAD: { /* the last stage: the readback actor is done enqueuing its reads of logits buffer k */
@@ -469,5 +524,6 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
         break;
     }
     stage_pump(st);
+    st->tr_idle_ns = act_trace_on() ? pp_now_ns() : 0;
     return 0;
 }

@@ -308,6 +308,10 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     pp_inflight_add(rt, 1);
     atomic_fetch_add(&rt->unfinished, 1);
     act_pending *p = rec->pending;
+    if (act_trace_on()) { /* the group is the scheduler's for this one step (act_trace_set_group) */
+        act_trace_instant(ACT_TR_SUBMIT, ACT_TRACE_SCHED, pp_now_ns(), rec->id, rec->B, act_trace_group_tl, rec->kind);
+        act_trace_group_tl = -1;
+    }
     atomic_fetch_add(&rt->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
@@ -328,6 +332,8 @@ int pp_inflight_add(act_pp *rt, int delta)
 {
     pthread_mutex_lock(&rt->inflight_lock);
     int n = rt->inflight += delta;
+    if (act_trace_on())
+        act_trace_counter(ACT_TR_INFLIGHT, ACT_TRACE_RUNTIME, pp_now_ns(), n);
     if (delta < 0)
         pthread_cond_broadcast(&rt->inflight_cv);
     pthread_mutex_unlock(&rt->inflight_lock);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "actors/doors.h"
+#include "actors/trace.h"
 #include "api/api_internal.h"
 #include "kernels/krn.h"
 #include "model/llama.h"
@@ -211,12 +212,22 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     rt->N = act_pp_stages(rt->pp);
     rt->micro_batches = p.micro_batches ? p.micro_batches : rt->N < rt->n_seq ? rt->N : rt->n_seq;
     rt->stats_t0_ns = api_now_ns();
+    const char *tr = p.apply_env ? getenv("MEMRA_TRACE") : NULL; /* the trace's door: written at memra_runtime_free */
+    if (tr && !tr[0]) {
+        dev_err_set(&err, MEMRA_E_INVAL, "MEMRA_TRACE=: expected the path of the trace file to write (unset: no trace)");
+        goto fail;
+    }
+    if (tr && act_trace_start(rt, tr, rt->N, &err) != 0) {
+        dev_err_wrap(&err, "MEMRA_TRACE=%s", tr);
+        goto fail;
+    }
     return rt;
 fail:
     dev_err_wrap(&err, "memra_runtime_create");
     api_fail_err(box, &err);
     if (rt) {
-        act_pp_destroy(rt->pp);
+        if (rt->pp)
+            act_pp_destroy(rt->pp);
         if (rt->plat)
             dev_platform_close(rt->plat);
         if (rt->slot_used) {
@@ -245,6 +256,9 @@ void memra_runtime_free(memra_runtime *rt)
     act_pp_drain(rt->pp, NULL);
     while (rt->pendings)
         memra_pending_free(rt->pendings);
+    dev_err err = {0};
+    if (act_trace_owned_by(rt) && act_trace_stop(rt, NULL, &err) != 0) /* the only channel left: the model's */
+        api_fail_err((api_errbox *)&rt->model->err, &err);
     act_pp_destroy(rt->pp);
     dev_platform_close(rt->plat);
     free_list(rt->open_list);
@@ -345,6 +359,32 @@ int memra_runtime_drain(memra_runtime *rt)
         return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_drain: runtime is NULL");
     dev_err err = {0};
     return act_pp_drain(rt->pp, &err) ? api_fail_err(&rt->err, &err) : MEMRA_OK;
+}
+
+int memra_runtime_trace_start(memra_runtime *rt, const char *path)
+{
+    if (!rt)
+        return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_trace_start: runtime is NULL");
+    dev_err err = {0};
+    if (act_trace_start(rt, path, rt->N, &err) != 0) {
+        dev_err_wrap(&err, "memra_runtime_trace_start");
+        return api_fail_err(&rt->err, &err);
+    }
+    return MEMRA_OK;
+}
+
+int memra_runtime_trace_stop(memra_runtime *rt)
+{
+    if (!rt)
+        return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_trace_stop: runtime is NULL");
+    dev_err err = {0};
+    if (act_pp_drain(rt->pp, &err) != 0) /* every step's records are in before the file is written */
+        dev_err_clear(&err);        /* a stage error belongs to the steps' callers, not to the trace */
+    if (act_trace_stop(rt, NULL, &err) != 0) {
+        dev_err_wrap(&err, "memra_runtime_trace_stop");
+        return api_fail_err(&rt->err, &err);
+    }
+    return MEMRA_OK;
 }
 
 /* ---- sequences ---- */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/trace.h"
 #include "api/api_sched.h"
 
 typedef struct group {
@@ -139,6 +140,7 @@ void sched_add(sched *s, sched_req *r)
         s->wait_head = r;
     s->wait_tail = r;
     s->n_wait++;
+    act_trace_req(ACT_TR_REQ_QUEUED, r->index, 0);
 }
 
 static void group_remove(group *g, const sched_req *r)
@@ -157,6 +159,7 @@ static void req_end(sched *s, sched_req *r, int status)
 {
     r->rq->status = status;
     r->ended = 1;
+    act_trace_req(ACT_TR_REQ_DONE, r->index, status);
     memra_sampler_free(r->smp);
     r->smp = NULL;
     if (r->seq) {
@@ -278,6 +281,7 @@ static int group_submit(sched *s, int gi)
     admit(s, gi);
     if (g->n_mem == 0)
         return MEMRA_OK;
+    act_trace_set_group(gi);
     const int cap = s->p.step_rows;
     int32_t *tok = s->rows, *seq = tok + cap, *pos = seq + cap;
     int32_t *ptok = s->pre, *pseq = ptok + cap, *ppos = pseq + cap;
@@ -461,6 +465,8 @@ static void take_token(sched *s, sched_req *r, int row, memra_token t)
     if (rq->n_out < rq->out_cap)
         rq->out[rq->n_out] = t;
     rq->n_out++;
+    if (rq->n_out == 1)
+        act_trace_req(ACT_TR_REQ_FIRST, r->index, 0);
     int stop = 0;
     if (r->emit) {
         char piece[256];

@@ -271,6 +271,18 @@ MEMRA_API void memra_runtime_reset_stats(memra_runtime *rt);
 /* Wait until every step submitted so far (by any thread) has completed. Returns MEMRA_OK, MEMRA_E_INVAL
  * (NULL), or the first stage error. Thread-safe. */
 MEMRA_API int memra_runtime_drain(memra_runtime *rt);
+/* Start recording a trace of rt into path (Chrome Trace Event JSON, docs/trace.md): per stage its actor's
+ * enqueues and mailbox waits, its stream's walks, each boundary's hops, the readback, the scheduler's requests
+ * (queued, first token, done), steps in flight and rows per step. The file is written by
+ * memra_runtime_trace_stop, or by memra_runtime_free when the trace still records (MEMRA_TRACE=path starts one
+ * at create). One trace records at a time in a process. Returns MEMRA_OK, MEMRA_E_INVAL (NULL rt, NULL or empty
+ * path, path not writable: it is opened now), MEMRA_E_STATE (a trace already records). Costs while recording:
+ * docs/bench/cpu.md "Tracing"; while none records, one predicted branch per trace point. Thread-safe. */
+MEMRA_API int memra_runtime_trace_start(memra_runtime *rt, const char *path);
+/* Wait for every submitted step (memra_runtime_drain), stop rt's trace and write its file. Returns MEMRA_OK,
+ * MEMRA_E_INVAL (NULL), MEMRA_E_STATE (rt records no trace), MEMRA_E_IO (the write failed; the trace is stopped).
+ * Thread-safe. */
+MEMRA_API int memra_runtime_trace_stop(memra_runtime *rt);
 
 /* ---- sequences ----
  * A sequence is one KV slot: its tokens occupy positions 0..memra_seq_pos()-1. Open/close are thread-safe;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actors/pp.h"
+#include "actors/trace.h"
 #include "bench.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
@@ -95,6 +96,7 @@ typedef struct pp_args {
     int S, T, prompt;          /* --seqs, --tokens, --prompt */
     int ctx;                   /* --ctx: positions per sequence (0: the runtime's default) */
     int dev_argmax;            /* --device-argmax */
+    const char *trace;         /* --trace FILE: run_one of PP-N records the timed steps (actors/trace), or NULL */
 } pp_args;
 
 /* Decode a->T tokens for each of a->S sequences with all in flight, on one runtime of `stages` stages; greedy (on
@@ -172,6 +174,7 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
     act_pp_drain(rt, NULL);
     act_pp_reset_stats(rt);
     const int traced = rc == 0 && ktrace && (rc = bench_ktrace_start(&err)) == 0;
+    const int rt_traced = rc == 0 && a->trace && stages > 1 && (rc = act_trace_start(rt, a->trace, stages, &err)) == 0;
     double t0 = bench_now_s();
     uint64_t t_sub = bench_now_ns(), t_woke = 0; /* S == 1: the turn breakdown (the first submit is next) */
     int done = 0, total = S * T;
@@ -247,6 +250,10 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
                     act_pending_wait(*q, NULL, NULL, NULL);
                 act_pending_release(*q);
             }
+    if (rt_traced && (act_pp_drain(rt, NULL), act_trace_stop(rt, NULL, &err)) != 0) {
+        fprintf(stderr, "memra-bench pp-scaling: --trace: %s\n", err.msg);
+        rc = rc ? rc : 2;
+    }
     dev_err kerr = {0}; /* after every step was waited and the runtime drained: each kernel has its end time */
     if (traced && (act_pp_drain(rt, NULL), bench_ktrace_stop(stdout, ktrace, S * T, &kerr)) != 0) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", kerr.msg);
@@ -291,19 +298,21 @@ static int repeat_pairs(dev_platform *plat, const pp_args *args, int N, int R, d
 
 int bench_pp_scaling(int argc, char **argv)
 {
-    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL;
+    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL, *trace = NULL;
     int N = 2, S = 4, T = 32, prompt = 8, ctx = 0, no_pp1 = 0, dev_argmax = 0, repeat = 1;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--stages", &N, NULL, 2, 64},
                                 {"--seqs", &S, NULL, 1, 64},             {"--tokens", &T, NULL, 1, 1 << 20},
                                 {"--prompt", &prompt, NULL, 1, 1 << 16}, {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},           {"--no-pp1", &no_pp1, NULL, 0, 1},
                                 {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64},
-                                {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--ctx", &ctx, NULL, 0, 1 << 20}};
+                                {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--ctx", &ctx, NULL, 0, 1 << 20},
+                                {"--trace", NULL, &trace, 0, 0}};
     if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
-                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json] [--ctx POSITIONS]\n"
-                    "(--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
+                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json] [--ctx POSITIONS] [--trace FILE.json]\n"
+                    "(--trace: PP-N once more with its timed steps traced into FILE, docs/trace.md, and tok/s on/off; "
+                    "--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
                     "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
                     "each pair's ratio and their median (the table shows the first pair); placement and "
                     "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
@@ -357,10 +366,18 @@ int bench_pp_scaling(int argc, char **argv)
         return 2;
     }
     run_result r1 = {0}, rn = {0};
-    const pp_args args = {syn ? NULL : model, syn, S, T, prompt, ctx, dev_argmax};
+    const pp_args args = {syn ? NULL : model, syn, S, T, prompt, ctx, dev_argmax, NULL};
     int rc = no_pp1 ? 0 : run_one(plat, &args, 1, ktrace, &r1);
     if (rc == 0)
         rc = run_one(plat, &args, N, NULL, &rn);
+    run_result rt_on = {0};
+    if (rc == 0 && trace) { /* PP-N again, traced: the overhead of tracing against the run above */
+        pp_args ta = args;
+        ta.trace = trace;
+        if ((rc = run_one(plat, &ta, N, NULL, &rt_on)) == 0)
+            printf("trace: %s written (PP-%d); tracing on %.2f tok/s, off %.2f tok/s: ratio on/off=%.3f\n", trace,
+                   rt_on.N, rt_on.tok_s, rn.tok_s, rt_on.tok_s / rn.tok_s);
+    }
     if (rc == 0) {
         printf("pp-scaling: %s, %d sequences in flight, %d tokens each, backend %s\n", model, S, T,
                dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu");

@@ -115,7 +115,7 @@ static int run_arm(memra_runtime *rt, int first, int S, int P, int T, memra_toke
 
 int bench_serve(int argc, char **argv)
 {
-    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL;
+    const char *model = NULL, *synth = NULL, *type = "bf16", *ktrace = NULL, *trace = NULL;
     int N = 1, S = 8, T = 32, P = 8, M = 0, ctx = 0, repeat = 1, max_rows = 0, check_all = 0;
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},          {"--synthetic", NULL, &synth, 0, 0},
                                 {"--type", NULL, &type, 0, 0},       {"--stages", &N, NULL, 1, 64},
@@ -123,17 +123,19 @@ int bench_serve(int argc, char **argv)
                                 {"--prompt", &P, NULL, 1, 1 << 16},  {"--micro-batches", &M, NULL, 0, 4096},
                                 {"--ctx", &ctx, NULL, 0, 1 << 20},   {"--repeat", &repeat, NULL, 1, 64},
                                 {"--max-rows", &max_rows, NULL, 0, 65536}, {"--check-all", &check_all, NULL, 0, 1},
-                                {"--kernel-trace", NULL, &ktrace, 0, 0}};
+                                {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--trace", NULL, &trace, 0, 0}};
     if (bench_parse("serve", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
                     "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
                     "    [--stages N=1] [--seqs S=8] [--tokens T=32] [--prompt P=8] [--micro-batches M=0]\n"
                     "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1] [--kernel-trace FILE.csv|.json]\n"
+                    "    [--trace FILE.json]\n"
                     "(S greedy requests of P prompt tokens and T generated tokens each through memra_generate, then one "
                     "alone, on one runtime: tokens/s of each and their ratio; --micro-batches: 0 = the runtime's "
                     "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = S (P + 1) within 64..4096; "
                     "steady tok/s: while every request decodes; --ctx: 0 = "
                     "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
-                    "with every kernel recorded (CUPTI), a table per step and FILE; backend, devices, seams and "
+                    "with every kernel recorded (CUPTI), a table per step and FILE; --trace: max(R, 3) more pairs of S arms, "
+                    "untraced then traced into FILE (docs/trace.md), and tok/s on/off; backend, devices, seams and "
                     "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
                     "in the S arm than alone)"))
         return 2;
@@ -225,6 +227,34 @@ int bench_serve(int argc, char **argv)
         }
         if (rc)
             fprintf(stderr, "memra-bench serve: --kernel-trace: %s\n", kerr.msg);
+    }
+    if (rc == 0 && trace) { /* tracing's overhead: untraced and traced S arms in turn; each pair's ratio */
+        double on = 0, off = 0, ratio[64];
+        const int pairs = repeat > 3 ? repeat : 3;
+        serve_arm ta, tb;
+        for (int k = 0; k < pairs && rc == 0; k++) {
+            if ((rc = run_arm(rt, 0, S, P, T, many, &ta)) != 0)
+                break;
+            if (memra_runtime_trace_start(rt, trace) != MEMRA_OK) {
+                fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
+                rc = 2;
+                break;
+            }
+            rc = run_arm(rt, 0, S, P, T, many, &tb);
+            if (memra_runtime_trace_stop(rt) != MEMRA_OK) {
+                fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
+                rc = 2;
+            }
+            off = ta.tok_s > off ? ta.tok_s : off;
+            on = tb.tok_s > on ? tb.tok_s : on;
+            ratio[k] = tb.tok_s / ta.tok_s;
+            printf("trace pair %d: off %.1f tok/s, on %.1f tok/s, on/off %.3f\n", k, ta.tok_s, tb.tok_s, ratio[k]);
+        }
+        if (rc == 0) {
+            bench_sort(ratio, pairs);
+            printf("trace: %s written; tracing on %.1f tok/s, off %.1f tok/s (S=%d, best of %d alternating arms); "
+                   "ratio on/off=%.3f (median of the pairs' ratios)\n", trace, on, off, S, pairs, ratio[pairs / 2]);
+        }
     }
     free(alone);
     free(many);

@@ -21,6 +21,7 @@
 
 typedef struct run_opts {
     const char *model, *prompt[RUN_MAX_PROMPTS];
+    const char *trace; /* --trace FILE, or NULL */
     int n_prompts, n_predict, top_k, chat, n_ctx, chunk, spec;
     float temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
@@ -55,6 +56,8 @@ static void usage(FILE *f)
             "                          16-bit halves the cache's memory)\n"
             "      --act-type T        matmul input rows: f32, f16 or bf16 (default: MEMRA_ACT_TYPE, else f32)\n"
             "  -c, --ctx-size N        context length (default 2048, at most the model's)\n"
+            "      --trace FILE        record a trace of the run into FILE (Chrome Trace Event JSON; view it with\n"
+            "                          memra-trace html FILE -o OUT.html, docs/trace.md)\n"
             "  -h, --help              this text\n"
             "stdout: one prompt, then its generated text as it comes; with several prompts, each completed line\n"
             "prefixed \"[i] \" (i = the prompt's number), each request's last partial line when the run ends.\n"
@@ -184,6 +187,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
             if (!v || !*v || *end || errno || v[0] == '-')
                 return bad(a, v, "expected a non-negative integer");
             o->seed = s;
+        } else if (!strcmp(a, "--trace")) {
+            if (!v || !*v)
+                return bad(a, v, "expected the path of the trace file to write");
+            o->trace = v;
         } else if (!strcmp(a, "--stages")) {
             if (parse_int(v, 1, 64, &o->stages))
                 return bad(a, v, "expected an integer in 1..64");
@@ -342,6 +349,11 @@ int main(int argc, char **argv)
         rc = memra_last_status() == MEMRA_E_INVAL ? 2 : 1;
         goto out_quiet;
     }
+    if (o.trace && memra_runtime_trace_start(rt, o.trace) != MEMRA_OK) {
+        fprintf(stderr, "memra-run: --trace %s: %s\n", o.trace, memra_runtime_last_error(rt));
+        rc = 2;
+        goto out_quiet;
+    }
     for (int i = 0; i < o.n_prompts; i++) {
         int r = tokenize_prompt(m, o.prompt[i], o.chat, o.n_ctx, &prompts[i], &n_prompt[i]);
         if (r == MEMRA_E_FULL || (r == MEMRA_OK && n_prompt[i] >= o.n_ctx)) {
@@ -411,6 +423,13 @@ int main(int argc, char **argv)
                     st.steps ? (double)(st.gen_tokens - 1) / st.steps : 0.0);
     }
     rc = 0;
+    if (o.trace && memra_runtime_trace_stop(rt) != MEMRA_OK) {
+        why = memra_runtime_last_error(rt);
+        rc = 1;
+        goto out;
+    }
+    if (o.trace)
+        fprintf(stderr, "memra-run: trace written to %s (memra-trace summary %s)\n", o.trace, o.trace);
     goto out_quiet;
 out:
     fprintf(stderr, "memra-run: %s\n", why && why[0] ? why : "failed");

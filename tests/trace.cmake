@@ -1,0 +1,34 @@
+# Tracing (included by tests/CMakeLists.txt): test_trace keeps its 2-stage tiny trace for the JSON checks; the
+# memra-trace tool's summary on a hand-written trace; its HTML viewer in headless Chromium on a SmolLM2 trace.
+find_package(Python3 COMPONENTS Interpreter)
+set_tests_properties(test_trace PROPERTIES FIXTURES_SETUP trace_tiny)
+if(Python3_FOUND)
+  add_test(NAME trace_json_parses_pairs_begins_and_links_stages
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/trace_check.py
+                   ${PROJECT_BINARY_DIR}/tests/trace-tiny.json 2)
+  set_tests_properties(trace_json_parses_pairs_begins_and_links_stages PROPERTIES LABELS unit TIMEOUT 60
+    FIXTURES_REQUIRED trace_tiny PASS_REGULAR_EXPRESSION "trace_check: OK")
+endif()
+if(TARGET memra-trace)
+  # trace_synth.json: stage 0 walks [0,10] [20,30], stage 1 walks [12,20] [30,40] in a 40 us window:
+  # bubble 50 % and 55 %, mean 52.5 %
+  add_test(NAME trace_summary_bubble_is_the_hand_computed_value
+           COMMAND memra-trace summary ${CMAKE_CURRENT_SOURCE_DIR}/trace_synth.json)
+  set_tests_properties(trace_summary_bubble_is_the_hand_computed_value PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "stage 1: 2 walks, busy 45.0%, bubble 55.0%.*credit: out slot 0.*\nbubble 52.5% \\(mean over 2 stages")
+  add_test(NAME trace_summary_refuses_a_file_that_is_not_json
+           COMMAND memra-trace summary ${CMAKE_CURRENT_SOURCE_DIR}/trace.cmake)
+  set_tests_properties(trace_summary_refuses_a_file_that_is_not_json PROPERTIES LABELS unit TIMEOUT 60
+    WILL_FAIL TRUE)
+  add_test(NAME trace_html_viewer_draws_both_stages_and_hops_in_chromium
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/trace_html.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR}
+                   ${MEMRA_MODEL_PATH})
+  set_tests_properties(trace_html_viewer_draws_both_stages_and_hops_in_chromium PROPERTIES LABELS model TIMEOUT 300
+    SKIP_RETURN_CODE 77 PASS_REGULAR_EXPRESSION "trace_html: OK")
+endif()
+if(TARGET memra-run)
+  add_test(NAME trace_memra_run_names_an_unwritable_trace_path
+           COMMAND memra-run -m ${MEMRA_MODEL_PATH} -p Hi -n 1 --stages 2 --trace /nonexistent-dir/t.json)
+  set_tests_properties(trace_memra_run_names_an_unwritable_trace_path PROPERTIES LABELS model TIMEOUT 120
+    ENVIRONMENT "MEMRA_BACKEND=cpu" PASS_REGULAR_EXPRESSION "--trace /nonexistent-dir/t.json: .*cannot open /nonexistent-dir/t.json")
+endif()

@@ -1,0 +1,43 @@
+#!/bin/sh
+# The memra-trace html viewer in headless Chromium on a real 2-stage SmolLM2 trace: a screenshot is taken and the
+# DOM after the viewer's first draw proves both stages' stream lanes hold drawn walks and hop arrows are drawn.
+# Usage: trace_html.sh BIN_DIR SRC_DIR MODEL [SCREENSHOT.png]   (exit 77 = skipped, with the reason)
+set -eu
+bin=$1 src=$2 model=$3 shot=${4:-}
+chrome=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$chrome" ] || { echo "SKIP: chromium not installed (Debian: apt-get install chromium; MEMRA_SETUP_CHROMIUM=1 scripts/setup)"; exit 77; }
+[ -s "$model" ] || { echo "SKIP: model $model absent (scripts/setup fetches it)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+MEMRA_BACKEND=cpu "$bin/memra-run" -m "$model" -p "The capital of France is" -p "Once upon a time" -n 12 --temp 0 \
+  --stages 2 --trace "$tmp/t.json" > /dev/null 2> "$tmp/run.log" || { cat "$tmp/run.log"; exit 1; }
+"$bin/memra-trace" html "$tmp/t.json" -o "$tmp/t.html"
+flags="--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,420 --virtual-time-budget=3000"
+# shellcheck disable=SC2086
+timeout 120 "$chrome" $flags --dump-dom "file://$tmp/t.html" > "$tmp/dom.html" 2> "$tmp/chrome.log" || { tail -5 "$tmp/chrome.log"; exit 1; }
+python3 - "$tmp/dom.html" <<'PY'
+import sys
+from html.parser import HTMLParser
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__(); self.lanes = {}; self.status = None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "lane" in (a.get("class") or "").split() and "data-name" in a:
+            self.lanes[a["data-name"]] = int(a.get("data-drawn", "0"))
+        if a.get("id") == "status":
+            self.status = a
+p = P(); p.feed(open(sys.argv[1]).read())
+for lane in ("stage 0 stream", "stage 1 stream", "stage 0 actor", "stage 1 actor", "readback"):
+    if p.lanes.get(lane, 0) <= 0:
+        sys.exit("trace_html: FAIL: lane '%s' has nothing drawn (lanes: %s)" % (lane, p.lanes))
+if not p.status or int(p.status.get("data-arrows", "0")) <= 0:
+    sys.exit("trace_html: FAIL: no hop arrow drawn (status: %s)" % p.status)
+print("trace_html: OK: lanes %s, %s hop arrows, %s bubbles" % (p.lanes, p.status["data-arrows"], p.status["data-bubbles"]))
+PY
+if [ -n "$shot" ]; then
+  # shellcheck disable=SC2086
+  timeout 120 "$chrome" $flags --screenshot="$shot" "file://$tmp/t.html" 2> "$tmp/chrome.log" > /dev/null
+  [ -s "$shot" ] || { echo "trace_html: FAIL: no screenshot written"; exit 1; }
+  echo "trace_html: screenshot $shot"
+fi
