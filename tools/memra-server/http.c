@@ -331,10 +331,8 @@ static enum MHD_Result answer_ended(srv_app *app, struct MHD_Connection *c, srv_
     if (status == MEMRA_OK)
         return respond(app, c, ctx->ep, 200, oai_response_json(app, r), "application/json");
     char msg[600];
-    if (r->client_left) { /* nobody to answer: close (counted as 499, "client closed request") */
-        srv_metrics_request(&app->metrics, ctx->ep, 499);
+    if (r->client_left) /* nobody to answer: close (on_completed counts it) */
         return MHD_NO;
-    }
     if (status == MEMRA_E_ABORTED)
         return respond_error(app, c, ctx->ep, 503, "the request was cancelled: the server is stopping", NULL);
     snprintf(msg, sizeof msg, "generation failed (%s): %s", memra_status_str(status),
@@ -568,6 +566,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         pthread_mutex_unlock(&r->mu);
         if (running) /* the client went away mid-request: free its slot */
             memra_server_cancel(app->srv, r->id);
+        if (!r->stream && r->client_left) /* 499: "client closed request"; a stream counted its 200 */
+            srv_metrics_request(&app->metrics, ctx->ep, 499);
         srv_req_unref(r);
     }
     free(ctx->body);

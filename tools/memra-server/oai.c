@@ -259,10 +259,18 @@ fail:
     return rc;
 }
 
+static size_t utf8_len(const unsigned char *s, size_t n);
+
 int oai_parse(srv_app *app, int ep, const char *body, size_t len, srv_req *r, srv_err *e)
 {
     const char *end = NULL;
     int rc = -1;
+    for (size_t i = 0; i < len;) { /* JSON text is UTF-8 (RFC 8259) */
+        size_t k = utf8_len((const unsigned char *)body + i, len - i);
+        if (!k)
+            return fail(e, 400, NULL, "the request body is not valid UTF-8 (byte %zu of %zu)", i, len);
+        i += k;
+    }
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
