@@ -327,11 +327,13 @@ static void stream_free(void *cls)
 static enum MHD_Result answer_ended(srv_app *app, struct MHD_Connection *c, srv_conn *ctx)
 {
     srv_req *r = ctx->req;
-    int status = r->status;
+    pthread_mutex_lock(&r->mu);
+    int status = r->status, left = r->client_left;
+    pthread_mutex_unlock(&r->mu);
     if (status == MEMRA_OK)
         return respond(app, c, ctx->ep, 200, oai_response_json(app, r), "application/json");
     char msg[600];
-    if (r->client_left) /* nobody to answer: close (on_completed counts it) */
+    if (left) /* nobody to answer: close (on_completed counts it) */
         return MHD_NO;
     if (status == MEMRA_E_ABORTED)
         return respond_error(app, c, ctx->ep, 503, "the request was cancelled: the server is stopping", NULL);
