@@ -18,6 +18,12 @@ if(TARGET memra-server)
                      $<TARGET_FILE:memra-server> ${MEMRA_MODEL_PATH})
     set_tests_properties(server_openai_client server_http_errors_and_framing PROPERTIES
       LABELS model TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "MEMRA_BACKEND=cpu")
+    # the malformed requests on the tiny model (cli.cmake writes it): a unit test, so the sanitizer legs run it
+    add_test(NAME server_malformed_requests_only_4xx_on_the_tiny_model
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py fuzz
+                     $<TARGET_FILE:memra-server> ${TINY})
+    set_tests_properties(server_malformed_requests_only_4xx_on_the_tiny_model PROPERTIES
+      LABELS unit TIMEOUT 300 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
   else()
     message(STATUS "memra: the memra-server tests are not registered: no python3")
   endif()

@@ -6,6 +6,8 @@
                                                  concurrent clients; a client that leaves frees its slot
   server_test.py http SERVER MODEL               plain http.client: SSE framing, errors (400 naming the field,
                                                  401, 404, 405, 413, 429), 200 malformed requests only 4xx
+  server_test.py fuzz SERVER MODEL               the 200 malformed requests and a huge header alone (any model
+                                                 with a tokenizer: the sanitizer legs run it on a tiny one)
 
 Each mode starts memra-server on port 0 with 2 stages, reads the port it prints, and ends it with SIGTERM
 (exit status 0 asked). Exit 77 (skip) when the openai package is missing."""
@@ -250,6 +252,59 @@ def sse_events(body):
     return [json.loads(e[6:]) for e in events[:-1]]
 
 
+def malformed(srv, auth):
+    """200 malformed requests of many kinds: only 4xx, and the server still answers."""
+    P = "/v1/completions"
+    rnd = random.Random(42)
+    good = json.dumps({"prompt": "hello", "max_tokens": 2, "temperature": 0.5, "stop": ["x"]})
+    kinds = [
+        lambda: good[:rnd.randrange(1, len(good) - 1)],                        # truncated JSON
+        lambda: json.dumps({"prompt": "x", rnd.choice(["max_tokens", "top_k", "seed", "n"]):
+                            rnd.choice(["1", 1.5, -1e308, 1e308, [], {}, True])}),
+        lambda: json.dumps({"prompt": rnd.choice([1.5, {}, [[]], True, ["a", "b"], [-1], [10 ** 9]])}),
+        lambda: b'{"prompt": "' + bytes(rnd.randrange(128, 256) for _ in range(8)) + b'"}',  # invalid UTF-8
+        lambda: json.dumps({"prompt": "x", rnd.choice(["temperature", "top_p", "stream"]):
+                            rnd.choice([-1, 3, "1", [1], {"a": 1}])}),
+        lambda: json.dumps({"messages": rnd.choice([{}, "hi", [1], [{"role": 1, "content": "x"}],
+                                                    [{"role": "user", "content": [{"type": "image"}]}]])}),
+        lambda: json.dumps([1, 2, 3]),
+        lambda: "",
+        lambda: "\x00" * rnd.randrange(1, 64),
+        lambda: json.dumps({"prompt": "x", "stop": rnd.choice([5, [1, 2], ["a"] * 9, [""]])}),
+        lambda: "[" * 5000,
+    ]
+    statuses = {}
+    for i in range(200):
+        body = kinds[i % len(kinds)]()
+        st, _, data = srv.request("POST", rnd.choice([P, "/v1/chat/completions"]), body, auth)
+        statuses[st] = statuses.get(st, 0) + 1
+        check(400 <= st < 500, "malformed request %r answered %d: %r" % (body[:200], st, data[:200]))
+    c = srv.conn()
+    c.putrequest("GET", "/health")
+    c.putheader("X-Huge", "a" * 200000)
+    c.endheaders()
+    try:
+        st = c.getresponse().status
+        check(400 <= st < 500, "a 200 kB header answered %d" % st)
+    except (ConnectionError, http.client.HTTPException):
+        pass  # closing the connection is also a refusal
+    c.close()
+    check(srv.request("GET", "/health")[0] == 200, "the server no longer answers after malformed requests")
+    print("malformed requests by status: %s" % statuses)
+
+
+def mode_fuzz(server, model):
+    """The malformed requests alone, on any model with a tokenizer (the sanitizer legs use a tiny one)."""
+    srv = Server(server, model, "--seqs", "2")
+    try:
+        malformed(srv, {})
+        srv.stop()
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+    print("fuzz: ok")
+
+
 def mode_http(server, model):
     key = "sk-test-0123456789"
     auth = {"Authorization": "Bearer " + key}
@@ -315,40 +370,7 @@ def mode_http(server, model):
             c.close()
         wait_idle(srv, "the held streams closed")
 
-        # 200 malformed requests of many kinds: only 4xx, and the server still answers
-        rnd = random.Random(42)
-        good = json.dumps({"prompt": "hello", "max_tokens": 2, "temperature": 0.5, "stop": ["x"]})
-        kinds = [
-            lambda: good[:rnd.randrange(1, len(good) - 1)],                        # truncated JSON
-            lambda: json.dumps({"prompt": "x", rnd.choice(["max_tokens", "top_k", "seed", "n"]):
-                                rnd.choice(["1", 1.5, -1e308, 1e308, [], {}, True])}),
-            lambda: json.dumps({"prompt": rnd.choice([1.5, {}, [[]], True, ["a", "b"], [-1], [10 ** 9]])}),
-            lambda: b'{"prompt": "' + bytes(rnd.randrange(128, 256) for _ in range(8)) + b'"}',  # invalid UTF-8
-            lambda: json.dumps({"prompt": "x", "temperature": rnd.choice([-1, 3, "1", None and 0, [1]]) or -2}),
-            lambda: json.dumps([1, 2, 3]),
-            lambda: "",
-            lambda: "\x00" * rnd.randrange(1, 64),
-            lambda: json.dumps({"prompt": "x", "stop": rnd.choice([5, [1, 2], ["a"] * 9, [""]])}),
-            lambda: "[" * 5000,
-        ]
-        statuses = {}
-        for i in range(200):
-            body = kinds[i % len(kinds)]()
-            st, _, data = srv.request("POST", rnd.choice([P, "/v1/chat/completions"]), body, auth)
-            statuses[st] = statuses.get(st, 0) + 1
-            check(400 <= st < 500, "malformed request %r answered %d: %r" % (body[:200], st, data[:200]))
-        c = srv.conn()
-        c.putrequest("GET", "/health")
-        c.putheader("X-Huge", "a" * 200000)
-        c.endheaders()
-        try:
-            st = c.getresponse().status
-            check(400 <= st < 500, "a 200 kB header answered %d" % st)
-        except (ConnectionError, http.client.HTTPException):
-            pass  # closing the connection is also a refusal
-        c.close()
-        check(srv.request("GET", "/health")[0] == 200, "the server no longer answers after malformed requests")
-        print("malformed requests by status: %s" % statuses)
+        malformed(srv, auth)
 
         # SIGTERM while a stream is in flight: the stream ends ([DONE]) and the server exits 0
         c = srv.conn()
@@ -371,6 +393,8 @@ if __name__ == "__main__":
         mode_openai(*sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "http" and len(sys.argv) == 4:
         mode_http(*sys.argv[2:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "fuzz" and len(sys.argv) == 4:
+        mode_fuzz(*sys.argv[2:])
     else:
         print(__doc__)
         sys.exit(2)
