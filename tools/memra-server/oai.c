@@ -193,9 +193,14 @@ static char *content_text(const cJSON *c, int i, srv_err *e)
         fail(e, 500, NULL, "out of memory");
         return NULL;
     }
-    s[0] = 0;
-    cJSON_ArrayForEach(p, c)
-        strcat(s, cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
+    size_t at = 0;
+    cJSON_ArrayForEach(p, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(s + at, t, n);
+        at += n;
+    }
+    s[at] = 0;
     return s;
 }
 
