@@ -298,6 +298,22 @@ def mode_fuzz(server, model):
     srv = Server(server, model, "--seqs", "2")
     try:
         malformed(srv, {})
+        # a few real generations around it, so the sanitizers see the token path, a client leaving and SIGTERM
+        body = {"prompt": "hello world", "max_tokens": 8, "temperature": 0}
+        st, _, data = srv.request("POST", "/v1/completions", body)
+        check(st == 200 and json.loads(data)["usage"]["completion_tokens"] <= 8, "tiny completion %d %r" % (st, data))
+        st, _, data = srv.request("POST", "/v1/completions", dict(body, stream=True))
+        check(st == 200, "tiny stream %d" % st)
+        sse_events(data)
+        c = srv.conn()
+        c.request("POST", "/v1/completions", json.dumps(dict(body, max_tokens=200)), {})
+        time.sleep(0.05)
+        c.sock.close()
+        c.close()
+        wait_idle(srv, "a client left")
+        c = srv.conn()
+        c.request("POST", "/v1/completions", json.dumps(dict(body, max_tokens=200, stream=True)), {})
+        c.getresponse()
         srv.stop()
     finally:
         if srv.p.poll() is None:
