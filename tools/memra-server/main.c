@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include "srv.h"
 
 static void usage(FILE *f)
@@ -67,8 +68,9 @@ static int parse_args(int argc, char **argv, srv_opts *o)
                 return usage_error(a, v, "a GGUF file");
             o->model = v;
         } else if (!strcmp(a, "--host")) {
-            if (!v)
-                return usage_error(a, v, "an IPv4 or IPv6 address");
+            unsigned char addr[sizeof(struct in6_addr)];
+            if (!v || (inet_pton(AF_INET, v, addr) != 1 && inet_pton(AF_INET6, v, addr) != 1))
+                return usage_error(a, v, "expected an IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, ::1)");
             o->host = v;
         } else if (!strcmp(a, "--port")) {
             if (parse_int(v, 0, 65535, &o->port))
