@@ -1,0 +1,32 @@
+# memra-server end to end (tests/server_test.py) on the real model with the CPU backend: the official openai
+# client (skipped, exit 77, when the openai package is missing: scripts/setup installs it) and plain http.client
+# (SSE framing, errors, malformed requests, SIGTERM). Registered only when memra-server is built.
+if(TARGET memra-server)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -c "import openai" RESULT_VARIABLE _memra_no_openai
+                    OUTPUT_QUIET ERROR_QUIET)
+    if(_memra_no_openai)
+      message(STATUS "memra: server_openai_client skips: python3 has no openai package "
+                     "(python3 -m pip install --break-system-packages openai)")
+    endif()
+    add_test(NAME server_openai_client
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py openai
+                     $<TARGET_FILE:memra-server> $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH})
+    add_test(NAME server_http_errors_and_framing
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py http
+                     $<TARGET_FILE:memra-server> ${MEMRA_MODEL_PATH})
+    set_tests_properties(server_openai_client server_http_errors_and_framing PROPERTIES
+      LABELS model TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "MEMRA_BACKEND=cpu")
+    # the malformed requests on the tiny model (cli.cmake writes it): a unit test, so the sanitizer legs run it
+    add_test(NAME server_malformed_requests_only_4xx_on_the_tiny_model
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py fuzz
+                     $<TARGET_FILE:memra-server> ${TINY})
+    set_tests_properties(server_malformed_requests_only_4xx_on_the_tiny_model PROPERTIES
+      LABELS unit TIMEOUT 300 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
+  else()
+    message(STATUS "memra: the memra-server tests are not registered: no python3")
+  endif()
+else()
+  message(STATUS "memra: the memra-server tests are not registered: memra-server is not built")
+endif()
