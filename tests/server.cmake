@@ -23,7 +23,14 @@ if(TARGET memra-server)
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py fuzz
                      $<TARGET_FILE:memra-server> ${TINY})
     set_tests_properties(server_malformed_requests_only_4xx_on_the_tiny_model PROPERTIES
-      LABELS unit TIMEOUT 300 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
+      LABELS unit TIMEOUT 600 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
+    # 64 concurrent clients for 2 minutes on loopback (tiny model): no error, nothing lost or duplicated, every
+    # slot freed; bounded in count (64 threads) and time (120 s + the drain)
+    add_test(NAME server_64_clients_2_minutes
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py load
+                     $<TARGET_FILE:memra-server> ${CMAKE_CURRENT_SOURCE_DIR}/server_load.py ${TINY} 64 120)
+    set_tests_properties(server_64_clients_2_minutes PROPERTIES
+      LABELS stress TIMEOUT 600 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
   else()
     message(STATUS "memra: the memra-server tests are not registered: no python3")
   endif()

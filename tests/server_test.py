@@ -6,8 +6,9 @@
                                                  concurrent clients; a client that leaves frees its slot
   server_test.py http SERVER MODEL               plain http.client: SSE framing, errors (400 naming the field,
                                                  401, 404, 405, 413, 429), 200 malformed requests only 4xx
-  server_test.py fuzz SERVER MODEL               the 200 malformed requests and a huge header alone (any model
-                                                 with a tokenizer: the sanitizer legs run it on a tiny one)
+  server_test.py fuzz SERVER MODEL               1,000 malformed requests and a huge header (any model with a
+                                                 tokenizer: the sanitizer legs run it on a tiny one), with --trace
+  server_test.py load SERVER LOAD MODEL C S      C concurrent clients for S seconds (tests/server_load.py)
 
 Each mode starts memra-server on port 0 with 2 stages, reads the port it prints, and ends it with SIGTERM
 (exit status 0 asked). Exit 77 (skip) when the openai package is missing."""
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 
-DEADLINE = time.monotonic() + 290  # every wait below is bounded (ctest gives 300 s); a normal run takes seconds
+DEADLINE = time.monotonic() + 590  # every wait below is bounded (ctest gives 300 to 600 s); a normal run takes seconds
 
 
 def fail(msg):
@@ -252,8 +253,8 @@ def sse_events(body):
     return [json.loads(e[6:]) for e in events[:-1]]
 
 
-def malformed(srv, auth):
-    """200 malformed requests of many kinds: only 4xx, and the server still answers."""
+def malformed(srv, auth, count=200):
+    """count malformed requests of many kinds: only 4xx, and the server still answers."""
     P = "/v1/completions"
     rnd = random.Random(42)
     good = json.dumps({"prompt": "hello", "max_tokens": 2, "temperature": 0.5, "stop": ["x"]})
@@ -274,7 +275,7 @@ def malformed(srv, auth):
         lambda: "[" * 5000,
     ]
     statuses = {}
-    for i in range(200):
+    for i in range(count):
         body = kinds[i % len(kinds)]()
         st, _, data = srv.request("POST", rnd.choice([P, "/v1/chat/completions"]), body, auth)
         statuses[st] = statuses.get(st, 0) + 1
@@ -294,10 +295,12 @@ def malformed(srv, auth):
 
 
 def mode_fuzz(server, model):
-    """The malformed requests alone, on any model with a tokenizer (the sanitizer legs use a tiny one)."""
-    srv = Server(server, model, "--seqs", "2")
+    """1,000 malformed requests, on any model with a tokenizer (the sanitizer legs use a tiny one), with a trace of
+    the whole run (--trace): written at shutdown, it parses and holds the requests' points and both stages."""
+    trace = "%s/memra-server-trace-%d.json" % (os.environ.get("TMPDIR", "/tmp"), os.getpid())
+    srv = Server(server, model, "--seqs", "2", "--trace", trace)
     try:
-        malformed(srv, {})
+        malformed(srv, {}, 1000)
         # a few real generations around it, so the sanitizers see the token path, a client leaving and SIGTERM
         body = {"prompt": "hello world", "max_tokens": 8, "temperature": 0}
         st, _, data = srv.request("POST", "/v1/completions", body)
@@ -315,10 +318,36 @@ def mode_fuzz(server, model):
         c.request("POST", "/v1/completions", json.dumps(dict(body, max_tokens=200, stream=True)), {})
         c.getresponse()
         srv.stop()
+        with open(trace) as f:
+            t = json.load(f)
+        ev = t["traceEvents"] if isinstance(t, dict) else t
+        names = {e.get("name") for e in ev}
+        check({"queued", "first token", "done"} <= names, "the trace lacks the requests' points: %s" % sorted(
+            n for n in names if n)[:20])
+        check(sum(1 for e in ev if e.get("name") == "done") >= 3, "the trace has fewer than 3 requests done")
     finally:
         if srv.p.poll() is None:
             srv.p.kill()
+        if os.path.exists(trace):
+            os.unlink(trace)
     print("fuzz: ok")
+
+
+def mode_load(server, load, model, clients, seconds):
+    """clients concurrent clients for seconds on loopback (tests/server_load.py): no error, every answer its
+    greedy reference (nothing lost or duplicated), every slot free after."""
+    srv = Server(server, model, "--seqs", "16", "--max-queue", "1024")
+    try:
+        r = subprocess.run([sys.executable, load, srv.base, "--clients", clients, "--seconds", seconds,
+                            "--max-tokens", "8"], timeout=float(seconds) + 240, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        print(r.stdout)
+        check(r.returncode == 0, "the load run failed (exit %d)" % r.returncode)
+        srv.stop()
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+    print("load: ok")
 
 
 def mode_http(server, model):
@@ -411,6 +440,8 @@ if __name__ == "__main__":
         mode_http(*sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "fuzz" and len(sys.argv) == 4:
         mode_fuzz(*sys.argv[2:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "load" and len(sys.argv) == 7:
+        mode_load(*sys.argv[2:])
     else:
         print(__doc__)
         sys.exit(2)

@@ -26,6 +26,7 @@ static void usage(FILE *f)
             "      --api-key KEY       ask 'Authorization: Bearer KEY' on /v1/* (default: no key)\n"
             "      --max-queue Q       requests waiting for a slot before 429 (default 256)\n"
             "      --threads T         HTTP threads (default 4)\n"
+            "      --trace FILE        record a trace of the whole run (docs/trace.md), written at shutdown\n"
             "  -h, --help              this text\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics\n");
 }
@@ -90,6 +91,10 @@ static int parse_args(int argc, char **argv, srv_opts *o)
         } else if (!strcmp(a, "--threads")) {
             if (parse_int(v, 1, 256, &o->threads))
                 return usage_error(a, v, "expected a thread count in 1..256");
+        } else if (!strcmp(a, "--trace")) {
+            if (!v || !*v)
+                return usage_error(a, v, "a file to write the trace to");
+            o->trace = v;
         } else if (!strcmp(a, "--api-key")) {
             if (!v || !*v)
                 return usage_error(a, v, "a non-empty key");
@@ -168,6 +173,10 @@ int main(int argc, char **argv)
         rc = memra_last_status() == MEMRA_E_INVAL ? 2 : 1;
         goto out;
     }
+    if (o->trace && memra_runtime_trace_start(app.rt, o->trace) != MEMRA_OK) {
+        fprintf(stderr, "memra-server: --trace %s: %s\n", o->trace, memra_last_error());
+        goto out;
+    }
     if (!(app.srv = memra_server_create(app.rt, NULL))) {
         fprintf(stderr, "memra-server: %s\n", memra_last_error());
         goto out;
@@ -184,6 +193,8 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     memra_server_free(app.srv);
+    if (o->trace && app.rt && memra_runtime_trace_stop(app.rt) != MEMRA_OK) /* every step drained first */
+        fprintf(stderr, "memra-server: --trace %s: %s\n", o->trace, memra_last_error()), rc = rc ? rc : 1;
     memra_runtime_free(app.rt);
     memra_model_free(app.model);
     return rc;
