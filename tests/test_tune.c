@@ -10,7 +10,10 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <time.h>
+
 #include "actors/tune_cuts.h"
+#include "device/dev.h"
 #include "memra/status.h"
 
 static uint64_t rng_next(uint64_t *x)
@@ -192,6 +195,69 @@ static void test_negative_and_nan_costs_are_refused_naming_the_layer(void **stat
     assert_non_null(strstr(err.msg, "stages=0"));
 }
 
+/* ---- MEMRA_CPU_SLOW: the emulated slow device memra-tune's uneven placements use ---- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void spin_2ms(void *args)
+{
+    (void)args;
+    const double t0 = now_s();
+    while (now_s() - t0 < 0.002)
+        ;
+}
+
+/* Seconds 10 kernels of 2 ms take on device ord of p. */
+static double ten_kernels_s(dev_platform *p, int ord)
+{
+    dev_err err = {0};
+    dev_stream *st = dev_stream_create(dev_platform_device(p, ord), "slow", &err);
+    assert_non_null(st);
+    const double t0 = now_s();
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(dev_launch_cpu_async(st, "spin", spin_2ms, NULL, 0, NULL, 0), 0);
+    assert_int_equal(dev_stream_sync(st, &err), 0);
+    const double t = now_s() - t0;
+    dev_stream_destroy(st);
+    return t;
+}
+
+static void test_cpu_slow_door_makes_one_device_that_many_times_slower(void **state)
+{
+    (void)state;
+    setenv("MEMRA_CPU_SLOW", "1:3", 1);
+    dev_err err = {0};
+    dev_platform *p = dev_platform_open(DEV_KIND_CPU, 2, &err);
+    unsetenv("MEMRA_CPU_SLOW");
+    assert_non_null(p);
+    const double fast = ten_kernels_s(p, 0), slow = ten_kernels_s(p, 1);
+    assert_true(fast >= 0.02);
+    assert_true(slow >= 0.06); /* 3 x 20 ms at least */
+    dev_platform_close(p);
+}
+
+static void test_cpu_slow_door_refuses_bad_values_naming_the_variable(void **state)
+{
+    (void)state;
+    const char *bad[] = {"", "1", "1:", ":3", "2:3", "1:0", "1:65", "1:3,", "1:3x", "-1:3", "1: 3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("MEMRA_CPU_SLOW", bad[i], 1);
+        dev_err err = {0};
+        dev_platform *p = dev_platform_open(DEV_KIND_CPU, 2, &err);
+        if (p)
+            fail_msg("MEMRA_CPU_SLOW=\"%s\" was accepted", bad[i]);
+        assert_int_equal(err.code, MEMRA_E_INVAL);
+        assert_non_null(strstr(err.msg, "MEMRA_CPU_SLOW="));
+        assert_non_null(strstr(err.msg, "a device 0..1"));
+    }
+    unsetenv("MEMRA_CPU_SLOW");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +269,8 @@ int main(void)
         cmocka_unit_test(test_as_many_stages_as_layers_gives_a_layer_each),
         cmocka_unit_test(test_more_stages_than_layers_is_refused_naming_both),
         cmocka_unit_test(test_negative_and_nan_costs_are_refused_naming_the_layer),
+        cmocka_unit_test(test_cpu_slow_door_makes_one_device_that_many_times_slower),
+        cmocka_unit_test(test_cpu_slow_door_refuses_bad_values_naming_the_variable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
