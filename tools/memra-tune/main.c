@@ -103,7 +103,7 @@ fail:
 
 /* Time one setting: a runtime of its placement and knobs, one warm-up run (discarded), then at least 3 and at most
  * 9 runs, stopping when one more run moves the median by under 2 % or the deadline passes. */
-static void run_point(const memra_model *m, const tune_job *job, tune_point *pt, double deadline)
+static void run_point(const memra_model *m, tune_job *job, tune_point *pt, double deadline)
 {
     memra_runtime_params p = memra_runtime_default_params();
     p.stages = job->n_stages;
@@ -124,6 +124,7 @@ static void run_point(const memra_model *m, const tune_job *job, tune_point *pt,
         snprintf(pt->why, sizeof pt->why, "%s", memra_last_error());
         return;
     }
+    snprintf(job->backend, sizeof job->backend, "%s", memra_runtime_backend(rt));
     double t[9], sorted[9], warm, prev = -1;
     int n = 0;
     if (run_generate(rt, job, &warm, pt->why, sizeof pt->why) != 0)

@@ -83,7 +83,9 @@ static int write_json(const char *path, const tune_job *job, const memra_model *
     json_str(f, memra_model_arch(m));
     fprintf(f, ", \"n_layer\": %d, \"n_embd\": %d, \"n_vocab\": %d},\n", memra_model_n_layer(m),
             memra_model_n_embd(m), memra_model_n_vocab(m));
-    fprintf(f, "  \"stages\": %d,\n  \"devices\": ", job->n_stages);
+    fprintf(f, "  \"backend\": ");
+    json_str(f, job->backend);
+    fprintf(f, ",\n  \"stages\": %d,\n  \"devices\": ", job->n_stages);
     json_ints(f, job->devices, job->n_stages);
     fprintf(f, ",\n  \"workload\": {\"seqs\": %d, \"prompt\": %d, \"gen\": %d},\n", job->seqs, job->prompt, job->gen);
     fprintf(f, "  \"setting\": {\"cuts\": ");

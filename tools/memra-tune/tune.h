@@ -21,6 +21,7 @@ typedef struct tune_job {
     double budget_s;               /* wall-clock cap of the whole run */
     const char *prefix;            /* PREFIX.csv, .json, .svg */
     int n_layer;                   /* the model's */
+    char backend[8];               /* "cpu" / "cuda": the runtimes' (set by the first one created) */
 } tune_job;
 
 /* Measured per-step costs (seconds) of the workload's steps on each stage's device. */
