@@ -5,6 +5,7 @@
  * each until its median is stable, within the budget. Prints a table, writes PREFIX.csv, PREFIX.json (a profile
  * for MEMRA_PP_PROFILE) and PREFIX.svg, and ends with `best: <setting> ratio=<x>` (its tokens/s over the
  * defaults', both measured in this run). Exit 0 ok, 2 on a bad argument or a failure. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,49 +102,91 @@ fail:
     return rc;
 }
 
-/* Time one setting: a runtime of its placement and knobs, one warm-up run (discarded), then at least 3 and at most
- * 9 runs, stopping when one more run moves the median by under 2 % or the deadline passes. */
-static void run_point(const memra_model *m, tune_job *job, tune_point *pt, double deadline)
+/* A runtime of the job's workload with setting st; NULL with why filled. */
+static memra_runtime *create_for(const memra_model *m, tune_job *job, const tune_setting *st, char *why, size_t cap)
 {
     memra_runtime_params p = memra_runtime_default_params();
     p.stages = job->n_stages;
     p.n_cuts = job->n_stages - 1;
     for (int k = 1; k < job->n_stages; k++)
-        p.cuts[k - 1] = pt->set.fence[k];
+        p.cuts[k - 1] = st->fence[k];
     p.n_devices = job->n_stages;
     memcpy(p.devices, job->devices, sizeof p.devices);
-    p.slots = pt->set.slots;
-    p.overlap = pt->set.overlap;
-    p.micro_batches = pt->set.micro_batches;
-    p.max_rows = pt->set.max_rows;
+    p.slots = st->slots;
+    p.overlap = st->overlap;
+    p.micro_batches = st->micro_batches;
+    p.max_rows = st->max_rows;
     p.n_seq = job->seqs;
     p.n_ctx = job->prompt + job->gen;
     memra_runtime *rt = memra_runtime_create(m, &p);
+    if (!rt)
+        snprintf(why, cap, "%s", memra_last_error());
+    else
+        snprintf(job->backend, sizeof job->backend, "%s", memra_runtime_backend(rt));
+    return rt;
+}
+
+/* Add run x to the runs t[0..*n) and refresh pt's median, min and max. Returns the previous median (-1: none). */
+static double add_run(tune_point *pt, double *t, int *n, double x)
+{
+    double sorted[16];
+    const double prev = *n ? pt->median : -1;
+    t[(*n)++] = x;
+    memcpy(sorted, t, (size_t)*n * sizeof *t);
+    qsort(sorted, (size_t)*n, sizeof *sorted, cmp_double);
+    pt->median = sorted[*n / 2], pt->lo = sorted[0], pt->hi = sorted[*n - 1], pt->reps = *n;
+    return prev;
+}
+
+/* Time one setting: a runtime of its placement and knobs, one warm-up run (discarded), then at least 3 and at most
+ * 9 runs, stopping when one more run moves the median by under 2 % or the deadline passes. */
+static void run_point(const memra_model *m, tune_job *job, tune_point *pt, double deadline)
+{
+    memra_runtime *rt = create_for(m, job, &pt->set, pt->why, sizeof pt->why);
     if (!rt) {
         pt->status = 2;
-        snprintf(pt->why, sizeof pt->why, "%s", memra_last_error());
         return;
     }
-    snprintf(job->backend, sizeof job->backend, "%s", memra_runtime_backend(rt));
-    double t[9], sorted[9], warm, prev = -1;
+    double t[16], warm, x;
     int n = 0;
     if (run_generate(rt, job, &warm, pt->why, sizeof pt->why) != 0)
         pt->status = 2;
     while (pt->status == 0 && n < 9) {
-        if (run_generate(rt, job, &t[n], pt->why, sizeof pt->why) != 0) {
+        if (run_generate(rt, job, &x, pt->why, sizeof pt->why) != 0) {
             pt->status = 2;
             break;
         }
-        n++;
-        memcpy(sorted, t, (size_t)n * sizeof *t);
-        qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-        pt->median = sorted[n / 2], pt->lo = sorted[0], pt->hi = sorted[n - 1], pt->reps = n;
-        if (n >= 3 && ((prev > 0 && (pt->median > prev ? pt->median - prev : prev - pt->median) < 0.02 * prev) ||
-                       tune_now_s() > deadline))
+        const double prev = add_run(pt, t, &n, x);
+        if (n >= 3 && ((prev > 0 && fabs(pt->median - prev) < 0.02 * prev) || tune_now_s() > deadline))
             break;
-        prev = pt->median;
     }
     memra_runtime_free(rt);
+}
+
+/* The ratio best / defaults measured side by side: both runtimes alive, one warm-up each, then rounds of one
+ * run of each in turn (3 rounds, more while time is left, at most 7), so load that comes and goes on a shared
+ * machine falls on both alike. Fills cb / cd (median, min, max of each). 0, or 2 with why. */
+static int confirm(const memra_model *m, tune_job *job, const tune_point *best, const tune_point *dflt,
+                   tune_point *cb, tune_point *cd, double deadline, char *why, size_t cap)
+{
+    memra_runtime *rb = create_for(m, job, &best->set, why, cap), *rd = rb ? create_for(m, job, &dflt->set, why, cap)
+                                                                          : NULL;
+    double tb[16], td[16], x, y;
+    int nb = 0, nd = 0, rc = rb && rd ? 0 : 2;
+    *cb = *best, *cd = *dflt;
+    if (rc == 0 && (run_generate(rb, job, &x, why, cap) || run_generate(rd, job, &y, why, cap)))
+        rc = 2;
+    for (int round = 0; rc == 0 && round < 7 && (round < 3 || tune_now_s() < deadline); round++) {
+        if (run_generate(rd, job, &y, why, cap) || run_generate(rb, job, &x, why, cap)) {
+            rc = 2;
+            break;
+        }
+        add_run(cd, td, &nd, y);
+        add_run(cb, tb, &nb, x);
+    }
+    memra_runtime_free(rb);
+    memra_runtime_free(rd);
+    return rc;
 }
 
 static int same_fence(const int *a, const int *b, int N)
@@ -282,10 +325,12 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++)
         n_rows += rows_opts[k] >= (S + M0 - 1) / M0;
     const int total = 1 + 2 + 1 + 2 + n_mb + n_rows;
+    const double sweep_budget = 0.8 * job.budget_s; /* the rest: the side-by-side check of the best */
     tune_setting base = {.overlap = 0, .slots = 2, .micro_batches = M0, .max_rows = rows0};
     snprintf(base.cut_name, sizeof base.cut_name, "even");
     memcpy(base.fence, f_even, sizeof base.fence);
-    int best = 0;
+    int best = 0, n_run = 0;
+    double run_s = 0;
     for (int phase = 0; phase < 6; phase++) {
         tune_setting cand[8];
         int nc = 0;
@@ -317,17 +362,19 @@ int main(int argc, char **argv)
             pt->set = cand[i];
             tune_label(&pt->set, N, pt->label, sizeof pt->label);
             pt->predicted_s = act_tune_slowest(&tc, pt->set.fence);
-            const double now = tune_now_s() - t_start, per = n_pts ? now / (n_pts + 1) : 0;
+            const double now = tune_now_s() - t_start, per = n_run ? run_s / n_run : 0; /* a point's time */
             int dup = -1;
             for (int k = 0; k < n_pts && phase == 1; k++)
                 if (same_fence(pts[k].set.fence, pt->set.fence, N))
                     dup = k;
             if (dup >= 0) { /* the same placement as an earlier point: its figures stand */
                 pt->status = 3, pt->median = pts[dup].median, pt->lo = pts[dup].lo, pt->hi = pts[dup].hi;
-            } else if (n_pts > 0 && now + per > job.budget_s) {
+            } else if (n_pts > 0 && now + per > sweep_budget) {
                 pt->status = 1;
             } else {
-                run_point(m, &job, pt, t_start + job.budget_s);
+                const double t0 = tune_now_s();
+                run_point(m, &job, pt, t_start + sweep_budget);
+                run_s += tune_now_s() - t0, n_run++;
             }
             n_pts++;
             const double el = tune_now_s() - t_start, left = (total - n_pts) * el / n_pts;
@@ -363,14 +410,32 @@ int main(int argc, char **argv)
                p->status == 0 ? "" : p->status == 1 ? "skipped (budget)" : p->status == 2 ? "failed: " : "same cuts",
                p->status == 2 ? p->why : "", i == 0 ? "defaults" : i == best ? "best" : "");
     }
-    const int rc = tune_write(&job, m, &c, pts, n_pts, best, 0, &err);
+    /* 4. the best against the defaults side by side: the ratio printed, and the choice when they swap */
+    double ratio = 1.0;
+    if (best != 0) {
+        tune_point cb, cd;
+        char why[160] = "";
+        fprintf(stderr, "memra-tune: checking %s against the defaults side by side...\n", pts[best].label);
+        if (confirm(m, &job, &pts[best], &pts[0], &cb, &cd, t_start + job.budget_s, why, sizeof why) != 0) {
+            fprintf(stderr, "memra-tune: the side-by-side check failed: %s\n", why);
+        } else {
+            printf("side by side (%d rounds, each a run of both in turn): best %.1f tok/s (%.1f..%.1f), defaults "
+                   "%.1f tok/s (%.1f..%.1f)\n", cb.reps, cb.median, cb.lo, cb.hi, cd.median, cd.lo, cd.hi);
+            ratio = cd.median > 0 ? cb.median / cd.median : 0;
+            if (ratio < 1.0) { /* the sweep's winner did not hold: the defaults stand */
+                printf("the sweep's best did not beat the defaults side by side (%.3f): keeping the defaults\n",
+                       ratio);
+                best = 0, ratio = 1.0;
+            }
+        }
+    }
+    const int rc = tune_write(&job, m, &c, pts, n_pts, best, 0, ratio, &err);
     if (rc)
         fprintf(stderr, "memra-tune: %s\n", err.msg);
     else
         printf("wrote %s.csv, %s.json (MEMRA_PP_PROFILE=%s.json applies it), %s.svg\n", job.prefix, job.prefix,
                job.prefix, job.prefix);
-    printf("elapsed %.0f s\nbest: %s ratio=%.3f\n", tune_now_s() - t_start, pts[best].label,
-           pts[best].median / pts[0].median);
+    printf("elapsed %.0f s\nbest: %s ratio=%.3f\n", tune_now_s() - t_start, pts[best].label, ratio);
     tune_costs_free(&c);
     memra_model_free(m);
     return rc ? 2 : 0;

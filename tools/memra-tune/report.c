@@ -68,7 +68,7 @@ static int write_csv(const char *path, const tune_job *job, const tune_point *pt
 }
 
 static int write_json(const char *path, const tune_job *job, const memra_model *m, const tune_costs *c,
-                      const tune_point *pts, int n_pts, int best, int dflt, dev_err *err)
+                      const tune_point *pts, int n_pts, int best, int dflt, double ratio, dev_err *err)
 {
     struct stat st;
     if (stat(job->model, &st) != 0)
@@ -94,8 +94,8 @@ static int write_json(const char *path, const tune_job *job, const memra_model *
             b->set.slots, b->set.micro_batches, b->set.max_rows);
     fprintf(f, "  \"best\": {\"label\": ");
     json_str(f, b->label);
-    fprintf(f, ", \"tok_s\": %.3f, \"default_tok_s\": %.3f, \"ratio\": %.4f},\n", b->median, pts[dflt].median,
-            pts[dflt].median > 0 ? b->median / pts[dflt].median : 0.0);
+    fprintf(f, ", \"tok_s\": %.3f, \"default_tok_s\": %.3f, \"ratio_side_by_side\": %.4f},\n", b->median,
+            pts[dflt].median, ratio);
     fprintf(f, "  \"costs\": {\"decode_rows\": %d, \"prompt_rows\": %d, \"decode_steps\": %.0f, \"prompt_steps\": %.0f, "
                "\"embed_s\": %.6f, \"head_s\": %.6f, \"layer_s\": [", c->decode_rows, c->prompt_rows, c->decode_steps,
             c->prompt_steps, c->embed, c->head);
@@ -164,7 +164,7 @@ static int write_svg(const char *path, const tune_job *job, const tune_point *pt
 }
 
 int tune_write(const tune_job *job, const memra_model *m, const tune_costs *c, const tune_point *pts, int n_pts,
-               int best, int dflt, dev_err *err)
+               int best, int dflt, double ratio, dev_err *err)
 {
     char path[4096];
     int rc;
@@ -172,7 +172,7 @@ int tune_write(const tune_job *job, const memra_model *m, const tune_costs *c, c
     if ((rc = write_csv(path, job, pts, n_pts, err)))
         return rc;
     snprintf(path, sizeof path, "%s.json", job->prefix);
-    if ((rc = write_json(path, job, m, c, pts, n_pts, best, dflt, err)))
+    if ((rc = write_json(path, job, m, c, pts, n_pts, best, dflt, ratio, err)))
         return rc;
     snprintf(path, sizeof path, "%s.svg", job->prefix);
     return write_svg(path, job, pts, n_pts, best, dflt, err);

@@ -61,8 +61,8 @@ void tune_costs_free(tune_costs *c);
 /* The label of a setting, e.g. "cuts=measured(17) overlap=0 slots=2 mb=2 rows=64". */
 void tune_label(const tune_setting *s, int n_stages, char *buf, size_t cap);
 /* Write PREFIX.csv, PREFIX.json (the profile memra_runtime_create applies: MEMRA_PP_PROFILE) and PREFIX.svg.
- * best / dflt index points[]. 0, or MEMRA_E_IO + err naming the file. */
+ * best / dflt index points[]; ratio: best over the defaults, side by side. 0, or MEMRA_E_IO + err naming the file. */
 int tune_write(const tune_job *job, const memra_model *m, const tune_costs *c, const tune_point *pts, int n_pts,
-               int best, int dflt, dev_err *err);
+               int best, int dflt, double ratio, dev_err *err);
 
 #endif
