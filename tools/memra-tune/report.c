@@ -135,7 +135,7 @@ static int write_svg(const char *path, const tune_job *job, const tune_point *pt
             rows++;
         }
     top = top > 0 ? top * 1.1 : 1;
-    const int left = 360, width = 440, rh = 24, head = 56, W = left + width + 90, H = head + rows * rh + 30;
+    const int left = 450, width = 420, rh = 24, head = 56, W = left + width + 90, H = head + rows * rh + 30;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"monospace\" font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             W, H, W, H, W, H);
