@@ -52,4 +52,16 @@ else()
            -DBENCH=$<TARGET_FILE:memra-bench> -DMODEL=${MEMRA_MODEL_PATH} -DOUT=${CMAKE_CURRENT_BINARY_DIR}
            -DHAVE_CJSON=${CJSON_FOUND} -P ${CMAKE_CURRENT_LIST_FILE})
   set_tests_properties(model_tune_smollm2 PROPERTIES LABELS model TIMEOUT 240)
+  # refusals before any work, each naming what was wrong (no model needed)
+  foreach(case "door|MEMRA_PP_OVERLAP is set: it overrides the settings|-E;env;MEMRA_PP_OVERLAP=1;$<TARGET_FILE:memra-tune>;-m;x"
+               "stages|--stages 0: expected an integer in 1..64|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--stages;0"
+               "devices|--devices 0,1,2: 3 devices for 2 stages|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--devices;0,1,2"
+               "budget|--budget 5: expected an integer in 10..86400|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--budget;5")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 want)
+    list(SUBLIST parts 2 -1 cmd)
+    add_test(NAME cli_tune_refuses_${name} COMMAND ${CMAKE_COMMAND} ${cmd})
+    set_tests_properties(cli_tune_refuses_${name} PROPERTIES LABELS unit PASS_REGULAR_EXPRESSION "${want}")
+  endforeach()
 endif()

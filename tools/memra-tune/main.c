@@ -233,6 +233,15 @@ int main(int argc, char **argv)
         i++;
     }
     job.budget_s = budget;
+    static const char *overriding[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
+                                       "MEMRA_PP_SLOTS", "MEMRA_PP_OVERLAP", "MEMRA_PP_MICRO_BATCHES",
+                                       "MEMRA_PP_PROFILE"};
+    for (size_t i = 0; i < sizeof overriding / sizeof overriding[0]; i++)
+        if (getenv(overriding[i])) { /* a door wins over the fields memra-tune sets: every point would be alike */
+            fprintf(stderr, "memra-tune: %s is set: it overrides the settings memra-tune compares; unset it (the "
+                    "placement is --stages and --devices)\n", overriding[i]);
+            return 2;
+        }
     if (!job.model) {
         fprintf(stderr, "memra-tune: -m MODEL is required\n%s", usage);
         return 2;
@@ -284,7 +293,7 @@ int main(int argc, char **argv)
     double *wcost = malloc((size_t)(job.n_layer + 1) * sizeof *wcost);
     act_pp_config wc = act_pp_config_default();
     wc.stages = N, wc.balance = 1;
-    const int cuda = !strcmp(getenv("MEMRA_BACKEND") ? getenv("MEMRA_BACKEND") : "cpu", "cuda");
+    const int cuda = c.cuda;
     if (!wcost || act_tune_cuts(&tc, f_meas, &pred_meas, &err) ||
         mdl_model_peek_weight_cost(job.model, cuda, wcost, job.n_layer + 1, &err) < 0 ||
         act_pp_cuts(&wc, job.n_layer, 1 << 20, wcost, f_w, &err) < 0) {
