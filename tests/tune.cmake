@@ -1,8 +1,9 @@
-# memra-tune on the real model (label model): a 60-second run of 2 stages whose output ends with the
-# `best: <setting> ratio=<x>` line and whose CSV, JSON and SVG are written, and the JSON applied as a profile
-# (MEMRA_PP_PROFILE) by memra-bench serve. This file is also the checker, run as `cmake -P` by the test.
+# memra-tune on the real model (label model; a 60-second budget) and on the tiny fixture model (unit; seconds): 2
+# stages whose output ends with the `best: <setting> ratio=<x>` line and whose CSV, JSON and SVG are written, and
+# the JSON applied as a profile (MEMRA_PP_PROFILE) by memra-bench serve. This file is also the checker, run as
+# `cmake -P` by the tests.
 if(CMAKE_SCRIPT_MODE_FILE)
-  set(prefix ${OUT}/tune)
+  set(prefix ${OUT}/tune-${N_LAYER})
   file(REMOVE ${prefix}.csv ${prefix}.json ${prefix}.svg)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env MEMRA_BACKEND=cpu MEMRA_CPU_DEVICES=2
                           ${TUNE} -m ${MODEL} --stages 2 --seqs 2 --prompt 4 --gen 4 --budget 60 -o ${prefix}
@@ -36,7 +37,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
   file(READ ${prefix}.json json)
   string(JSON stages GET "${json}" stages)
   string(JSON n_layer GET "${json}" model n_layer)
-  if(NOT stages EQUAL 2 OR NOT n_layer EQUAL 30)
+  if(NOT stages EQUAL 2 OR NOT n_layer EQUAL N_LAYER)
     message(FATAL_ERROR "${prefix}.json: stages ${stages}, n_layer ${n_layer}")
   endif()
   if(HAVE_CJSON)
@@ -49,9 +50,13 @@ if(CMAKE_SCRIPT_MODE_FILE)
   endif()
 else()
   add_test(NAME model_tune_smollm2 COMMAND ${CMAKE_COMMAND} -DTUNE=$<TARGET_FILE:memra-tune>
-           -DBENCH=$<TARGET_FILE:memra-bench> -DMODEL=${MEMRA_MODEL_PATH} -DOUT=${CMAKE_CURRENT_BINARY_DIR}
+           -DBENCH=$<TARGET_FILE:memra-bench> -DMODEL=${MEMRA_MODEL_PATH} -DN_LAYER=30 -DOUT=${CMAKE_CURRENT_BINARY_DIR}
            -DHAVE_CJSON=${CJSON_FOUND} -P ${CMAKE_CURRENT_LIST_FILE})
   set_tests_properties(model_tune_smollm2 PROPERTIES LABELS model TIMEOUT 240)
+  add_test(NAME cli_tune_tiny COMMAND ${CMAKE_COMMAND} -DTUNE=$<TARGET_FILE:memra-tune>
+           -DBENCH=$<TARGET_FILE:memra-bench> -DMODEL=${CMAKE_BINARY_DIR}/tiny-q4_1.gguf -DN_LAYER=8
+           -DOUT=${CMAKE_CURRENT_BINARY_DIR} -DHAVE_CJSON=${CJSON_FOUND} -P ${CMAKE_CURRENT_LIST_FILE})
+  set_tests_properties(cli_tune_tiny PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_REQUIRED tiny)
   # refusals before any work, each naming what was wrong (no model needed)
   foreach(case "door|MEMRA_PP_OVERLAP is set: it overrides the settings|-E;env;MEMRA_PP_OVERLAP=1;$<TARGET_FILE:memra-tune>;-m;x"
                "stages|--stages 0: expected an integer in 1..64|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--stages;0"
