@@ -8,6 +8,7 @@
 #include "actors/doors.h"
 #include "actors/trace.h"
 #include "api/api_internal.h"
+#include "api/api_profile.h"
 #include "kernels/krn.h"
 #include "model/llama.h"
 
@@ -156,7 +157,8 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
         api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_create: model is NULL");
         return NULL;
     }
-    if (check_params(&p, &err) || (p.apply_env && backend_doors(&p, &err)))
+    if (check_params(&p, &err) || (p.apply_env && backend_doors(&p, &err)) ||
+        api_profile_apply(model, &p, &err) || check_params(&p, &err)) /* a profile's values checked as fields */
         goto fail;
     if (!(rt = calloc(1, sizeof *rt)) || !(rt->slot_used = calloc((size_t)p.n_seq, 1))) {
         dev_err_set(&err, MEMRA_E_NOMEM, "memra_runtime_create: out of host memory");

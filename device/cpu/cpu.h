@@ -29,6 +29,8 @@ typedef struct cpu_device {
     dev_device base;
     unsigned arena;      /* jemalloc arena owning this device's memory (MEMRA_JEMALLOC builds) */
     int has_arena;
+    int slow;            /* MEMRA_CPU_SLOW: each kernel takes this many times its time (1 = as fast as the host);
+                          * set at platform open, read-only after */
 } cpu_device;
 
 /* A vector clock: t[i] for i < n, 0 beyond. */

@@ -13,6 +13,30 @@
 
 static void cpu_platform_close(dev_platform *bp);
 
+/* MEMRA_CPU_SLOW=ORD:FACTOR[,ORD:FACTOR...]: emulated device ORD runs each kernel FACTOR (1..64) times as long
+ * (a test hook for uneven placements: memra-tune, docs/tuning.md). Read once here; digits only. */
+static int read_slow_door(cpu_platform *p, int n, dev_err *err)
+{
+    const char *v = getenv("MEMRA_CPU_SLOW");
+    if (!v)
+        return 0;
+    const char *c = v;
+    do {
+        long ord = 0, f = 0;
+        int nd = 0, nf = 0;
+        for (; *c >= '0' && *c <= '9' && nd < 4; c++, nd++)
+            ord = ord * 10 + (*c - '0');
+        if (*c == ':')
+            for (c++; *c >= '0' && *c <= '9' && nf < 4; c++, nf++)
+                f = f * 10 + (*c - '0');
+        if (!nd || !nf || (*c && *c != ',') || ord >= n || f < 1 || f > 64)
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_SLOW=%s: expected ORD:FACTOR[,ORD:FACTOR...], each ORD "
+                               "a device 0..%d and FACTOR in 1..64, digits only", v, n - 1);
+        p->devs[ord].slow = (int)f;
+    } while (*c++ == ',');
+    return 0;
+}
+
 /* ---- arenas ---- */
 
 static int arena_create(unsigned *ind, int *has, dev_err *err, const char *what)
@@ -324,9 +348,12 @@ dev_platform *dev_cpu_open(int n, dev_err *err)
         dev_device_base_init(&d->base, &p->base, i, "cpu");
         p->base.dev[i] = &d->base;
         p->base.n_dev = i + 1;
+        d->slow = 1;
         if (arena_create(&d->arena, &d->has_arena, err, d->base.name))
             goto fail;
     }
+    if (read_slow_door(p, n, err))
+        goto fail;
     if (arena_create(&p->host_arena, &p->has_host_arena, err, "cpu host memory"))
         goto fail;
     return &p->base;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *mode_str(int m)
 {
@@ -234,13 +235,31 @@ static int run_copy(cpu_stream *s, cpu_op *op, dev_err *e)
     return 0;
 }
 
+/* A kernel of a device MEMRA_CPU_SLOW slows: run it, then sleep (slow - 1) times its time, so the device
+ * takes slow times as long and leaves the host's cores to the other devices meanwhile (a slower accelerator). */
+static void run_slow_kernel(cpu_op *op, int slow)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    op->u.k.fn(op->u.k.args);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    const long long nap = ns * (slow - 1);
+    struct timespec d = {(time_t)(nap / 1000000000LL), (long)(nap % 1000000000LL)};
+    while (nanosleep(&d, &d) != 0) /* EINTR: sleep the rest */
+        ;
+}
+
 static void run_op(cpu_stream *s, cpu_op *op, int failed, dev_err *e)
 {
     switch (op->kind) {
     case CPU_OP_KERNEL:
         if (failed || check_kernel(s, op, e))
             return;
-        op->u.k.fn(op->u.k.args);
+        if (cpu_dev(s->base.dev)->slow > 1)
+            run_slow_kernel(op, cpu_dev(s->base.dev)->slow);
+        else
+            op->u.k.fn(op->u.k.args);
         atomic_fetch_add_explicit(&s->base.dev->kernels_run, 1, memory_order_relaxed);
         return;
     case CPU_OP_HOSTFN: /* runs even after a failure: completion notices must not hang their waiters */

@@ -212,6 +212,12 @@ typedef struct memra_runtime_params {
                               * every batch size, never cuBLAS), so a request's tokens equal its tokens alone whatever
                               * shares its micro-batch; 0 (default): the fastest kernels (CUDA: cuBLAS from 2 rows).
                               * The CPU backend is batch-invariant either way. Door: MEMRA_BATCH_INVARIANT */
+    /* appended after batch_invariant, so earlier fields keep their offsets */
+    const char *profile;     /* NULL (default), or the path of a memra-tune profile (PREFIX.json): create reads it
+                              * (cJSON; a build without it refuses a set profile), refuses one made for another
+                              * model, stage count, device set or backend (the message names which), and takes its
+                              * stages, cuts, devices, slots, overlap, micro_batches and max_rows (the doors of
+                              * those still win). Door: MEMRA_PP_PROFILE (with apply_env; wins over the field) */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);
