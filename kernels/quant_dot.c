@@ -193,6 +193,135 @@ XA float x_h1(uint16_t h) { return _cvtsh_ss(h); }
 #undef ATTR
 #endif
 
+/* ---- the fast mode's dot: a legacy weight row against x quantized to int8 blocks (kernels/krn.h "x
+ * quantized to int8": 32 int8 q, then per block the f32 pair (d, s = d * sum q)) ----
+ * Defined result: per 32-element block j, eight exact integer partial sums p_l = sum of qw_i * q_i over
+ * i = 4l .. 4l+3 (qw: q4_0 nibble - 8, q4_1 nibble, q8_0 the int8; the byte order of the AVX2 maddubs/madd
+ * pair), then lane l of accumulator a[j % 2] += (d_w * d) * (float)p_l; for q4_1 also mj[j % 4] += m_w * s.
+ * At the end a = a[0] + a[1], folded for s = 4, 2, 1 (a[l] += a[l + s]), and the result is a[0] +
+ * ((mj0 + mj2) + (mj1 + mj3)). Every op is a rounded IEEE op in that order and the integer sums are exact,
+ * so the paths give the same bits. */
+
+/* The eight partial sums of one block for the portable path. */
+static AI v8f g_psum(int t, const uint8_t *qw, const int8_t *q)
+{
+    float f[8];
+    for (int l = 0; l < 8; l++) {
+        int32_t sum = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) {
+            const int w = t == KRN_Q8_0 ? ((const int8_t *)qw)[i]
+                          : (i < 16 ? qw[i] & 0xF : qw[i - 16] >> 4) - (t == KRN_Q4_0 ? 8 : 0);
+            sum += w * q[i];
+        }
+        f[l] = (float)sum;
+    }
+    return ldf(f);
+}
+
+#if defined(__x86_64__)
+/* The same sums with AVX2: nibbles (or int8) widened to 32 bytes in element order, maddubs (|products| <= 2 *
+ * 128 * 127 fit int16), madd into 8 int32 (exactly the p_l), converted exactly (|p_l| < 2^24). */
+static AI __attribute__((target("avx2"))) v8f x_psum(int t, const uint8_t *qw, const int8_t *q)
+{
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)q);
+    __m256i w;
+    if (t == KRN_Q8_0) {
+        w = _mm256_loadu_si256((const __m256i *)qw);
+    } else {
+        const __m128i b = _mm_loadu_si128((const __m128i *)qw), m = _mm_set1_epi8(0x0F);
+        w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+        if (t == KRN_Q4_0)
+            w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+    }
+    __m256i p16;
+    if (t == KRN_Q4_1)
+        p16 = _mm256_maddubs_epi16(w, xv); /* w in 0..15: unsigned as maddubs wants */
+    else /* signed w: |w| times x with w's sign */
+        p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+    return (v8f)_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+#endif
+
+/* One type's loop; `psum` is the path's partial sums and `h1` its f16 conversion (both exact; the float
+ * steps are shared, hence the same bits). */
+static AI float x8_dot_type(const int t, v8f (*psum)(int, const uint8_t *, const int8_t *),
+                            float (*h1)(uint16_t), const uint8_t *row, const uint8_t *xq, int64_t n)
+{
+    const size_t cb = chunk_bytes(t);
+    const int64_t nb = n / 32;
+    const int8_t *q = (const int8_t *)xq;
+    v8f a0 = {0}, a1 = {0}; /* a[0], a[1]: named, so they stay in registers */
+    float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+#define X8_BLOCK(j, A, M)                                                                                     \
+    do {                                                                                                      \
+        const uint8_t *blk = row + (size_t)(j) * cb;                                                          \
+        float ds[2];                                                                                          \
+        memcpy(ds, xq + n + 8 * (j), sizeof ds);                                                              \
+        A += psum(t, blk + (t == KRN_Q4_1 ? 4 : 2), q + 32 * (j)) * (h1(ld16(blk)) * ds[0]);                 \
+        if (t == KRN_Q4_1)                                                                                    \
+            M += h1(ld16(blk + 2)) * ds[1];                                                                   \
+    } while (0)
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) {
+        X8_BLOCK(j, a0, m0);
+        X8_BLOCK(j + 1, a1, m1);
+        X8_BLOCK(j + 2, a0, m2);
+        X8_BLOCK(j + 3, a1, m3);
+    }
+    if (j < nb)
+        X8_BLOCK(j, a0, m0);
+    if (j + 1 < nb)
+        X8_BLOCK(j + 1, a1, m1);
+    if (j + 2 < nb)
+        X8_BLOCK(j + 2, a0, m2);
+#undef X8_BLOCK
+    const v8f acc[2] = {a0, a1};
+    const float mj[4] = {m0, m1, m2, m3};
+    float lane[8];
+    const v8f a = acc[0] + acc[1];
+    memcpy(lane, &a, sizeof lane);
+    for (int s = 4; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            lane[l] += lane[l + s];
+    return lane[0] + ((mj[0] + mj[2]) + (mj[1] + mj[3]));
+}
+
+static float x8_dot_generic(int t, const void *row, const void *xq, int64_t n)
+{
+    switch (t) {
+    case KRN_Q4_0: return x8_dot_type(KRN_Q4_0, g_psum, g_h1, row, xq, n);
+    case KRN_Q4_1: return x8_dot_type(KRN_Q4_1, g_psum, g_h1, row, xq, n);
+    default: return x8_dot_type(KRN_Q8_0, g_psum, g_h1, row, xq, n);
+    }
+}
+
+#if defined(__x86_64__)
+static __attribute__((target("avx2,f16c"))) float x8_dot_avx2(int t, const void *row, const void *xq, int64_t n)
+{
+    switch (t) {
+    case KRN_Q4_0: return x8_dot_type(KRN_Q4_0, x_psum, x_h1, row, xq, n);
+    case KRN_Q4_1: return x8_dot_type(KRN_Q4_1, x_psum, x_h1, row, xq, n);
+    default: return x8_dot_type(KRN_Q8_0, x_psum, x_h1, row, xq, n);
+    }
+}
+#endif
+
+float krn_dot_row_x8_path(int p, int t, const void *row, const void *xq, int64_t n)
+{
+    if ((t != KRN_Q4_0 && t != KRN_Q4_1 && t != KRN_Q8_0) || n < 0 || n % 32)
+        return __builtin_nanf("");
+#if defined(__x86_64__)
+    if (p == KRN_PATH_AVX2)
+        return x8_dot_avx2(t, row, xq, n);
+#endif
+    return x8_dot_generic(t, row, xq, n);
+}
+
+float krn_dot_row_x8(int t, const void *row, const void *xq, int64_t n)
+{
+    return krn_dot_row_x8_path(krn_quant_path(), t, row, xq, n);
+}
+
 int krn_quant_path_available(int p)
 {
     if (p == KRN_PATH_GENERIC)

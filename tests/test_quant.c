@@ -13,6 +13,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_impl.h"
 #include "kernels/quant_batch.h"
+#include "kernels/krn.h"
 
 static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
@@ -389,6 +390,56 @@ static void test_batched_dot_gives_the_bits_of_single_dots(void **state)
     assert_true(isnan(o[0]) && isnan(o[1]));
 }
 
+/* The fast mode's dot: the same bits on every path, the defined per-block sums (checked in double), and within
+ * half an x quantum per element of the exact f32 dot: |x8 - f32| <= sum_j d_j / 2 * sum_{i in j} |w_i|. */
+static void test_int8_x_dot_gives_the_same_bits_on_every_path_and_stays_within_half_a_quantum(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    static float w[N], x[N], wd[N];
+    static uint8_t xq[N + N / 4 + 16];
+    fill(w, N, 0.1f);
+    fill(x, N, 1.0f);
+    x[37] = 25.0f; /* one block with a large outlier: a coarse quantum there */
+    assert_true(krn_x8_row_bytes(N) <= sizeof xq);
+    krn_x8_quantize_host(xq, x, 1, N);
+    const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        uint8_t *q = malloc(krn_row_bytes(t, N));
+        krn_quant_row(t, w, q, N);
+        krn_dequant_row(t, q, wd, N);
+        const float got = krn_dot_row_x8(t, q, xq, N);
+        for (int p = 0; p < KRN_PATH_COUNT; p++)
+            if (krn_quant_path_available(p) && fbits(krn_dot_row_x8_path(p, t, q, xq, N)) != fbits(got))
+                fail_msg("%s: path %d differs from the default path", krn_type_name(t), p);
+        double ref = 0.0, mag = 0.0, bound = 0.0;
+        for (int j = 0; j < N / 32; j++) {
+            float ds[2];
+            memcpy(ds, xq + N + 8 * j, sizeof ds);
+            double sw = 0.0;
+            for (int i = 32 * j; i < 32 * j + 32; i++) {
+                ref += (double)wd[i] * ds[0] * ((const int8_t *)xq)[i]; /* the dequantized w times the x quant */
+                mag += fabs((double)wd[i] * ds[0] * ((const int8_t *)xq)[i]);
+                sw += fabs((double)wd[i]);
+            }
+            bound += sw * ds[0] / 2.0;
+        }
+        double exact = 0.0;
+        for (int i = 0; i < N; i++)
+            exact += (double)wd[i] * x[i];
+        if (fabs(got - ref) > 1e-5 * mag + 1e-6)
+            fail_msg("%s: %g, the defined sums give %g", krn_type_name(t), got, ref);
+        if (fabs(got - exact) > bound * 1.001 + 1e-5 * mag)
+            fail_msg("%s: %g is %g from the f32 dot %g, more than half a quantum per element (%g)", krn_type_name(t),
+                     got, fabs(got - exact), exact, bound);
+        assert_true(fabs(got - exact) > 0.0); /* x is rounded: not the exact mode's value */
+        free(q);
+    }
+    assert_true(isnan(krn_dot_row_x8(KRN_Q4_K, w, xq, 256)));
+    assert_true(isnan(krn_dot_row_x8(KRN_Q4_1, w, xq, 48)));
+}
+
 typedef struct dot_job {
     const void *row;
     const float *x;
@@ -433,6 +484,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_dots_from_many_threads_agree), /* first: races the path pick */
         cmocka_unit_test(test_type_table_sizes_match_ggml),
+        cmocka_unit_test(test_int8_x_dot_gives_the_same_bits_on_every_path_and_stays_within_half_a_quantum),
         cmocka_unit_test(test_f16_and_bf16_convert_exactly_and_round_to_nearest_even),
         cmocka_unit_test(test_every_type_round_trips_within_its_tolerance),
         cmocka_unit_test(test_legacy_quantizers_match_ggml_bytes),
