@@ -24,6 +24,12 @@ if(TARGET memra-server)
                      $<TARGET_FILE:memra-server> ${TINY})
     set_tests_properties(server_malformed_requests_only_4xx_on_the_tiny_model PROPERTIES
       LABELS unit TIMEOUT 600 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
+    # curl, as the README uses it (scripts/setup installs curl)
+    add_test(NAME server_curl_sse_framing_and_errors
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py curl
+                     $<TARGET_FILE:memra-server> ${TINY})
+    set_tests_properties(server_curl_sse_framing_and_errors PROPERTIES
+      LABELS unit TIMEOUT 300 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
     # 64 concurrent clients for 2 minutes on loopback (tiny model): no error, nothing lost or duplicated, every
     # slot freed; bounded in count (64 threads) and time (120 s + the drain)
     add_test(NAME server_64_clients_2_minutes

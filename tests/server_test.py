@@ -8,6 +8,7 @@
                                                  401, 404, 405, 413, 429), 200 malformed requests only 4xx
   server_test.py fuzz SERVER MODEL               1,000 malformed requests and a huge header (any model with a
                                                  tokenizer: the sanitizer legs run it on a tiny one), with --trace
+  server_test.py curl SERVER MODEL               curl: SSE framing, a 400's JSON error, a plain answer
   server_test.py load SERVER LOAD MODEL C S      C concurrent clients for S seconds (tests/server_load.py)
 
 Each mode starts memra-server on port 0 with 2 stages, reads the port it prints, and ends it with SIGTERM
@@ -333,6 +334,43 @@ def mode_fuzz(server, model):
     print("fuzz: ok")
 
 
+def mode_curl(server, model):
+    """curl, as a user would: SSE framing of a streamed completion (data: lines, [DONE] last), a malformed body's
+    400 with an OpenAI-style JSON error naming what is wrong, and a non-streamed answer."""
+    srv = Server(server, model, "--seqs", "2")
+    try:
+        def curl(*args):
+            r = subprocess.run(["curl", "-sS", "-N", "--max-time", "120", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=150)
+            check(r.returncode == 0, "curl %s failed: %s" % (" ".join(args), r.stderr.decode()[:300]))
+            return r.stdout
+        url = srv.base + "/v1/completions"
+        body = json.dumps({"prompt": "hello world", "max_tokens": 6, "temperature": 0, "stream": True})
+        out = curl("-H", "Content-Type: application/json", "-d", body, url).decode()
+        frames = out.split("\n\n")
+        check(frames[-1] == "" and frames[-2] == "data: [DONE]", "the stream does not end with data: [DONE]: %r"
+              % out[-200:])
+        data = [f for f in frames[:-2] if f]
+        check(data and all(f.startswith("data: {") for f in data), "a frame is not 'data: {json}': %r" % data[:3])
+        for f in data:
+            json.loads(f[6:])
+        out = curl("-w", "\n%{http_code}", "-H", "Content-Type: application/json", "-d", '{"prompt": "x", "max_tokens"',
+                   url).decode()
+        body_txt, code = out.rsplit("\n", 1)
+        check(code == "400", "a truncated body answered %s" % code)
+        err = json.loads(body_txt)["error"]
+        check(err["type"] == "invalid_request_error" and err["message"], "not an OpenAI-style error: %r" % err)
+        out = curl("-H", "Content-Type: application/json", "-d", json.dumps({"prompt": "hello world", "max_tokens": 4,
+                                                                              "temperature": 0}), url)
+        j = json.loads(out)
+        check(j["object"] == "text_completion" and j["usage"]["completion_tokens"] <= 4, "a plain answer: %r" % j)
+        srv.stop()
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+    print("curl: ok")
+
+
 def mode_load(server, load, model, clients, seconds):
     """clients concurrent clients for seconds on loopback (tests/server_load.py): no error, every answer its
     greedy reference (nothing lost or duplicated), every slot free after."""
@@ -440,6 +478,8 @@ if __name__ == "__main__":
         mode_http(*sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "fuzz" and len(sys.argv) == 4:
         mode_fuzz(*sys.argv[2:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "curl" and len(sys.argv) == 4:
+        mode_curl(*sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "load" and len(sys.argv) == 7:
         mode_load(*sys.argv[2:])
     else:
