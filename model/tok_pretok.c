@@ -139,7 +139,7 @@ static int split_rec(split_ctx *c, int level, size_t off, size_t flen)
 {
     if (flen == 0)
         return 0;
-    if (level == c->p->n)
+    if (level >= c->p->n || level >= TOK_MAX_REGEX) /* past the last regex (n <= TOK_MAX_REGEX): a word */
         return c->fn(c->ctx, c->text + off, flen);
     const pcre2_code *code = (const pcre2_code *)c->p->code[level];
     pcre2_match_data *md = c->md[level];
