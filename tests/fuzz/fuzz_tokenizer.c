@@ -101,16 +101,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int add = (data[0] >> 1) & 1, parse = (data[0] >> 2) & 1, small = (data[0] >> 3) & 1;
     const char *text = (const char *)data + 1;
     const size_t len = size - 1;
-    const int cap = small ? 3 : (int)len + 8;
+    const int big = 3 * (int)len + 8; /* room for any text: a byte without a token becomes U+FFFD's 3 ids */
+    const int cap = small ? 3 : big;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids)
         return 0;
     const int n = mdl_tokenize(t, text, len, add, parse, ids, cap);
-    if (n < -((int)len + 8) || (n >= 0 && n > cap))
-        __builtin_trap(); /* a count past one token per byte + BOS/EOS, or past the cap */
-    if (small && n < 0) { /* -(needed): a second call with room gives exactly that many */
-        int32_t *all = malloc(sizeof(int32_t) * (size_t)-n);
-        if (all && mdl_tokenize(t, text, len, add, parse, all, -n) != -n)
+    if (n > cap || (n < 0 && (!small || n != -(cap + 1))))
+        __builtin_trap(); /* past the cap, or a text that did not fit the room any text fits, or not -(cap + 1) */
+    if (small && n < 0) { /* cap 0 gives -(needed); a call with that room gives exactly that many */
+        const int need = -mdl_tokenize(t, text, len, add, parse, ids, 0);
+        int32_t *all = need > cap && need <= big ? malloc(sizeof(int32_t) * (size_t)need) : NULL;
+        if (!all || mdl_tokenize(t, text, len, add, parse, all, need) != need)
             __builtin_trap();
         free(all);
     }
