@@ -30,7 +30,6 @@ struct sched {
     int n_wait, n_admitted;
     uint64_t next_order;
     int32_t *rows;            /* 3 x step_rows: tokens | seq | pos, assembled per step */
-    int32_t *pre;             /* 3 x step_rows: the rows without output, before they are placed */
     sched_req **outs;         /* step_rows: the requests of the output rows, in row order */
     sched_stats st;
     sched_end_fn on_end;
@@ -57,10 +56,9 @@ sched *sched_create(memra_runtime *rt, const sched_params *p)
     s->rt = rt;
     s->p = *p;
     if (!(s->g = calloc((size_t)p->groups, sizeof *s->g)) ||
-        !(s->rows = malloc(6 * (size_t)p->step_rows * sizeof *s->rows)) ||
+        !(s->rows = malloc(3 * (size_t)p->step_rows * sizeof *s->rows)) ||
         !(s->outs = malloc((size_t)p->step_rows * sizeof *s->outs)))
         goto fail;
-    s->pre = s->rows + 3 * (size_t)p->step_rows;
     for (int i = 0; i < p->groups; i++)
         if (!(s->g[i].mem = calloc(3 * (size_t)p->step_rows, sizeof(sched_req *))))
             goto fail;
@@ -124,7 +122,6 @@ int sched_req_init(sched *s, sched_req *r, memra_request *rq)
     r->in_step = 0;
     r->ahead_row = -1;
     r->end_deferred = 0;
-    r->ended = 0;
     r->wnext = NULL;
     for (int k = 0; k < rq->n_prompt; k++)
         memra_sampler_accept(smp, rq->prompt[k]);
@@ -158,7 +155,6 @@ static void group_remove(group *g, const sched_req *r)
 static void req_end(sched *s, sched_req *r, int status)
 {
     r->rq->status = status;
-    r->ended = 1;
     act_trace_req(ACT_TR_REQ_DONE, r->index, status);
     memra_sampler_free(r->smp);
     r->smp = NULL;
@@ -284,7 +280,6 @@ static int group_submit(sched *s, int gi)
     act_trace_set_group(gi);
     const int cap = s->p.step_rows;
     int32_t *tok = s->rows, *seq = tok + cap, *pos = seq + cap;
-    int32_t *ptok = s->pre, *pseq = ptok + cap, *ppos = pseq + cap;
     int n_pre = 0, n_out = 0, budget = cap, all_greedy = 1, n_dec = 0;
     sched_req **outs = s->outs;
     for (int i = 0; i < g->n_mem; i++) /* decoding members: one output row each */
@@ -309,16 +304,14 @@ static int group_submit(sched *s, int gi)
         r->in_step = 1;
         r->step_prompt = c;
         const int last = r->n_primed + c == r->rq->n_prompt, n_plain = last ? c - 1 : c;
-        for (int k = 0; k < n_plain; k++, n_pre++)
-            ptok[n_pre] = r->prompt[r->n_primed + k], pseq[n_pre] = r->seq->slot, ppos[n_pre] = r->seq->pos + k;
+        for (int k = 0; k < n_plain; k++, n_pre++) /* rows without output go first, as they are found */
+            tok[n_pre] = r->prompt[r->n_primed + k], seq[n_pre] = r->seq->slot, pos[n_pre] = r->seq->pos + k;
         if (last)
             outs[n_out++] = r;
     }
     if (n_pre + n_out == 0)
         return MEMRA_OK;
-    int B = 0;
-    for (int k = 0; k < n_pre; k++, B++)
-        tok[B] = ptok[k], seq[B] = pseq[k], pos[B] = ppos[k];
+    int B = n_pre; /* then the output rows */
     for (int i = 0; i < n_out; i++, B++) {
         sched_req *r = outs[i];
         r->in_step = 1;

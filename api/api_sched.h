@@ -55,7 +55,6 @@ struct sched_req {
     int end_status;           /* ended while a row of it was still in flight: ends with this once it lands */
     int end_deferred;
     int step_prompt;          /* prompt rows of it in that step */
-    int ended;
     sched_req *wnext;         /* waiting FIFO */
 };
 
@@ -102,7 +101,7 @@ int sched_complete(sched *s, int g);
 int sched_live(const sched *s);
 void sched_get_stats(const sched *s, sched_stats *out);
 
-/* Called when a request ends (r->ended set, its status in r->rq->status), after its slot is freed. */
+/* Called when a request ends (its status in r->rq->status), after its slot is freed. */
 typedef void (*sched_end_fn)(void *ctx, sched_req *r);
 void sched_set_on_end(sched *s, sched_end_fn fn, void *ctx);
 
