@@ -153,7 +153,8 @@ static int apply(const memra_model *model, memra_runtime_params *p, const char *
         goto fail;
     }
     if (sy) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(sy, "name"), *ty = cJSON_GetObjectItemCaseSensitive(sy, "type");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(sy, "name");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sy, "type");
         const char *have_ty = krn_type_name(model->synth->type);
         if (!cJSON_IsString(nm) || !cJSON_IsString(ty)) {
             rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s: key \"synthetic\" must be an object with strings \"name\" and "

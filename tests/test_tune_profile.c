@@ -209,7 +209,8 @@ static void test_a_profile_for_a_synthetic_shape_names_it_and_is_refused_for_ano
     write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .synth = other_ff, .cuts = "[5]"});
     assert_null(memra_runtime_create(syn, &q));
     api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "made for another model: synthetic n_ff");
-    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .cuts = "[5]"}); /* no "synthetic": a file's profile */
+    /* no "synthetic": a file's profile */
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .cuts = "[5]"});
     assert_null(memra_runtime_create(syn, &q));
     api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "a GGUF file in the profile, the synthetic shape tiny");
     expect_refused(&(prof){.file_size = -1, .n_layer = -1, .synth = fits}, api_tiny_params(1), MEMRA_E_INVAL,

@@ -1,9 +1,10 @@
-/* memra-tune -m MODEL | --synthetic NAME [--type TYPE] [--stages N] [--devices D0,D1,...] [--seqs S] [--prompt P] [--gen G] [--budget SECONDS]
- *            [-o PREFIX]
+/* memra-tune -m MODEL | --synthetic NAME [--type TYPE] [--stages N] [--devices D0,D1,...] [--seqs S] [--prompt P]
+ *            [--gen G] [--budget SECONDS] [-o PREFIX]
  * Measures each layer on each stage's device, chooses the cuts that minimise the slowest stage, then times
- * settings (cuts: measured / even / weights, overlap, graphs (CUDA), slots, micro-batches, rows per step) through memra_generate,
- * each until its median is stable, within the budget. Prints a table, writes PREFIX.csv, PREFIX.json (a profile
- * for MEMRA_PP_PROFILE) and PREFIX.svg, and ends with `best: <setting> ratio=<x>` (its tokens/s over the
+ * settings (cuts: measured / even / weights, overlap, graphs (CUDA), slots, micro-batches, rows per step) through
+ * memra_generate, each until its median is stable, within the budget. Prints a table, and each stage's busy and
+ * bubble % in a traced run of the choice (and of the defaults), writes PREFIX.csv, PREFIX.json (a profile for
+ * MEMRA_PP_PROFILE), PREFIX.svg and the traces, and ends with `best: <setting> ratio=<x>` (its tokens/s over the
  * defaults', both measured in this run). Exit 0 ok, 2 on a bad argument or a failure. */
 #include <math.h>
 #include <stdio.h>

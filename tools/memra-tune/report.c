@@ -84,8 +84,8 @@ static void json_busy(FILE *f, const char *key, const tune_job *job, const tune_
     for (int s = 0; s < job->n_stages; s++) {
         const tune_stage_busy *x = &b->st[s];
         fprintf(f, "    {\"stage\": %d, \"layers\": [%d, %d], \"device\": %d, \"predicted_s\": %.6f, \"walks\": %d, "
-                   "\"busy_pct\": %.1f, \"bubble_pct\": %.1f}%s\n", s, x->first, x->end, job->devices[s], x->predicted_s,
-                x->walks, x->busy_pct, x->bubble_pct, s + 1 < job->n_stages ? "," : "");
+                   "\"busy_pct\": %.1f, \"bubble_pct\": %.1f}%s\n", s, x->first, x->end, job->devices[s],
+                x->predicted_s, x->walks, x->busy_pct, x->bubble_pct, s + 1 < job->n_stages ? "," : "");
     }
     fprintf(f, "  ]},\n");
 }
