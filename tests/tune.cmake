@@ -102,6 +102,7 @@ else()
                "devices|--devices 0,1,2: 3 devices for 2 stages|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--devices;0,1,2"
                "budget|--budget 5: expected an integer in 10..86400|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--budget;5"
                "graph_door|MEMRA_PP_GRAPH is set: it overrides the settings|-E;env;MEMRA_PP_GRAPH=1;$<TARGET_FILE:memra-tune>;-m;x"
+               "trace_door|MEMRA_TRACE is set: memra-tune records its own traces|-E;env;MEMRA_TRACE=t.json;$<TARGET_FILE:memra-tune>;-m;x"
                "two_models|-m and --synthetic: one model|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--synthetic;tiny"
                "type_of_a_file|--type bf16: the weight type of a --synthetic shape|-E;env;$<TARGET_FILE:memra-tune>;-m;x;--type;bf16"
                "synthetic_name|synthetic model huge of type bf16: shapes are|-E;env;$<TARGET_FILE:memra-tune>;--synthetic;huge")

@@ -336,6 +336,11 @@ int main(int argc, char **argv)
                     "placement is --stages and --devices)\n", overriding[i]);
             return 2;
         }
+    if (getenv("MEMRA_TRACE")) { /* its trace would start at every runtime's create, and one records at a time */
+        fprintf(stderr, "memra-tune: MEMRA_TRACE is set: memra-tune records its own traces (PREFIX-trace.json); "
+                        "unset it\n");
+        return 2;
+    }
     if (!job.model == !synth) {
         fprintf(stderr, "memra-tune: %s\n%s", synth ? "-m and --synthetic: one model, a file or a synthetic shape"
                                                     : "-m MODEL or --synthetic NAME is required", usage);
