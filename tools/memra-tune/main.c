@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "actors/doors.h"
-#include "api/api_internal.h"
 #include "actors/tune_cuts.h"
+#include "api/api_internal.h"
 #include "model/llama.h"
 #include "tune.h"
 #ifdef MEMRA_HAVE_CJSON
@@ -26,7 +26,8 @@ static const char usage[] =
     "                  [--gen G=16] [--budget SECONDS=300] [-o PREFIX=memra-tune]\n"
     "  --synthetic: the shape memra-bench serve --synthetic runs, its weights generated on each device (no file)\n"
     "  S greedy requests of P prompt tokens and G generated tokens each through memra_generate; backend and\n"
-    "  device count from MEMRA_BACKEND / MEMRA_CPU_DEVICES; writes PREFIX.csv, PREFIX.json, PREFIX.svg\n";
+    "  device count from MEMRA_BACKEND / MEMRA_CPU_DEVICES; writes PREFIX.csv, PREFIX.json, PREFIX.svg and\n"
+    "  PREFIX-trace.json (a traced run of the choice: each stage's busy and bubble %)\n";
 
 /* Decimal digits only, in [lo, hi]. */
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out)
@@ -243,7 +244,7 @@ static void trace_busy(const memra_model *m, tune_job *job, const tune_setting *
     }
     b->ok = 1;
     for (int s = 0; s < job->n_stages && b->ok; s++) {
-        double busy;
+        double busy = 0;
         if ((b->st[s].walks = trc_stage_busy(&t, s, lo, &busy, NULL, NULL)) < 0) {
             snprintf(b->why, sizeof b->why, "out of host memory reading %s", path);
             b->ok = 0;
