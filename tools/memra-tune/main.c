@@ -492,7 +492,7 @@ int main(int argc, char **argv)
                 pt->status = 3, pt->median = pts[dup].median, pt->lo = pts[dup].lo, pt->hi = pts[dup].hi;
             } else if (pt->set.graph && !c.cuda) { /* the CPU backend walks eagerly whatever the seam says */
                 pt->status = 4;
-            } else if (n_pts > 0 && now + per > sweep_budget) {
+            } else if (phase > 1 && now + per > sweep_budget) { /* the defaults and the cuts always run */
                 pt->status = 1;
             } else {
                 const double t0 = tune_now_s();
