@@ -190,11 +190,6 @@ out:
 bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], int rank, int peer, int n_slots,
                           size_t slot_bytes, dev_err *err)
 {
-    if (!dev || dev_platform_kind(dev_device_platform(dev)) != DEV_KIND_CUDA) {
-        dev_err_set(err, MEMRA_E_UNSUPPORTED, "bnd_nccl_create: NCCL moves GPU memory: %s is not a CUDA device",
-                    dev ? dev_device_name(dev) : "(no device)");
-        return NULL;
-    }
     if (n_slots < 1 || slot_bytes == 0) {
         dev_err_set(err, MEMRA_E_INVAL, "bnd_nccl_create: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", n_slots,
                     slot_bytes);
@@ -207,6 +202,11 @@ bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], 
     }
     if (id_check(id, err) != 0)
         return NULL;
+    if (!dev || dev_platform_kind(dev_device_platform(dev)) != DEV_KIND_CUDA) {
+        dev_err_set(err, MEMRA_E_UNSUPPORTED, "bnd_nccl_create: NCCL moves GPU memory: %s is not a CUDA device",
+                    dev ? dev_device_name(dev) : "(no device)");
+        return NULL;
+    }
     bnd_nccl *b = calloc(1, sizeof *b);
     if (!b || !(b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx)) ||
         !(b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx))) {

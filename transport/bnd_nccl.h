@@ -63,6 +63,7 @@ int bnd_nccl_unique_id(uint8_t id[BND_NCCL_ID_BYTES], dev_err *err);
  * exchanges one small message both ways (each side sends its rank and checks the peer's) so that every
  * connection exists before the first token. Host-synchronous; cost: NCCL's start-up (tens to hundreds of
  * milliseconds). n_slots (>= 1) and slot_bytes (> 0) bound the slots and message size.
+ * The checks run in the order slots, ranks, id, device, all before NCCL is called (none needs a GPU).
  * Returns NULL + err: MEMRA_E_INVAL (id not made by bnd_nccl_unique_id, damaged, made by another NCCL
  * version; bad rank/peer; bad slots), MEMRA_E_UNSUPPORTED (no NCCL in this build, dev not a CUDA device),
  * MEMRA_E_DEVICE (an NCCL or CUDA call failed: the message names it with NCCL's own detail). */
