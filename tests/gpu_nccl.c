@@ -91,6 +91,7 @@ static void test_nccl_hop_moves_every_size_exactly(void **st)
         /* ordered by cons: the copy follows the receive on the consumer's own stream */
         assert_int_equal(dev_copy_d2h_async(cons, out, dst, sz + 64), 0);
         assert_int_equal(dev_stream_sync(cons, &err), 0);
+        assert_int_equal(dev_stream_sync(prod, &err), 0); /* the producer passes ev_tx[k] on its own time */
         assert_int_equal(dev_event_query(bnd_nccl_ev_tx(b, k)), 1);
         assert_int_equal(dev_event_query(bnd_nccl_ev_rx(b, k)), 1);
         if (memcmp(out, h, sz + 64) != 0) {
