@@ -21,7 +21,8 @@
  * slot k only while holding its credit. The credit bounds the sends in flight to n_slots; NCCL's own flow
  * control keeps its buffers safe. The producer posts TOKEN(k) over the same channel once its send is
  * enqueued, and the consumer enqueues the receive on TOKEN(k), so both sides post one operation per token,
- * in token order, as NCCL's in-order matching needs.
+ * in token order, as NCCL's in-order matching needs. A send and its receive move the same byte count (NCCL
+ * requires it): the consumer takes the count from the step metadata that travels with TOKEN(k).
  * Stalls, not deadlocks. NCCL's send is blocking for the GPU: a send that NCCL's buffers cannot hold keeps
  * the producer's stream until the consumer's stream reaches the matching receive. The pipeline's boundaries
  * form a chain (a consumer's stream waits on nothing its producer's stream has behind the send), so this
