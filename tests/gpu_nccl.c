@@ -6,7 +6,8 @@
  * runtime's control channel carries them, moves rotating slots from one GPU's stream to the other's.
  * Exits 77 (skipped) with a reason when the build has no NCCL or no GPU is visible.
  * Benchmark: `gpu_nccl --bench` (or GPU_NCCL_BENCH=1) times one slot hop through NCCL against the d2d
- * boundary (transport/boundary.h) on GPU 0, per hop alone (enqueue + sync) and back to back (docs/bench). */
+ * boundary (transport/boundary.h) on GPU 0, per hop alone (enqueue + sync) and back to back; with two GPUs
+ * also a two-rank pair against the peer boundary, one thread per side with host credits (docs/bench). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -495,6 +496,154 @@ static int hop_nccl(void *c, int i)
     return r;
 }
 
+/* Two GPUs: the same hop between two threads, each side on its own GPU and stream, with credits and tokens
+ * between the threads as the host channel carries them: a two-rank NCCL pair against the peer boundary. */
+typedef struct pbench {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int credit[K];        /* the producer holds credit k */
+    int n_tokens;         /* tokens the producer has posted */
+    int T, failed;
+    size_t bytes;
+    bnd_boundary *bd;     /* the peer boundary, or NULL: NCCL */
+    bnd_nccl *bp, *bc;    /* the pair's producer and consumer sides */
+    dev_stream *sp, *sc;
+    void *src, *dst;
+} pbench;
+
+static void *pb_producer(void *arg)
+{
+    pbench *x = arg;
+    dev_err err = {0, ""};
+    for (int t = 0; t < x->T; t++) {
+        const int k = t % K;
+        pthread_mutex_lock(&x->m);
+        while (!x->credit[k] && !x->failed)
+            pthread_cond_wait(&x->c, &x->m);
+        x->credit[k] = 0;
+        const int failed = x->failed;
+        pthread_mutex_unlock(&x->m);
+        if (failed)
+            return NULL;
+        int r = x->bd ? bnd_send_async(x->bd, k, x->sp, x->src, x->bytes)
+                      : bnd_nccl_send_async(x->bp, k, x->sp, x->src, x->bytes, &err);
+        pthread_mutex_lock(&x->m); /* TOKEN(k): the send is enqueued */
+        x->failed |= r != 0;
+        x->n_tokens = t + 1;
+        pthread_cond_broadcast(&x->c);
+        pthread_mutex_unlock(&x->m);
+        if (r) {
+            fprintf(stderr, "bench producer: %s\n", err.msg);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void *pb_consumer(void *arg)
+{
+    pbench *x = arg;
+    dev_err err = {0, ""};
+    for (int t = 0; t < x->T; t++) {
+        const int k = t % K;
+        pthread_mutex_lock(&x->m);
+        while (x->n_tokens <= t && !x->failed)
+            pthread_cond_wait(&x->c, &x->m);
+        const int failed = x->failed;
+        pthread_mutex_unlock(&x->m);
+        if (failed)
+            return NULL;
+        int r = x->bd ? bnd_recv_async(x->bd, k, x->sc, x->dst, x->bytes)
+                      : bnd_nccl_recv_async(x->bc, k, x->sc, x->dst, x->bytes, &err);
+        pthread_mutex_lock(&x->m); /* credit: k goes back once our receive (and ev_rx[k]) is enqueued */
+        x->failed |= r != 0;
+        x->credit[k] = 1;
+        pthread_cond_broadcast(&x->c);
+        pthread_mutex_unlock(&x->m);
+        if (r) {
+            fprintf(stderr, "bench consumer: %s\n", err.msg);
+            return NULL;
+        }
+    }
+    if (dev_stream_sync(x->sc, &err) != 0) {
+        fprintf(stderr, "bench consumer: %s\n", err.msg);
+        pthread_mutex_lock(&x->m);
+        x->failed = 1;
+        pthread_mutex_unlock(&x->m);
+    }
+    return NULL;
+}
+
+/* T hops back to back between the two threads; microseconds per hop, or < 0 on failure. */
+static double pb_run(pbench *x, int T)
+{
+    x->T = T;
+    x->n_tokens = 0;
+    x->failed = 0;
+    for (int k = 0; k < K; k++)
+        x->credit[k] = 1;
+    pthread_t tp, tc;
+    double t0 = now_s();
+    pthread_create(&tp, NULL, pb_producer, x);
+    pthread_create(&tc, NULL, pb_consumer, x);
+    pthread_join(tp, NULL);
+    pthread_join(tc, NULL);
+    double us = (now_s() - t0) * 1e6 / T;
+    dev_err err = {0, ""};
+    if (dev_stream_sync(x->sp, &err) != 0 || x->failed)
+        return -1;
+    return us;
+}
+
+static int run_bench_pair(const size_t *sizes, int n_sizes, int T)
+{
+    dev_device *d0 = dev_platform_device(g_p, 0), *d1 = dev_platform_device(g_p, 1);
+    dev_err err = {0, ""};
+    pbench x = {.m = PTHREAD_MUTEX_INITIALIZER, .c = PTHREAD_COND_INITIALIZER};
+    uint8_t id[BND_NCCL_ID_BYTES];
+    pair pr = {.m = PTHREAD_MUTEX_INITIALIZER, .c = PTHREAD_COND_INITIALIZER};
+    if (dev_peer_grant(d1, d0, &err) != 0 || bnd_nccl_unique_id(id, &err) != 0 ||
+        !(x.sp = dev_stream_create(d0, "stage0", &err)) || !(x.sc = dev_stream_create(d1, "stage1", &err)) ||
+        !(x.src = dev_malloc(d0, MAXB, &err)) || !(x.dst = dev_malloc(d1, MAXB, &err))) {
+        fprintf(stderr, "pair bench set-up: %s\n", err.msg);
+        return 1;
+    }
+    if (create_pair(&pr, d0, d1, id, 120) != 0 || !pr.s[0].b || !pr.s[1].b) {
+        fprintf(stderr, "pair bench: bnd_nccl_create: %s%s\n", pr.s[0].err.msg, pr.s[1].err.msg);
+        return 1;
+    }
+    bnd_boundary *peer = bnd_create(d0, d1, K, MAXB, &err);
+    if (!peer) {
+        fprintf(stderr, "pair bench: bnd_create: %s\n", err.msg);
+        return 1;
+    }
+    x.bp = pr.s[0].b;
+    x.bc = pr.s[1].b;
+    printf("slot hop %s -> %s, %d slots, one thread per side with host credits, %d hops back to back per figure\n",
+           dev_device_name(d0), dev_device_name(d1), K, T);
+    printf("%10s | %12s | %12s | %10s\n", "bytes", "peer b2b", "nccl b2b", "nccl GB/s");
+    for (int i = 0; i < n_sizes; i++) {
+        x.bytes = sizes[i];
+        x.bd = peer;
+        double pw = pb_run(&x, 50), p = pb_run(&x, T);
+        x.bd = NULL;
+        double nw = pb_run(&x, 50), nc = pb_run(&x, T);
+        if (pw < 0 || p < 0 || nw < 0 || nc < 0) {
+            fprintf(stderr, "pair bench: a hop of %zu B failed\n", x.bytes);
+            return 1;
+        }
+        printf("%10zu | %9.2f us | %9.2f us | %10.1f\n", x.bytes, p, nc, (double)x.bytes / (nc * 1e3));
+    }
+    dev_stream_destroy(x.sp);
+    dev_stream_destroy(x.sc);
+    bnd_destroy(peer);
+    bnd_nccl_destroy(x.bp);
+    bnd_nccl_destroy(x.bc);
+    dev_free(d0, x.src);
+    dev_free(d1, x.dst);
+    return 0;
+}
+
 static int run_bench(void)
 {
     dev_device *d = dev_platform_device(g_p, 0);
@@ -534,7 +683,11 @@ static int run_bench(void)
     bnd_nccl_destroy(x.bn);
     dev_free(d, x.src);
     dev_free(d, x.dst);
-    return 0;
+    if (dev_platform_count(g_p) < 2) {
+        printf("one GPU visible: no two-GPU rows (peer boundary vs a two-rank NCCL pair)\n");
+        return 0;
+    }
+    return run_bench_pair(sizes, (int)(sizeof sizes / sizeof sizes[0]), n);
 }
 
 int main(int argc, char **argv)
