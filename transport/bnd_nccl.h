@@ -32,7 +32,7 @@
  * (the MPI layer broadcasts it). rank == peer == 0 makes a one-rank communicator that sends to itself
  * (one process, one GPU: tests and benchmarks), whose hops go through bnd_nccl_hop_async.
  * Threads: a bnd_nccl is used by one host thread at a time (its stage actor); create and destroy by the
- * runtime when no stage runs. bnd_nccl_abort may be called from any thread.
+ * runtime when no stage runs. bnd_nccl_abort may be called from another thread (see there).
  * Builds without NCCL (MEMRA_NCCL=OFF, or AUTO without NCCL found) keep this API: every call that would
  * reach NCCL answers MEMRA_E_UNSUPPORTED saying so. */
 #ifndef BND_NCCL_H
@@ -75,9 +75,10 @@ bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], 
  * After bnd_nccl_abort, frees what is left. NULL is a no-op. */
 void bnd_nccl_destroy(bnd_nccl *b);
 
-/* Abort the communicator (ncclCommAbort) from any thread: NCCL operations waiting for a peer that is gone
- * end, so their streams can be synced and the runtime torn down. Every later send/receive/hop is refused
- * (MEMRA_E_STATE). Returns 0, or MEMRA_E_DEVICE (NCCL refused). */
+/* Abort the communicator (ncclCommAbort) from any thread, while the owning thread is not inside another
+ * bnd_nccl call (it may be waiting on a stream): NCCL operations waiting for a peer that is gone end, so
+ * their streams can be synced and the runtime torn down. Every later send/receive/hop is refused
+ * (MEMRA_E_STATE). Idempotent. Returns 0, or MEMRA_E_DEVICE (NCCL refused). */
 int bnd_nccl_abort(bnd_nccl *b);
 
 /* NCCL's asynchronous error of the communicator (ncclCommGetAsyncError): 0 while healthy, else
