@@ -157,14 +157,19 @@ static int handshake(bnd_nccl *b, dev_err *err)
     if ((r = dev_copy_h2d_sync(b->dev, buf, &mine, sizeof mine, err)) != 0)
         goto out;
     cudaStream_t cs = (cudaStream_t)dev_stream_native(s);
+    int prev;
+    if ((r = push_gpu(b->dev, &prev, err)) != 0)
+        goto out;
     ncclResult_t rc;
     if ((rc = ncclGroupStart()) != ncclSuccess) {
+        pop_gpu(prev);
         r = nccl_fail(err, rc, b->comm, "bnd_nccl_create: ncclGroupStart (start-up exchange)");
         goto out;
     }
     ncclResult_t rs = ncclSend(buf, 1, ncclInt32, b->peer, b->comm, cs);
     ncclResult_t rr = ncclRecv(buf + 1, 1, ncclInt32, b->peer, b->comm, cs);
     rc = ncclGroupEnd(); /* ends the group on every path */
+    pop_gpu(prev);
     if (rs != ncclSuccess || rr != ncclSuccess || rc != ncclSuccess) {
         r = nccl_fail(err, rs != ncclSuccess ? rs : rr != ncclSuccess ? rr : rc, b->comm,
                       "bnd_nccl_create: start-up exchange with rank %d (%s)", b->peer,
