@@ -17,7 +17,9 @@
  * enqueuing while the caller drains step t.
  *
  * Threads: act_pp_submit* / act_pp_run_unsplit may be called by ONE submitting thread at a time per runtime
- * (the scheduler serializes clients); act_pending_* from any thread; create/destroy from one thread. */
+ * (the scheduler serializes clients); act_pending_* and the seams' calls (act_pp_get_seams, act_pp_set_seams,
+ * act_pp_reload_doors) from any thread; the test hooks from the submitting thread; create/destroy from one
+ * thread. */
 #ifndef ACT_PP_H
 #define ACT_PP_H
 
