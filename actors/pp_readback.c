@@ -30,15 +30,15 @@ int pp_post(act_actor *to, int kind, const void *payload, size_t bytes)
     return act_send(to, m, &e);
 }
 
-void pp_jitter(act_pp *rt)
+void pp_jitter(pp_hooks *h)
 {
-    int max_us = atomic_load(&rt->jitter_us);
+    int max_us = atomic_load(&h->jitter_us);
     if (max_us <= 0)
         return;
     static _Thread_local uint64_t x, gen;
-    uint64_t g = atomic_load(&rt->jitter_gen);
+    uint64_t g = atomic_load(&h->jitter_gen);
     if (!x || gen != g) /* per thread, reseeded with every act_pp_set_jitter (runs are reproducible) */
-        x = (rt->jitter_seed ^ (uint64_t)(uintptr_t)&x) | 1, gen = g;
+        x = (h->jitter_seed ^ (uint64_t)(uintptr_t)&x) | 1, gen = g;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -269,7 +269,9 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         return 0;
     pp_rec *rec;
     memcpy(&rec, m->payload, sizeof rec);
-    pp_jitter(rt);
+    pp_hooks *h = pp_hooks_of(rt);
+    if (h)
+        pp_jitter(h);
     dev_err e = {0};
     int r = 0;
     if (atomic_load(&rec->failed)) {
