@@ -32,3 +32,16 @@ if(TARGET memra-run)
   set_tests_properties(trace_memra_run_names_an_unwritable_trace_path PROPERTIES LABELS model TIMEOUT 120
     ENVIRONMENT "MEMRA_BACKEND=cpu" PASS_REGULAR_EXPRESSION "--trace /nonexistent-dir/t.json: .*cannot open /nonexistent-dir/t.json")
 endif()
+if(TARGET memra-trace AND Python3_FOUND)
+  # a ~100 MB trace: summary and html stream it within 256 MB of memory; the viewer draws it decimated (Chromium)
+  add_test(NAME trace_big_summary_streams_in_bounded_memory_and_the_viewer_decimates
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/trace_big.py $<TARGET_FILE:memra-trace>
+                   ${PROJECT_BINARY_DIR}/tests/trace-big 100 256)
+  set_tests_properties(trace_big_summary_streams_in_bounded_memory_and_the_viewer_decimates PROPERTIES
+    LABELS stress TIMEOUT 900 PASS_REGULAR_EXPRESSION "trace_big: OK")
+  # the streaming reader refuses a file cut in the middle of its events
+  add_test(NAME trace_summary_refuses_a_truncated_trace
+           COMMAND sh -c "head -c 700 '${CMAKE_CURRENT_SOURCE_DIR}/trace_synth.json' > '${PROJECT_BINARY_DIR}/tests/trace-cut.json' && '$<TARGET_FILE:memra-trace>' summary '${PROJECT_BINARY_DIR}/tests/trace-cut.json'")
+  set_tests_properties(trace_summary_refuses_a_truncated_trace PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "not valid JSON \\(the traceEvents array is not closed: truncated\\?\\)")
+endif()
