@@ -5,8 +5,10 @@
  *   ctl.owner, file, t_start, n_stages   act_trace_start/stop only [ctl_lock]
  *   ctl.extra, extra_ctx             act_trace_set_extra sets, act_trace_stop calls and clears [ctl_lock]
  *   registry (bufs list)             threads append, claim dead threads' buffers; stop walks it [reg_lock]
- *   tbuf.r[], n, dropped             the owning thread writes (single writer); stop reads r[0 .. n) after an
- *                                    acquire load of n. A thread resets its buffer itself when it sees a new gen.
+ *   tbuf.chunk[], records, n, dropped  the owning thread writes (single writer: it mallocs chunk c before it
+ *                                    publishes a record in it); stop reads records [0 .. n) after an acquire load
+ *                                    of n. A thread resets its buffer itself when it sees a new gen (its chunks
+ *                                    stay allocated for the next trace).
  *   tbuf.alive                       set on claim [reg_lock], cleared by the thread's exit (key destructor) */
 #include "actors/trace.h"
 
@@ -27,7 +29,7 @@ typedef struct tbuf {
     _Atomic uint64_t gen;        /* the trace its records belong to (written by the owner) */
     _Atomic uint64_t n;          /* records written (release by the owner) */
     _Atomic uint64_t dropped;    /* records lost to a full buffer */
-    act_trace_rec r[ACT_TRACE_BUF_RECS];
+    act_trace_rec *chunk[ACT_TRACE_BUF_CHUNKS]; /* record i is chunk[i / ACT_TRACE_BUF_RECS][i % ...] */
 } tbuf;
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,7 +91,12 @@ static tbuf *claim(void)
             b = o;
     if (b) {
         atomic_store(&b->alive, 1);
-    } else if ((b = malloc(sizeof *b)) != NULL) {
+    } else if ((b = calloc(1, sizeof *b)) != NULL) {
+        if (!(b->chunk[0] = malloc(ACT_TRACE_BUF_RECS * sizeof *b->chunk[0]))) {
+            free(b);
+            pthread_mutex_unlock(&reg_lock);
+            return NULL;
+        }
         atomic_init(&b->alive, 1);
         atomic_init(&b->gen, 0);
         atomic_init(&b->n, 0);
@@ -115,12 +122,14 @@ void act_trace_put(const act_trace_rec *r)
         atomic_store_explicit(&b->gen, g, memory_order_release);
     }
     uint64_t n = atomic_load_explicit(&b->n, memory_order_relaxed);
-    if (n >= ACT_TRACE_BUF_RECS) {
+    const uint64_t c = n / ACT_TRACE_BUF_RECS;
+    if (c >= ACT_TRACE_BUF_CHUNKS ||
+        (!b->chunk[c] && !(b->chunk[c] = malloc(ACT_TRACE_BUF_RECS * sizeof *b->chunk[c])))) {
         atomic_store_explicit(&b->dropped, atomic_load_explicit(&b->dropped, memory_order_relaxed) + 1,
                               memory_order_relaxed);
         return;
     }
-    b->r[n] = *r;
+    b->chunk[c][n % ACT_TRACE_BUF_RECS] = *r;
     /* ordered by n: act_trace_stop reads r[0 .. n) after its acquire load */
     atomic_store_explicit(&b->n, n + 1, memory_order_release);
 }
@@ -407,7 +416,7 @@ int act_trace_stop(const void *owner, act_trace_stats *stats, dev_err *err)
         /* ordered by n: the owner stored r[i] before publishing i + 1 */
         uint64_t m = atomic_load_explicit(&b->n, memory_order_acquire);
         for (uint64_t i = 0; i < m && n < cap; i++)
-            recs[n++] = &b->r[i];
+            recs[n++] = &b->chunk[i / ACT_TRACE_BUF_RECS][i % ACT_TRACE_BUF_RECS];
         dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
         threads++;
     }

@@ -2,9 +2,10 @@
  * (docs/trace.md). One trace records at a time in a process (act_trace_start .. act_trace_stop).
  *
  * Cost: off, every trace point is one relaxed load and a predicted-not-taken branch (act_trace_on), nothing
- * is allocated. On, a thread's first record mallocs its buffer (ACT_TRACE_BUF_RECS records) and registers it
- * once; every record after that is a few stores into that buffer and one release store of its count (single
- * writer, no lock). A full buffer drops the record and counts the drop.
+ * is allocated. On, a thread's first record mallocs its buffer (one chunk of ACT_TRACE_BUF_RECS records) and
+ * registers it once; every record after that is a few stores into that buffer and one release store of its count
+ * (single writer, no lock); every ACT_TRACE_BUF_RECS-th record mallocs the next chunk, up to ACT_TRACE_BUF_CHUNKS.
+ * A full buffer drops the record and counts the drop.
  *
  * Shared state (trace.c): the on flag and the generation (atomics; act_trace_start/stop write them under the
  * control lock), the registry of buffers (appended under the registry lock, read by act_trace_stop), each
@@ -22,7 +23,8 @@
 
 #include "device/err.h"
 
-#define ACT_TRACE_BUF_RECS 65536 /* records per thread buffer (48 bytes each: 3 MiB) */
+#define ACT_TRACE_BUF_RECS 65536 /* records per chunk of a thread's buffer (48 bytes each: 3 MiB) */
+#define ACT_TRACE_BUF_CHUNKS 16  /* chunks a thread's buffer grows to: 1M records, 48 MiB */
 
 /* Track ids (the exported tid): s is a stage (0..63) or a boundary (0..62). */
 #define ACT_TRACE_STAGE(s) (1 + (s))       /* stage s's actor thread */
