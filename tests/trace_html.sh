@@ -1,5 +1,6 @@
 #!/bin/sh
-# The memra-trace html viewer in headless Chromium on a real 2-stage SmolLM2 trace: a screenshot is taken and the
+# The memra-trace html viewer in headless Chromium on a real 2-stage SmolLM2 trace: a screenshot (request 1's path
+# followed) is taken and the
 # DOM after the viewer's first draw proves both stages' stream lanes hold drawn walks and hop arrows are drawn; opened
 # at #req=1, the steps the trace lists for request 1 are the ones highlighted on both streams and the readback.
 # Usage: trace_html.sh BIN_DIR SRC_DIR MODEL [SCREENSHOT.png]   (exit 77 = skipped, with the reason)
@@ -57,7 +58,7 @@ print("trace_html: OK: lanes %s, %s hop arrows, %s bubbles; request 1: %d steps 
 PY
 if [ -n "$shot" ]; then
   # shellcheck disable=SC2086
-  timeout 120 "$chrome" $flags --screenshot="$shot" "file://$tmp/t.html" 2> "$tmp/chrome.log" > /dev/null
+  timeout 120 "$chrome" $flags --screenshot="$shot" "file://$tmp/t.html#req=1" 2> "$tmp/chrome.log" > /dev/null
   [ -s "$shot" ] || { echo "trace_html: FAIL: no screenshot written"; exit 1; }
   echo "trace_html: screenshot $shot"
 fi
