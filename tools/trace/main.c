@@ -232,7 +232,7 @@ static int load(const char *path, trace *t, int keep_args)
     opens *o = calloc(1, sizeof *o);
     size_t cap = 1 << 20, len = 0, pos = 0, el = 0; /* buf[el .. len): the element being scanned, from el */
     char *buf = malloc(cap), key[32] = "", str[32];
-    int rc = 1, depth = 0, arr = -1, in_str = 0, esc = 0, done = 0, sl = 0, elem = 0;
+    int rc = 1, depth = 0, arr = -1, in_str = 0, esc = 0, done = 0, sl = 0, elem = 0, seen = 0;
     long long base = 0; /* file offset of buf[0] */
     if (!o || !buf) {
         fprintf(stderr, "memra-trace: out of memory reading %s\n", path);
@@ -258,6 +258,13 @@ static int load(const char *path, trace *t, int keep_args)
             len += got;
         }
         const char c = buf[pos++];
+        if (!seen && c != ' ' && c != '\n' && c != '\r' && c != '\t') { /* a JSON document opens with { or [ */
+            if (c != '{' && c != '[') {
+                fprintf(stderr, "memra-trace: %s: not valid JSON (at byte %lld)\n", path, base + (long long)pos - 1);
+                goto out;
+            }
+            seen = 1;
+        }
         if (in_str) {
             if (esc)
                 esc = 0;
