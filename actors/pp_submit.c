@@ -361,6 +361,7 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (act_trace_on()) { /* the group is the scheduler's for this one step (act_trace_set_group) */
         act_trace_instant(ACT_TR_SUBMIT, ACT_TRACE_SCHED, pp_now_ns(), rec->id, rec->B, act_trace_group_tl, rec->kind);
         act_trace_group_tl = -1;
+        act_trace_step_tl = rec->id; /* the scheduler joins its requests to it (act_trace_submitted) */
     }
     rt->n_posted++;
     if (h)
