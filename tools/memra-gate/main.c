@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actors/pp_gate.h"
+#include "actors/pp_rank.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 
@@ -44,7 +45,29 @@ static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
     return 0;
 }
 
+static int gate_main(int argc, char **argv);
+
+/* Under mpirun: rank 0 runs the gate, every other rank serves its stages (docs/scale-out.md). */
 int main(int argc, char **argv)
+{
+    dev_err err = {0};
+    if (act_rank_init(&argc, &argv, &err) != 0) {
+        fprintf(stderr, "memra-gate: %s\n", err.msg);
+        return 2;
+    }
+    if (act_rank_self() > 0) {
+        int r = act_rank_serve(&err);
+        if (r)
+            fprintf(stderr, "memra-gate (rank %d): %s\n", act_rank_self(), err.msg);
+        act_rank_finish(r);
+        return r ? 2 : 0;
+    }
+    int status = gate_main(argc, argv);
+    act_rank_finish(status == 0 ? 0 : MEMRA_E_STATE);
+    return status;
+}
+
+static int gate_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
