@@ -34,7 +34,7 @@
 
 #define PP_WIRE_MAGIC 0x6d656d72u /* "memr" */
 #define PP_BEAT_NS 250000000ull   /* a beat to every rank each 250 ms */
-#define PP_SILENT_NS 3000000000ull /* a rank silent for 3 s is dead or stuck: stop (within 5 s of its death) */
+#define PP_SILENT_NS 2500000000ull /* a rank silent for 2.5 s is dead or stuck: stop (every rank within 5 s) */
 #define PP_READY_NS 600000000000ull /* the other ranks load the model: rank 0 waits up to 10 min for READY */
 
 /* The header in front of a slot's payload (BND_MPI_HDR bytes at most). */
@@ -656,7 +656,7 @@ static int poll_once(pp_rank *rk)
             }
             if (now > rk->heard[q] && now - rk->heard[q] > PP_SILENT_NS) {
                 dev_err_set(&rk->err, MEMRA_E_DEVICE, "rank %d: rank %d silent for %.1f s (dead or stuck; a rank "
-                            "stops when a peer is silent for %.0f s)", rk->self, q,
+                            "stops when a peer is silent for %.1f s)", rk->self, q,
                             (double)(now - rk->heard[q]) / 1e9, (double)PP_SILENT_NS / 1e9);
                 die(rk);
                 return 1;
@@ -1010,7 +1010,6 @@ int act_rank_serve(dev_err *err)
             dev_err_clear(err);
             if ((r = serve_one(plat, c, err)) != 0) {
                 /* a refusal (READY carried it to rank 0, whose tool ends us) or a dead peer */
-                fprintf(stderr, "memra rank %d: %s\n", bnd_mpi_rank(), err->msg);
                 if (c->magic == PP_WIRE_MAGIC && g_active)
                     break; /* the runtime ran: stop now */
                 r = 0;     /* refused at create: wait for rank 0's EXIT */

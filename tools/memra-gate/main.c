@@ -171,7 +171,10 @@ static int gate_main(int argc, char **argv)
     printf("], devices [");
     for (int s = 0; s < N; s++)
         printf("%s%s", s ? "," : "", dev_device_name(act_pp_stage_device(rt, s)));
-    printf("], slots %d, overlap %d, shard %d, streams %d\n", cfg->slots, seams.overlap, cfg->shard, cfg->streams);
+    printf("], slots %d, overlap %d, shard %d, streams %d", cfg->slots, seams.overlap, cfg->shard, cfg->streams);
+    if (act_rank_count() > 1) /* under mpirun: stage s runs in rank s (docs/scale-out.md) */
+        printf(", ranks %d", act_rank_count());
+    printf("\n");
     act_gate_report rep;
     int r = act_gate_run(rt, &gp, &rep, &err);
     int status;
