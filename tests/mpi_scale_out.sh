@@ -5,7 +5,9 @@
 #                  and says it ran over P ranks
 #   run P          memra-run --temp 0 under mpirun -np P prints the text of the single-process run, byte for byte
 #   kill SIG R     mpirun -np 2 memra-run mid-generation, rank R gets SIG (KILL: dead; STOP: stuck): every process
-#                  ends, non-zero, within 5 s, with an error on stderr
+#                  ends, non-zero, within 5 s, with an error on stderr; R = mpirun: mpirun gets SIG (INT: Ctrl-C)
+#   refuse         rank 1 finds another file under the model's path: it refuses with a message naming the
+#                  difference, rank 0's create fails with it, every process ends non-zero
 #   netns          two network namespaces joined by a veth pair stand in for two hosts: mpirun over TCP between
 #                  them only; the gates pass (skips, exit 77, without the rights to make namespaces)
 # mpirun runs as root in CI containers (OMPI_ALLOW_RUN_AS_ROOT*), oversubscribed (2 cores, P ranks), and without
@@ -52,7 +54,8 @@ run)
   echo "PASS: mpirun -np $np prints the single-process text"
   ;;
 kill)
-  sig=$1 victim=$2 other=$((1 - $2))
+  sig=$1 victim=$2 other=
+  [ "$victim" = mpirun ] || other=$((1 - victim))
   : > "$tmp/out.txt" # before the background start: the loop below reads it at once
   $mpi -np 2 "$bin/memra-run" -m "$model" -p "Once upon a time" -n 4000 --temp 0 > "$tmp/out.txt" 2> "$tmp/err.txt" &
   mpid=$!
@@ -62,7 +65,9 @@ kill)
     sleep 0.1
   done
   r1=
-  for p in $(pgrep -f "$bin/memra-run"); do # the victim: the process whose environment names its rank
+  [ "$victim" != mpirun ] || r1=$mpid
+  for p in $(pgrep -f "$bin/memra-run"); do
+    [ "$victim" != mpirun ] || break # the victim: the process whose environment names its rank
     tr '\0' '\n' < /proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && r1=$p
   done
   [ -n "$r1" ] || { echo "FAIL: rank $victim's process not found"; exit 1; }
@@ -73,6 +78,8 @@ kill)
   mpid=
   t1=$(date +%s.%N)
   kill -CONT "$r1" 2>/dev/null || true
+  left=$(pgrep -f "$bin/memra-run" || true)
+  [ -z "$left" ] || { echo "FAIL: processes left: $left"; exit 1; }
   dt=$(echo "$t1 - $t0" | bc)
   echo "rank $victim got SIG$sig; mpirun ended $dt s later with status $rc; stderr:"
   cat "$tmp/err.txt"
@@ -80,10 +87,27 @@ kill)
   [ "$(echo "$dt <= 5" | bc)" = 1 ] || { echo "FAIL: took $dt s (allowed 5)"; exit 1; }
   if [ "$sig" = STOP ]; then # stuck, not dead: only our heartbeat can tell
     grep -q "rank $other: rank $victim silent" "$tmp/err.txt" || { echo "FAIL: no 'rank $victim silent' error"; exit 1; }
-  else
+  elif [ "$victim" != mpirun ]; then
     grep -qiE "silent|exited on signal|killed|failed" "$tmp/err.txt" || { echo "FAIL: no error message"; exit 1; }
   fi
   echo "PASS: every rank ended, non-zero, within 5 s"
+  ;;
+refuse)
+  mkdir "$tmp/r0" "$tmp/r1"
+  ln -s "$model" "$tmp/r0/m.gguf"
+  "$bin/memra-mkgguf" -o "$tmp/r1/m.gguf" --layers 4 > /dev/null
+  cat > "$tmp/cd.sh" << 'EOF'
+#!/bin/sh
+cd "$(dirname "$0")/r$OMPI_COMM_WORLD_RANK" && exec "$@"
+EOF
+  chmod +x "$tmp/cd.sh"
+  rc=0
+  timeout 120 $mpi -np 2 "$tmp/cd.sh" "$bin/memra-gate" eager -m m.gguf > "$tmp/out.txt" 2>&1 || rc=$?
+  cat "$tmp/out.txt"
+  [ "$rc" != 0 ] || { echo "FAIL: exit status 0 with two different model files"; exit 1; }
+  grep -q "rank 1 refused the runtime: rank 1: the model m.gguf differs from rank 0's" "$tmp/out.txt" ||
+    { echo "FAIL: no refusal naming the difference"; exit 1; }
+  echo "PASS: the rank with another model file refused, with the message"
   ;;
 netns)
   command -v ip > /dev/null || { echo "SKIP: no ip(8) (iproute2)"; exit 77; }
