@@ -781,29 +781,36 @@ int pp_rank_start(act_pp *rt, dev_err *err)
     if (rk->self != 0)
         return 0; /* the serve loop sends READY, then starts the transport */
     const uint64_t until = now_ns() + PP_READY_NS;
-    for (int q = 1; q < rk->P; q++) {
+    int ready[256] = {0}, r = 0;
+    for (int q = 1; q < rk->P && r == 0; q++) { /* every rank's answer; the first refusal is the error */
         int src, got;
         size_t n;
         while ((got = bnd_mpi_probe(q, BND_TAG_READY, &src, &n, err)) == 0 && now_ns() < until) {
             struct timespec nap = {0, 1000000};
             nanosleep(&nap, NULL);
         }
-        if (got < 0)
-            return got;
-        if (got == 0)
-            return dev_err_set(err, MEMRA_E_DEVICE, "act_pp_create: rank %d did not report READY within %.0f s",
-                               q, (double)PP_READY_NS / 1e9);
         pp_wire_ready rd = {0};
-        if (bnd_mpi_recv(q, BND_TAG_READY, &rd, sizeof rd, err) != 0)
-            return err->code;
-        if (rd.status != 0)
-            return dev_err_set(err, rd.status, "rank %d refused the runtime: %s", q, rd.msg);
+        if (got < 0 || (got == 1 && bnd_mpi_recv(q, BND_TAG_READY, &rd, sizeof rd, err) != 0))
+            r = err->code ? err->code : MEMRA_E_DEVICE;
+        else if (got == 0)
+            r = dev_err_set(err, MEMRA_E_DEVICE, "act_pp_create: rank %d did not report READY within %.0f s", q,
+                            (double)PP_READY_NS / 1e9);
+        else if (rd.status != 0)
+            r = dev_err_set(err, rd.status, "rank %d refused the runtime: %s", q, rd.msg);
+        else
+            ready[q] = 1;
+    }
+    if (r) { /* the ranks that built it wait for the end: tell them (no transport runs here yet) */
+        for (int q = 1; q < rk->P; q++)
+            if (ready[q])
+                bnd_mpi_send(q, BND_TAG_DESTROY, "bye", 4, NULL);
+        return r;
     }
     const uint64_t t = now_ns();
     for (int q = 0; q < rk->P && q < 256; q++)
         rk->heard[q] = t;
     rk->last_beat = t;
-    int r = act_actor_start(rk->tp, err);
+    r = act_actor_start(rk->tp, err);
     return r ? r : tp_post_self(rk);
 }
 
@@ -879,7 +886,8 @@ void pp_rank_account(act_pp *rt, const pp_rec *rec)
     for (int s = 0; s < rt->N; s++) {
         const uint64_t b = t[2 * s], e = t[2 * s + 1] > b ? t[2 * s + 1] : b;
         for (int o = 0; o < rt->N; o++)
-            for (int i = 0; o != s && i < rt->n_recent[o]; i++) {
+            for (int i = 0; o != s && (rt->rank->owner[s] != 0 || rt->rank->owner[o] != 0) && i < rt->n_recent[o];
+                 i++) { /* two stages of rank 0: its markers counted them */
                 const struct pp_interval *j = &rt->recent[o][i];
                 const int hit = (b > j->b && b < j->e) ? prime : (j->b > b && j->b < e) ? j->prime : -1;
                 if (hit >= 0) {

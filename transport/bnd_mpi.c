@@ -2,6 +2,7 @@
  * before any other thread exists that reads them. Every MPI call is serialized by the callers (bnd_mpi.h). */
 #include "transport/bnd_mpi.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,7 @@ void bnd_mpi_finish(int status)
     if (!g_on)
         return;
     g_on = 0;
+    fflush(NULL); /* MPI_Abort ends the process without flushing stdio: what the tool printed must get out */
     if (status != 0)
         MPI_Abort(MPI_COMM_WORLD, status > 0 ? status : 1);
     else

@@ -455,6 +455,6 @@ out_quiet:
     }
     memra_runtime_free(rt);
     memra_model_free(m);
-    memra_mpi_finish(rc ? MEMRA_E_STATE : MEMRA_OK);
+    memra_mpi_finish(rc); /* a failure ends every rank with its status */
     return rc;
 }
