@@ -1,8 +1,8 @@
 #!/bin/sh
 # Stages in several processes (docs/scale-out.md), as a user launches them: mpirun -np P with stage s on rank s.
 # Usage: mpi_scale_out.sh MODE MPIRUN BIN_DIR MODEL [ARGS]
-#   gate ARM P     memra-gate ARM under mpirun -np P passes (bit-identical to the unsplit arm, its counter advanced)
-#                  and says it ran over P ranks
+#   gate ARM P [VAR=VALUE...]  memra-gate ARM under mpirun -np P (the doors given exported to every rank) passes
+#                  (bit-identical to the unsplit arm, its counter advanced) and says it ran over P ranks
 #   run P          memra-run --temp 0 under mpirun -np P prints the text of the single-process run, byte for byte
 #   kill SIG R     mpirun -np 2 memra-run mid-generation, rank R gets SIG (KILL: dead; STOP: stuck): every process
 #                  ends, non-zero, within 5 s, with an error on stderr; R = mpirun: mpirun gets SIG (INT: Ctrl-C)
@@ -48,7 +48,10 @@ gate() { # gate ARM P
 
 case "$mode" in
 gate)
-  gate "$1" "$2"
+  arm=$1 np=$2
+  shift 2
+  for kv in "$@"; do export "$kv"; extra="$extra -x ${kv%%=*}"; done
+  gate "$arm" "$np"
   ;;
 run)
   np=$1
