@@ -149,6 +149,7 @@ int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err)
         return dev_err_set(err, MEMRA_E_INVAL, "act_pp_params.feed = ON with mpirun -np %d: the device feed "
                            "needs the last stage's tokens on stage 0's device (use AUTO or OFF)", P);
     p->feed = ACT_FEED_OFF;
+    p->stamps = 0; /* walk times from host markers: CLOCK_MONOTONIC travels in the step's header (GPU stamps do not) */
     return 0;
 }
 
@@ -232,6 +233,10 @@ int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p,
     return r;
 }
 
+/* Each boundary's transport is chosen here. Between ranks: BND_MPI, the slot staged through host memory (the CPU
+ * backend, and a CUDA build without NCCL). A CUDA boundary between GPUs of two ranks is where the NCCL transport
+ * goes instead: ncclSend/ncclRecv enqueued on the two stage streams (so ev_tx/ev_rx keep their in-process meaning),
+ * with pump_out/step_in carrying only the step's header and this wire keeping credits, results and beats. */
 int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err)
 {
     pp_rank *rk = rt->rank;
