@@ -21,6 +21,7 @@
  *   pp_stage.head_free, head_next      the last stage's actor thread only: HEAD messages from the readback
  *                                      actor give a logits buffer back once ev_read is recorded behind its
  *                                      reads (a credit, as CREDIT is for a boundary slot)
+ *   pp_stage.remote, act_pp.rank       fixed at create (stages in other ranks; pp_rank.c lists its own state)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
  *                                      step, by its argmax or a copy, then feed_ev[seq]), read by stage 0's
  *                                      stream (the embed) after waiting it */
