@@ -1,4 +1,5 @@
-/* memra-trace: reads a memra trace (Chrome Trace Event JSON, docs/trace.md) with cJSON and
+/* memra-trace: reads a memra trace (Chrome Trace Event JSON, docs/trace.md), streaming (each event parsed alone
+ * with cJSON: memory is the spans kept, not the file), and
  *   summary FILE            prints per stage busy %, bubble %, hop latency p50/p99, host enqueue us per step and
  *                           the top stalls with their cause; the last line starts with "bubble"
  *   html FILE -o OUT.html   writes one self-contained HTML viewer (viewer.h: inline JS/CSS, no network)
@@ -17,21 +18,61 @@
 typedef struct span {
     int tid;
     double t0, t1;       /* us */
-    const char *name;    /* points into the parsed document */
+    const char *name;    /* interned (trace.names) */
     long long step;      /* args.step, -1 without */
     int slot, req;       /* args.slot / args.req, -1 without */
-    const cJSON *args;
+    char *args;          /* the args object as JSON text (html only, else NULL) */
 } span;
 
+/* Interned strings: event and track names (a few hundred at most: kernel names included). */
+typedef struct istr {
+    struct istr *next;
+    char s[];
+} istr;
+#define N_BUCKETS 1024
+
 typedef struct trace {
-    cJSON *doc;
     span *sp;            /* complete spans (B/E, b/e, X) and instants (t1 == t0, inst 1) */
     char *inst;
     int n, cap;
     int tid[MAX_TRACKS];
     const char *tname[MAX_TRACKS];
     int n_tracks;
+    int keep_args;       /* html: keep each event's args text */
+    istr *names[N_BUCKETS];
+    int *by_step;        /* span indices sorted by step (summary's stall causes) */
 } trace;
+
+static const char *intern(trace *t, const char *s)
+{
+    unsigned h = 5381;
+    for (const char *c = s; *c; c++)
+        h = h * 33 + (unsigned char)*c;
+    istr **b = &t->names[h % N_BUCKETS];
+    for (istr *x = *b; x; x = x->next)
+        if (!strcmp(x->s, s))
+            return x->s;
+    const size_t n = strlen(s) + 1;
+    istr *x = malloc(sizeof *x + n);
+    if (!x)
+        return NULL;
+    memcpy(x->s, s, n);
+    x->next = *b;
+    *b = x;
+    return x->s;
+}
+
+static void trace_free(trace *t)
+{
+    for (int i = 0; i < t->n; i++)
+        free(t->sp[i].args);
+    free(t->sp);
+    free(t->inst);
+    free(t->by_step);
+    for (int b = 0; b < N_BUCKETS; b++)
+        for (istr *x = t->names[b], *nx; x; x = nx)
+            nx = x->next, free(x);
+}
 
 static const char *track_name(const trace *t, int tid)
 {
@@ -59,8 +100,10 @@ static int push(trace *t, span s, int inst)
             t->sp = sp;
         if (in)
             t->inst = in;
-        if (!sp || !in)
+        if (!sp || !in) {
+            free(s.args);
             return -1;
+        }
         t->cap = cap;
     }
     t->inst[t->n] = (char)inst;
@@ -74,120 +117,219 @@ static long long arg_int(const cJSON *args, const char *k, long long dflt)
     return cJSON_IsNumber(v) ? (long long)v->valuedouble : dflt;
 }
 
-static span make_span(const cJSON *e, int tid, double t0, double t1, const cJSON *args)
+/* The span of event e (its name interned, its args' text kept for html), from t0 to t1; name NULL: out of memory. */
+static span make_span(trace *t, const cJSON *e, int tid, double t0, double t1)
 {
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-    return (span){tid, t0, t1, cJSON_IsString(nm) ? nm->valuestring : "?", arg_int(args, "step", -1),
-                  (int)arg_int(args, "slot", -1), (int)arg_int(args, "req", -1), args};
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
+    span s = {tid, t0, t1, intern(t, cJSON_IsString(nm) ? nm->valuestring : "?"), arg_int(args, "step", -1),
+              (int)arg_int(args, "slot", -1), (int)arg_int(args, "req", -1), NULL};
+    if (t->keep_args && args && !(s.args = cJSON_PrintUnformatted(args)))
+        s.name = NULL;
+    return s;
 }
 
-/* Parse path into t: spans from B/E (nested per track), b/e (by cat and id) and X; instants; track names. */
-static int load(const char *path, trace *t)
+/* Open spans while the events stream by: B per track (a stack), b per (cat, id). */
+enum { DEPTH = 64, OPEN = 4096, ID_LEN = 96 };
+typedef struct opens {
+    struct { int tid, depth; span s[DEPTH]; } stk[MAX_TRACKS];
+    struct { char id[ID_LEN]; span s; } ab[OPEN];
+    int n_stk, n_ab;
+} opens;
+
+/* The async id of e: its cat and id as text (a string or a number). */
+static void async_id(const cJSON *e, char *out)
+{
+    const cJSON *cat = cJSON_GetObjectItemCaseSensitive(e, "cat"), *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+    char num[40] = "";
+    if (cJSON_IsNumber(id))
+        snprintf(num, sizeof num, "%.17g", id->valuedouble);
+    snprintf(out, ID_LEN, "%s\x1f%s", cJSON_IsString(cat) ? cat->valuestring : "",
+             cJSON_IsString(id) ? id->valuestring : num);
+}
+
+/* One event of the trace: a track's name, or a span (B/E nested per track, b/e by id, X) or an instant. */
+static int take(trace *t, opens *o, const cJSON *e)
+{
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+    const cJSON *jt = cJSON_GetObjectItemCaseSensitive(e, "tid");
+    const cJSON *jts = cJSON_GetObjectItemCaseSensitive(e, "ts");
+    if (!cJSON_IsString(ph))
+        return 0;
+    int tid = cJSON_IsNumber(jt) ? jt->valueint : 0;
+    double ts = cJSON_IsNumber(jts) ? jts->valuedouble : 0;
+    char p = ph->valuestring[0];
+    if (p == 'M') {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e, "args"), "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "thread_name") && cJSON_IsString(an) &&
+            t->n_tracks < MAX_TRACKS) {
+            if (!(t->tname[t->n_tracks] = intern(t, an->valuestring)))
+                return -1;
+            t->tid[t->n_tracks++] = tid;
+        }
+        return 0;
+    }
+    if (p == 'B' || p == 'E') {
+        int k = 0;
+        while (k < o->n_stk && o->stk[k].tid != tid)
+            k++;
+        if (k == o->n_stk) {
+            if (o->n_stk == MAX_TRACKS)
+                return 0;
+            o->stk[k].tid = tid;
+            o->stk[o->n_stk++].depth = 0;
+        }
+        if (p == 'B' && o->stk[k].depth < DEPTH) {
+            span s = make_span(t, e, tid, ts, ts);
+            if (!s.name)
+                return -1;
+            o->stk[k].s[o->stk[k].depth++] = s;
+        } else if (p == 'E' && o->stk[k].depth > 0) {
+            span s = o->stk[k].s[--o->stk[k].depth];
+            s.t1 = ts;
+            return push(t, s, 0);
+        }
+    } else if (p == 'b' && o->n_ab < OPEN) {
+        span s = make_span(t, e, tid, ts, ts);
+        if (!s.name)
+            return -1;
+        async_id(e, o->ab[o->n_ab].id);
+        o->ab[o->n_ab++].s = s;
+    } else if (p == 'e') {
+        char id[ID_LEN];
+        async_id(e, id);
+        for (int k = o->n_ab - 1; k >= 0; k--)
+            if (!strcmp(o->ab[k].id, id)) {
+                span s = o->ab[k].s;
+                s.t1 = ts;
+                o->ab[k] = o->ab[--o->n_ab];
+                return push(t, s, 0);
+            }
+    } else if (p == 'X') {
+        const cJSON *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+        span s = make_span(t, e, tid, ts, ts + (cJSON_IsNumber(dur) ? dur->valuedouble : 0));
+        return s.name ? push(t, s, 0) : -1;
+    } else if (p == 'i' || p == 'I') {
+        span s = make_span(t, e, tid, ts, ts);
+        return s.name ? push(t, s, 1) : -1;
+    }
+    return 0;
+}
+
+/* Parse path into t, streaming: the file is read in blocks, each element of its traceEvents array (or of the
+ * top-level array) is found by a scan that follows strings and nesting only, and parsed alone with cJSON, so the
+ * memory is the spans kept, not the file's size times cJSON's nodes. */
+static int load(const char *path, trace *t, int keep_args)
 {
     memset(t, 0, sizeof *t);
+    t->keep_args = keep_args;
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "memra-trace: cannot open %s\n", path);
         return 1;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "memra-trace: cannot read %s\n", path);
-        free(buf);
-        fclose(f);
-        return 1;
+    opens *o = calloc(1, sizeof *o);
+    size_t cap = 1 << 20, len = 0, pos = 0, el = 0; /* buf[el .. len): the element being scanned, from el */
+    char *buf = malloc(cap), key[32] = "", str[32];
+    int rc = 1, depth = 0, arr = -1, in_str = 0, esc = 0, done = 0, sl = 0, elem = 0, seen = 0;
+    long long base = 0; /* file offset of buf[0] */
+    if (!o || !buf) {
+        fprintf(stderr, "memra-trace: out of memory reading %s\n", path);
+        goto out;
     }
-    fclose(f);
-    t->doc = cJSON_ParseWithLength(buf, (size_t)n);
-    if (!t->doc) {
-        const char *at = cJSON_GetErrorPtr();
-        fprintf(stderr, "memra-trace: %s: not valid JSON (at byte %ld)\n", path, at ? (long)(at - buf) : -1L);
-        free(buf);
-        return 1;
-    }
-    free(buf);
-    const cJSON *evs = cJSON_IsArray(t->doc) ? t->doc : cJSON_GetObjectItemCaseSensitive(t->doc, "traceEvents");
-    if (!cJSON_IsArray(evs)) {
-        fprintf(stderr, "memra-trace: %s: no traceEvents array (a Chrome Trace Event file is expected)\n", path);
-        return 1;
-    }
-    /* open B per track (a stack), open b per id */
-    enum { DEPTH = 64, OPEN = 4096 };
-    static struct { int tid, depth; const cJSON *e[DEPTH]; double ts[DEPTH]; } stk[MAX_TRACKS];
-    static struct { const cJSON *e; double ts; } ab[OPEN];
-    int n_stk = 0, n_ab = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, evs)
-    {
-        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
-        const cJSON *jt = cJSON_GetObjectItemCaseSensitive(e, "tid");
-        const cJSON *jts = cJSON_GetObjectItemCaseSensitive(e, "ts");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
-        if (!cJSON_IsString(ph))
-            continue;
-        int tid = cJSON_IsNumber(jt) ? jt->valueint : 0;
-        double ts = cJSON_IsNumber(jts) ? jts->valuedouble : 0;
-        char p = ph->valuestring[0];
-        if (p == 'M') {
-            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-            const cJSON *an = cJSON_GetObjectItemCaseSensitive(args, "name");
-            if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "thread_name") && cJSON_IsString(an) &&
-                t->n_tracks < MAX_TRACKS) {
-                t->tid[t->n_tracks] = tid;
-                t->tname[t->n_tracks++] = an->valuestring;
-            }
-            continue;
-        }
-        if (p == 'B' || p == 'E') {
-            int k = 0;
-            while (k < n_stk && stk[k].tid != tid)
-                k++;
-            if (k == n_stk) {
-                if (n_stk == MAX_TRACKS)
-                    continue;
-                stk[n_stk].tid = tid;
-                stk[n_stk++].depth = 0;
-            }
-            if (p == 'B' && stk[k].depth < DEPTH) {
-                stk[k].e[stk[k].depth] = e;
-                stk[k].ts[stk[k].depth++] = ts;
-            } else if (p == 'E' && stk[k].depth > 0) {
-                int d = --stk[k].depth;
-                const cJSON *b = stk[k].e[d];
-                if (push(t, make_span(b, tid, stk[k].ts[d], ts, cJSON_GetObjectItemCaseSensitive(b, "args")), 0))
-                    goto nomem;
-            }
-        } else if (p == 'b' && n_ab < OPEN) {
-            ab[n_ab].e = e;
-            ab[n_ab++].ts = ts;
-        } else if (p == 'e') {
-            const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-            for (int k = n_ab - 1; k >= 0; k--) {
-                const cJSON *bid = cJSON_GetObjectItemCaseSensitive(ab[k].e, "id");
-                if (cJSON_Compare(id, bid, 1)) {
-                    if (push(t, make_span(ab[k].e, tid, ab[k].ts, ts,
-                                          cJSON_GetObjectItemCaseSensitive(ab[k].e, "args")), 0))
-                        goto nomem;
-                    ab[k] = ab[--n_ab];
-                    break;
+    /* arr: the depth inside the events array (-1: not in it yet); an element starts at '{' at that depth */
+    while (!done) {
+        if (pos == len) {
+            size_t keep = elem ? el : pos; /* bytes before keep are done with */
+            memmove(buf, buf + keep, len - keep);
+            base += (long long)keep, len -= keep, pos -= keep, el -= elem ? keep : 0;
+            if (len == cap) {
+                char *nb = realloc(buf, cap * 2);
+                if (!nb) {
+                    fprintf(stderr, "memra-trace: out of memory reading %s\n", path);
+                    goto out;
                 }
+                buf = nb, cap *= 2;
             }
-        } else if (p == 'X') {
-            const cJSON *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
-            if (push(t, make_span(e, tid, ts, ts + (cJSON_IsNumber(dur) ? dur->valuedouble : 0), args), 0))
-                goto nomem;
-        } else if (p == 'i' || p == 'I') {
-            if (push(t, make_span(e, tid, ts, ts, args), 1))
-                goto nomem;
+            size_t got = fread(buf + len, 1, cap - len, f);
+            if (got == 0)
+                break;
+            len += got;
+        }
+        const char c = buf[pos++];
+        if (!seen && c != ' ' && c != '\n' && c != '\r' && c != '\t') { /* a JSON document opens with { or [ */
+            if (c != '{' && c != '[') {
+                fprintf(stderr, "memra-trace: %s: not valid JSON (at byte %lld)\n", path, base + (long long)pos - 1);
+                goto out;
+            }
+            seen = 1;
+        }
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"')
+                in_str = 0, str[sl < (int)sizeof str - 1 ? sl : (int)sizeof str - 1] = 0;
+            else if (sl < (int)sizeof str - 1)
+                str[sl++] = c;
+            continue;
+        }
+        switch (c) {
+        case '"': in_str = 1, sl = 0; break;
+        case ':': if (depth == 1 && arr < 0) snprintf(key, sizeof key, "%s", str); break;
+        case '{':
+        case '[':
+            if (arr < 0 && c == '[' && (depth == 0 || (depth == 1 && !strcmp(key, "traceEvents"))))
+                arr = depth + 1;
+            else if (depth == arr && c == '{')
+                elem = 1, el = pos - 1;
+            depth++;
+            break;
+        case '}':
+        case ']':
+            depth--;
+            if (arr >= 0 && depth == arr && elem) {
+                cJSON *e = cJSON_ParseWithLength(buf + el, pos - el);
+                if (!e) {
+                    fprintf(stderr, "memra-trace: %s: not valid JSON (the event at byte %lld)\n", path, base + (long long)el);
+                    goto out;
+                }
+                const int r = take(t, o, e);
+                cJSON_Delete(e);
+                if (r) {
+                    fprintf(stderr, "memra-trace: out of memory reading %s\n", path);
+                    goto out;
+                }
+                elem = 0;
+            } else if (arr >= 0 && depth == arr - 1) {
+                done = 1;
+            }
+            if (depth < 0) {
+                fprintf(stderr, "memra-trace: %s: not valid JSON (at byte %lld)\n", path, base + (long long)pos - 1);
+                goto out;
+            }
+            break;
+        default: break;
         }
     }
-    return 0;
-nomem:
-    fprintf(stderr, "memra-trace: out of memory reading %s\n", path);
-    return 1;
+    if (arr < 0)
+        fprintf(stderr, "memra-trace: %s: no traceEvents array (a Chrome Trace Event file is expected)\n", path);
+    else if (!done)
+        fprintf(stderr, "memra-trace: %s: not valid JSON (the traceEvents array is not closed: truncated?)\n", path);
+    else
+        rc = 0;
+out:
+    for (int k = 0; o && k < o->n_stk; k++) /* begins without an end */
+        for (int d = 0; d < o->stk[k].depth; d++)
+            free(o->stk[k].s[d].args);
+    for (int k = 0; o && k < o->n_ab; k++)
+        free(o->ab[k].s.args);
+    free(o);
+    free(buf);
+    fclose(f);
+    return rc;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -222,7 +364,43 @@ static int cmp_stall(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
-/* Why stage s's stream sat idle from g0 until the walk of `step` began. */
+static const trace *sort_t; /* cmp_step's trace (qsort has no context) */
+static int cmp_step(const void *a, const void *b)
+{
+    const long long x = sort_t->sp[*(const int *)a].step, y = sort_t->sp[*(const int *)b].step;
+    return x < y ? -1 : x > y ? 1 : *(const int *)a - *(const int *)b; /* then file order */
+}
+
+/* t->by_step: the spans and instants of a step, together (0 or -1 when out of memory: causes then say so). */
+static int index_steps(trace *t)
+{
+    if (!(t->by_step = malloc((size_t)(t->n + 1) * sizeof *t->by_step)))
+        return -1;
+    for (int i = 0; i < t->n; i++)
+        t->by_step[i] = i;
+    sort_t = t;
+    qsort(t->by_step, (size_t)t->n, sizeof *t->by_step, cmp_step);
+    return 0;
+}
+
+/* [*lo, return) in t->by_step: the events of step. */
+static int step_range(const trace *t, long long step, int *lo)
+{
+    int a = 0, b = t->n;
+    while (a < b) {
+        const int m = (a + b) / 2;
+        if (t->sp[t->by_step[m]].step < step)
+            a = m + 1;
+        else
+            b = m;
+    }
+    *lo = a;
+    while (b < t->n && t->sp[t->by_step[b]].step == step)
+        b++;
+    return b;
+}
+
+/* Why stage s's stream sat idle from g0 until the walk of `step` began (the step's own events only). */
 static void stall_cause(const trace *t, int s, long long step, double g0, char *out, size_t n)
 {
     char nm[64];
@@ -230,28 +408,35 @@ static void stall_cause(const trace *t, int s, long long step, double g0, char *
     int actor = track_of(t, nm);
     snprintf(nm, sizeof nm, "boundary %d hops", s - 1);
     int hops = s > 0 ? track_of(t, nm) : -1;
-    for (int i = 0; i < t->n; i++) {
+    if (!t->by_step) {
+        snprintf(out, n, "? (out of memory indexing the steps)");
+        return;
+    }
+    int lo, hi = step_range(t, step, &lo);
+    for (int k = lo; k < hi; k++) {
+        const int i = t->by_step[k];
         const span *x = &t->sp[i];
-        if (x->tid == actor && x->step == step && t->inst[i] && !strcmp(x->name, "credit wait")) {
+        if (x->tid == actor && t->inst[i] && !strcmp(x->name, "credit wait")) {
             snprintf(out, n, "credit: out slot %d held by stage %d", x->slot, s + 1);
             return;
         }
-        if (x->tid == actor && x->step == step && t->inst[i] && !strcmp(x->name, "feed wait")) {
+        if (x->tid == actor && t->inst[i] && !strcmp(x->name, "feed wait")) {
             snprintf(out, n, "feed: waiting for the previous step's token");
             return;
         }
     }
-    for (int i = 0; i < t->n; i++) {
-        const span *x = &t->sp[i];
-        if (hops >= 0 && x->tid == hops && x->step == step && x->t1 > g0) {
+    for (int k = lo; k < hi; k++) {
+        const span *x = &t->sp[t->by_step[k]];
+        if (hops >= 0 && x->tid == hops && x->t1 > g0) {
             snprintf(out, n, "upstream: stage %d's walk and the hop (%.0f us of it on boundary %d)", s - 1,
                      x->t1 - x->t0, s - 1);
             return;
         }
     }
-    for (int i = 0; i < t->n; i++) {
+    for (int k = lo; k < hi; k++) {
+        const int i = t->by_step[k];
         const span *x = &t->sp[i];
-        if (x->tid == actor && x->step == step && !t->inst[i] && !strcmp(x->name, "enqueue") && x->t1 > g0) {
+        if (x->tid == actor && !t->inst[i] && !strcmp(x->name, "enqueue") && x->t1 > g0) {
             if (x->t0 - g0 > x->t1 - x->t0) /* the step reached the actor late: nothing was there to enqueue */
                 snprintf(out, n, "empty mailbox: step %lld reached stage %d %.0f us into the gap (the caller's "
                          "turn: sampling, submit)", step, s, x->t0 - g0);
@@ -263,7 +448,7 @@ static void stall_cause(const trace *t, int s, long long step, double g0, char *
     snprintf(out, n, "empty mailbox: no step submitted (host, scheduler or caller)");
 }
 
-static int summary(const trace *t)
+static int summary(trace *t)
 {
     char nm[64];
     int N = 0;
@@ -284,6 +469,7 @@ static int summary(const trace *t)
         fprintf(stderr, "memra-trace: out of memory\n");
         return 1;
     }
+    index_steps(t);
     double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < t->n; i++)
         if (!t->inst[i] && !strcmp(t->sp[i].name, "walk")) {
@@ -367,10 +553,9 @@ static void put_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* JSON text of args, '<' escaped (it can only occur inside strings). */
-static void put_json(FILE *f, const cJSON *args)
+/* JSON text of args (cJSON's), '<' escaped (it can only occur inside strings). */
+static void put_json(FILE *f, const char *txt)
 {
-    char *txt = args ? cJSON_PrintUnformatted(args) : NULL;
     if (!txt) {
         fputs("{}", f);
         return;
@@ -380,7 +565,6 @@ static void put_json(FILE *f, const cJSON *args)
             fprintf(f, "\\u%04x", (unsigned char)*c);
         else
             fputc(*c, f);
-    free(txt);
 }
 
 static int html(const trace *t, const char *src, const char *out)
@@ -448,11 +632,9 @@ int main(int argc, char **argv)
         return usage(stderr, 2);
     }
     trace t;
-    int rc = load(file, &t);
+    int rc = load(file, &t, out != NULL);
     if (rc == 0)
         rc = out ? html(&t, file, out) : summary(&t);
-    cJSON_Delete(t.doc);
-    free(t.sp);
-    free(t.inst);
+    trace_free(&t);
     return rc;
 }
