@@ -125,7 +125,8 @@ netns)
   ip netns add memra-h0 2> "$tmp/ns.err" || { echo "SKIP: cannot make network namespaces: $(cat "$tmp/ns.err")"; exit 77; }
   ns_made=1
   ip netns add memra-h1
-  ip link add memra-v0 netns memra-h0 type veth peer name memra-v1 netns memra-h1
+  ip link add memra-v0 netns memra-h0 type veth peer name memra-v1 netns memra-h1 2> "$tmp/ns.err" ||
+    { echo "SKIP: cannot make a veth pair: $(cat "$tmp/ns.err")"; exit 77; }
   ip -n memra-h0 addr add 10.231.0.1/30 dev memra-v0
   ip -n memra-h1 addr add 10.231.0.2/30 dev memra-v1
   for n in 0 1; do ip -n memra-h$n link set lo up; ip -n memra-h$n link set memra-v$n up; done
