@@ -24,6 +24,7 @@
  *   owner[], first, last, in, out    written at create, read-only while actors run
  *   g_active                         main thread only (act_pp_create / destroy) */
 #include "actors/pp_internal.h"
+#include "actors/ring.h"
 #include "actors/pp_rank.h"
 #include "transport/bnd_mpi.h"
 
@@ -342,36 +343,22 @@ static void die(pp_rank *rk)
 
 static int push_fifo(pp_rank *rk, pp_rec *rec)
 {
-    if (rk->f_len == rk->f_cap) {
-        int cap = rk->f_cap ? 2 * rk->f_cap : 16;
-        pp_rec **q = malloc((size_t)cap * sizeof *q);
-        if (!q)
-            return MEMRA_E_NOMEM;
-        for (int i = 0; i < rk->f_len; i++)
-            q[i] = rk->fifo[(rk->f_head + i) % rk->f_cap];
-        free(rk->fifo);
-        rk->fifo = q;
-        rk->f_head = 0;
-        rk->f_cap = cap;
-    }
+    void *b = rk->fifo;
+    const int r = act_ring_reserve(&b, &rk->f_head, rk->f_len, &rk->f_cap, sizeof *rk->fifo);
+    rk->fifo = b;
+    if (r != 0)
+        return r;
     rk->fifo[(rk->f_head + rk->f_len++) % rk->f_cap] = rec;
     return 0;
 }
 
 static int push_out(pp_rank *rk, pp_out o)
 {
-    if (rk->oq_len == rk->oq_cap) {
-        int cap = rk->oq_cap ? 2 * rk->oq_cap : 16;
-        pp_out *q = malloc((size_t)cap * sizeof *q);
-        if (!q)
-            return MEMRA_E_NOMEM;
-        for (int i = 0; i < rk->oq_len; i++)
-            q[i] = rk->outq[(rk->oq_head + i) % rk->oq_cap];
-        free(rk->outq);
-        rk->outq = q;
-        rk->oq_head = 0;
-        rk->oq_cap = cap;
-    }
+    void *b = rk->outq;
+    const int r = act_ring_reserve(&b, &rk->oq_head, rk->oq_len, &rk->oq_cap, sizeof *rk->outq);
+    rk->outq = b;
+    if (r != 0)
+        return r;
     rk->outq[(rk->oq_head + rk->oq_len++) % rk->oq_cap] = o;
     return 0;
 }

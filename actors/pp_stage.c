@@ -5,6 +5,7 @@
  * All state touched here is this actor thread's own (see pp_internal.h), except the marker callbacks, which
  * run on the stage's stream (device side) and touch only atomics. */
 #include "actors/pp_internal.h"
+#include "actors/ring.h"
 #include "kernels/krn.h"
 
 #include <stdlib.h>
@@ -458,18 +459,11 @@ static void stage_pump(pp_stage *st)
 
 static int stage_enqueue(pp_stage *st, pp_item it)
 {
-    if (st->q_len == st->q_cap) {
-        int cap = st->q_cap ? 2 * st->q_cap : 16;
-        pp_item *q = malloc((size_t)cap * sizeof *q);
-        if (!q)
-            return MEMRA_E_NOMEM;
-        for (int i = 0; i < st->q_len; i++)
-            q[i] = st->queue[(st->q_head + i) % st->q_cap];
-        free(st->queue);
-        st->queue = q;
-        st->q_head = 0;
-        st->q_cap = cap;
-    }
+    void *b = st->queue;
+    const int r = act_ring_reserve(&b, &st->q_head, st->q_len, &st->q_cap, sizeof *st->queue);
+    st->queue = b;
+    if (r != 0)
+        return r;
     st->queue[(st->q_head + st->q_len) % st->q_cap] = it;
     st->q_len++;
     return 0;
