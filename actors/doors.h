@@ -1,5 +1,5 @@
 /* The doors: environment variables that open, shape and A/B the pipeline (docs/doors.md lists each with
- * meaning, default, valid values and when it is read). Two kinds, as DESIGN.md §5 fixes:
+ * meaning, default, valid values and when it is read). Two kinds (docs/architecture.md "Who reads the doors"):
  *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
  *    created, by the creating thread, and override the API config field by field;
  *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, MARKERS,

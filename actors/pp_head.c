@@ -16,7 +16,7 @@
  * taker takes the least recently taken free buffer, not the lowest: the buffer of the step just before may
  * already be back, and its copy out runs only once that step has ended, so a step that took it would wait for a
  * D2H copy before starting (about 7 us in most steps of one stage's decode with the lowest, none with this order:
- * docs/bench/gpu.md runs 170-173). A step that finds both out takes pool memory rather than wait: waiting for HEAD
+ * docs/bench/gpu.md "The head's logits ring"). A step that finds both out takes pool memory rather than wait: waiting for HEAD
  * made the last stage trail the readback actor, and 4 sequences in flight over 2 CPU stages lost ~4 % of their
  * tokens/s (pool memory instead: within noise, docs/bench/cpu.md). */
 #include "actors/pp_internal.h"

@@ -1,7 +1,7 @@
 /* memra-bench gpu-kernels: bandwidth of the CUDA fused dequant GEMV (krn_cuda_matmul_async) on the three
  * matrix shapes of an 8B Llama layer (4096x4096 attention projections, 14336x4096 gate/up, 4096x14336
  * down), per weight type, at batch B (default 1). Bytes per launch = weights + x + y; GB/s = bytes / time;
- * "% HBM" is against --hbm (default 4575 GB/s, the H200 copy bandwidth measured in DESIGN.md). Each
+ * "% HBM" is against --hbm (default 4575 GB/s, an H200's copy bandwidth, docs/bench/gpu.md "How the figures are made"). Each
  * configuration rotates over enough copies of the weights (>= 400 MB in all) that L2 (50 MB) cannot hold
  * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
