@@ -5,7 +5,7 @@
  * default) and its rows fit; otherwise pool memory, allocated per step on the stage's stream. Why a ring: a graph
  * holds fixed addresses. With pool memory the head runs after the walk's graph, eagerly, behind the allocation,
  * and its first kernel waits for the whole graph to end (no PDL across a graph launch): on the 8B step it started
- * 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The graph's edge"). In a
+ * 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The head's logits ring"). In a
  * fixed buffer the head and the argmax are part of the walk, and a graph captures them with the layers. What it
  * costs: PP_HEAD_RING buffers of head_ring_rows rows (4 MB for Llama-3 8B's 128256-token vocabulary), an event each,
  * and up to PP_HEAD_RING graphs per walk key on the last stage.
