@@ -50,6 +50,11 @@ struct memra_model {
  * devices. name labels it (its "path"). NULL with memra_last_error() when out of memory. Free with
  * memra_model_free. */
 memra_model *api_model_synthetic(const struct mdl_gguf_synth *shape, const char *name);
+/* The model a tool's `-m PATH | --synthetic NAME [--type TYPE]` options name: memra_model_load(path, NULL), or
+ * the synthetic shape NAME of weight type TYPE (mdl_synth_parse; NULL = "bf16") labelled NAME. Exactly one of path
+ * and synth is set; otherwise, or on a bad name or type, NULL with memra_last_error() naming the options. The
+ * one parser of those options for memra-bench serve and memra-tune. Free with memra_model_free. */
+memra_model *api_model_open(const char *path, const char *synth, const char *type);
 
 #define API_RETIRED_MAX 4096 /* closed handles kept before recycling (stale-handle detection window) */
 

@@ -9,6 +9,8 @@
 
 #include "actors/doors.h"
 #include "api/api_internal.h"
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
 
 #ifdef MEMRA_HAVE_CJSON
 #include <cjson/cJSON.h>
@@ -142,6 +144,41 @@ static int apply(const memra_model *model, memra_runtime_params *p, const char *
             goto fail;
         }
     }
+    /* a synthetic shape (api_model_synthetic) has no file: its name, weight type and head / ff shape name it */
+    const cJSON *sy = cJSON_GetObjectItemCaseSensitive(mj, "synthetic");
+    if (!sy != !model->synth) {
+        rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s was made for another model: %s in the profile, %s %s", from, path,
+                         sy ? "a synthetic shape" : "a GGUF file", model->synth ? "the synthetic shape" : "the file",
+                         model->path);
+        goto fail;
+    }
+    if (sy) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(sy, "name");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(sy, "type");
+        const char *have_ty = krn_type_name(model->synth->type);
+        if (!cJSON_IsString(nm) || !cJSON_IsString(ty)) {
+            rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s: key \"synthetic\" must be an object with strings \"name\" and "
+                             "\"type\"", from, path);
+            goto fail;
+        }
+        if (strcmp(nm->valuestring, model->path) || strcmp(ty->valuestring, have_ty)) {
+            rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s was made for another model: synthetic %s %s in the profile, "
+                             "%s %s asked", from, path, nm->valuestring, ty->valuestring, model->path, have_ty);
+            goto fail;
+        }
+        const struct { const char *key; long have; } syn[] = {{"n_head", model->synth->n_head},
+                                                              {"n_head_kv", model->synth->n_head_kv},
+                                                              {"n_ff", model->synth->n_ff}};
+        for (size_t i = 0; i < sizeof syn / sizeof syn[0]; i++) {
+            if ((rc = get_int(sy, syn[i].key, 0, 1L << 30, from, path, &v, err)))
+                goto fail;
+            if (v != syn[i].have) {
+                rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s was made for another model: synthetic %s %ld in the "
+                                 "profile, %ld in %s", from, path, syn[i].key, v, syn[i].have, model->path);
+                goto fail;
+            }
+        }
+    }
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(mj, "file_size");
     if (!cJSON_IsNumber(fs) || (long long)fs->valuedouble != size) {
         rc = dev_err_set(err, MEMRA_E_INVAL, "%s=%s was made for another model: file_size %.0f in the profile, %lld "
@@ -191,6 +228,9 @@ static int apply(const memra_model *model, memra_runtime_params *p, const char *
         (rc = get_int(sj, "micro_batches", 0, 1L << 20, from, path, &mb, err)) ||
         (rc = get_int(sj, "max_rows", 1, 1L << 20, from, path, &rows, err)))
         goto fail;
+    long graph = 0; /* optional: absent = eager walks */
+    if (cJSON_GetObjectItemCaseSensitive(sj, "graph") && (rc = get_int(sj, "graph", 0, 1, from, path, &graph, err)))
+        goto fail;
     p->stages = (int)N;
     p->n_cuts = (int)N - 1;
     memcpy(p->cuts, cuts, (size_t)(N - 1) * sizeof *cuts);
@@ -198,6 +238,7 @@ static int apply(const memra_model *model, memra_runtime_params *p, const char *
     memcpy(p->devices, dev, (size_t)N * sizeof *dev);
     p->slots = (int)slots;
     p->overlap = (int)overlap;
+    p->graph = (int)graph;
     p->micro_batches = (int)mb;
     p->max_rows = (int)rows;
 fail:

@@ -49,6 +49,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.streams = %d (allowed 0 or 1)", p->streams);
     if (p->overlap < -1 || p->overlap > 1)
         BAD("memra_runtime_params.overlap = %d (allowed -1 = environment, 0, 1)", p->overlap);
+    if (p->graph < 0 || p->graph > 1)
+        BAD("memra_runtime_params.graph = %d (allowed 0 or 1)", p->graph);
     if (p->n_seq < 1 || p->n_seq > 4096)
         BAD("memra_runtime_params.n_seq = %d (allowed 1..4096)", p->n_seq);
     if (p->n_ctx < 0)
@@ -190,6 +192,8 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     ap.act_type = p.act_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.act_type]; /* -1: MEMRA_ACT_TYPE */
     if (p.overlap >= 0) /* a per-step seam: this runtime's default; MEMRA_PP_OVERLAP still wins per step */
         ap.seams.overlap = p.overlap;
+    if (p.graph) /* a per-step seam too: this runtime's default; MEMRA_PP_GRAPH still wins per step */
+        ap.seams.graph = 1;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
     /* AUTO: act_pp's AUTO (with CUDA, wherever a fed step can run ahead) */

@@ -7,6 +7,7 @@
 
 #include "api/api_internal.h"
 #include "model/gguf_synth.h"
+#include "model/llama.h"
 
 memra_model *api_model_synthetic(const mdl_gguf_synth *shape, const char *name)
 {
@@ -29,4 +30,25 @@ memra_model *api_model_synthetic(const mdl_gguf_synth *shape, const char *name)
     m->head_dim = shape->n_head ? shape->n_embd / shape->n_head : 0;
     m->n_ctx_train = shape->n_ctx;
     return m;
+}
+
+memra_model *api_model_open(const char *path, const char *synth, const char *type)
+{
+    if (path && synth) {
+        api_fail(NULL, MEMRA_E_INVAL, "-m %s and --synthetic %s: one model, a file or a synthetic shape", path, synth);
+        return NULL;
+    }
+    if (!path && !synth) {
+        api_fail(NULL, MEMRA_E_INVAL, "-m MODEL or --synthetic NAME is required");
+        return NULL;
+    }
+    if (path)
+        return memra_model_load(path, NULL);
+    mdl_gguf_synth shape;
+    dev_err err = {0};
+    if (mdl_synth_parse(synth, type ? type : "bf16", &shape, &err) != 0) {
+        api_fail_err(NULL, &err);
+        return NULL;
+    }
+    return api_model_synthetic(&shape, synth);
 }

@@ -1,6 +1,7 @@
 /* memra-tune's profile applied by memra_runtime_create (memra_runtime_params.profile, MEMRA_PP_PROFILE): its
  * placement and knobs taken, and a profile made for another model, stage count, device set or backend refused
- * naming which. Profiles are written here for the tiny model of tests/support/api_tiny.c (4 layers). */
+ * naming which. Profiles are written here for the tiny model of tests/support/api_tiny.c (4 layers) and for the
+ * synthetic shape "tiny" (8 layers, no file: api_model_open). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,8 @@
 #include <cmocka.h>
 
 #include "api/api_internal.h"
+#include "api/api_profile.h"
+#include "model/gguf_synth.h"
 #include "support/api_tiny.h"
 
 static char prof_path[256];
@@ -25,10 +28,14 @@ typedef struct prof {
     const char *devices; /* "[1, 2]" */
     const char *cuts;    /* "[3]" */
     const char *raw;     /* non-NULL: the whole file */
+    const memra_model *m; /* NULL: the tiny file model */
+    const char *synth;   /* non-NULL: the model's "synthetic" member */
+    const char *setting; /* non-NULL: more members of "setting" (", \"graph\": 1") */
 } prof;
 
 static void write_profile(const prof *p)
 {
+    const memra_model *m = p->m ? p->m : api_tiny_model;
     FILE *f = fopen(prof_path, "w");
     assert_non_null(f);
     if (p->raw) {
@@ -36,18 +43,19 @@ static void write_profile(const prof *p)
         fclose(f);
         return;
     }
-    struct stat st;
-    assert_int_equal(stat(api_tiny_path, &st), 0);
+    struct stat st = {0};
+    assert_true(m->synth || stat(api_tiny_path, &st) == 0);
     fprintf(f,
             "{\"memra_tune_profile\": 1,\n"
             " \"model\": {\"path\": \"x\", \"file_size\": %lld, \"arch\": \"llama\", \"n_layer\": %d, \"n_embd\": %d,"
-            " \"n_vocab\": %d},\n"
+            " \"n_vocab\": %d%s%s},\n"
             " \"backend\": \"%s\", \"stages\": %d, \"devices\": %s,\n"
-            " \"setting\": {\"cuts\": %s, \"overlap\": 1, \"slots\": 3, \"micro_batches\": 1, \"max_rows\": 24}}\n",
+            " \"setting\": {\"cuts\": %s, \"overlap\": 1, \"slots\": 3, \"micro_batches\": 1, \"max_rows\": 24%s}}\n",
             p->file_size >= 0 ? p->file_size : (long long)st.st_size,
-            p->n_layer >= 0 ? p->n_layer : memra_model_n_layer(api_tiny_model), memra_model_n_embd(api_tiny_model),
-            memra_model_n_vocab(api_tiny_model), p->backend ? p->backend : "cpu", p->stages ? p->stages : 2,
-            p->devices ? p->devices : "[1, 2]", p->cuts ? p->cuts : "[3]");
+            p->n_layer >= 0 ? p->n_layer : memra_model_n_layer(m), memra_model_n_embd(m), memra_model_n_vocab(m),
+            p->synth ? ", \"synthetic\": " : "", p->synth ? p->synth : "", p->backend ? p->backend : "cpu",
+            p->stages ? p->stages : 2, p->devices ? p->devices : "[1, 2]", p->cuts ? p->cuts : "[3]",
+            p->setting ? p->setting : "");
     fclose(f);
 }
 
@@ -155,6 +163,61 @@ static void test_a_malformed_profile_is_refused_naming_the_key(void **state)
     assert_null(memra_runtime_create(api_tiny_model, &q));
     api_tiny_assert_error(memra_last_error(), MEMRA_E_IO, "/nonexistent/profile.json: cannot read the profile");
 }
+
+static void test_a_profile_takes_graphs_on_when_it_says_so(void **state)
+{
+    (void)state;
+    memra_runtime_params q = api_tiny_params(1);
+    dev_err err = {0};
+    q.profile = prof_path;
+    write_profile(&(prof){.file_size = -1, .n_layer = -1});
+    assert_int_equal(api_profile_apply(api_tiny_model, &q, &err), 0);
+    assert_int_equal(q.graph, 0); /* absent: eager walks */
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .setting = ", \"graph\": 1"});
+    assert_int_equal(api_profile_apply(api_tiny_model, &q, &err), 0);
+    assert_int_equal(q.graph, 1);
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &q); /* the CPU backend walks eagerly: it still runs */
+    assert_non_null(rt);
+    memra_runtime_free(rt);
+    expect_refused(&(prof){.file_size = -1, .n_layer = -1, .setting = ", \"graph\": 2"}, api_tiny_params(1),
+                   MEMRA_E_INVAL, "key \"graph\" must be an integer in 0..1");
+}
+
+#define TINY_SYNTH "{\"name\": \"tiny\", \"type\": \"q4_1\", \"n_head\": 4, \"n_head_kv\": 2, \"n_ff\": %d}"
+
+static void test_a_profile_for_a_synthetic_shape_names_it_and_is_refused_for_another(void **state)
+{
+    (void)state;
+    memra_model *syn = api_model_open(NULL, "tiny", "q4_1"), *bf = api_model_open(NULL, "tiny", "bf16");
+    assert_non_null(syn);
+    assert_non_null(bf);
+    char fits[256], other_ff[256];
+    snprintf(fits, sizeof fits, TINY_SYNTH, syn->synth->n_ff);
+    snprintf(other_ff, sizeof other_ff, TINY_SYNTH, syn->synth->n_ff * 2);
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .synth = fits, .cuts = "[5]"});
+    memra_runtime_params q = api_tiny_params(1);
+    q.profile = prof_path;
+    memra_runtime *rt = memra_runtime_create(syn, &q);
+    assert_non_null(rt);
+    int a, b;
+    assert_int_equal(memra_runtime_stage_layers(rt, 0, &a, &b), 0);
+    assert_int_equal(b, 5); /* the profile's cut */
+    memra_runtime_free(rt);
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .synth = fits, .cuts = "[5]"});
+    assert_null(memra_runtime_create(bf, &q)); /* the same shape, bf16 weights */
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "synthetic tiny q4_1 in the profile, tiny bf16 asked");
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .synth = other_ff, .cuts = "[5]"});
+    assert_null(memra_runtime_create(syn, &q));
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "made for another model: synthetic n_ff");
+    /* no "synthetic": a file's profile */
+    write_profile(&(prof){.file_size = -1, .n_layer = -1, .m = syn, .cuts = "[5]"});
+    assert_null(memra_runtime_create(syn, &q));
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "a GGUF file in the profile, the synthetic shape tiny");
+    expect_refused(&(prof){.file_size = -1, .n_layer = -1, .synth = fits}, api_tiny_params(1), MEMRA_E_INVAL,
+                   "a synthetic shape in the profile, the file");
+    memra_model_free(syn);
+    memra_model_free(bf);
+}
 #else
 static void test_a_build_without_cjson_refuses_a_profile(void **state)
 {
@@ -190,6 +253,8 @@ int main(void)
         cmocka_unit_test(test_a_profile_for_another_stage_count_is_refused),
         cmocka_unit_test(test_a_profile_for_another_device_set_is_refused),
         cmocka_unit_test(test_a_malformed_profile_is_refused_naming_the_key),
+        cmocka_unit_test(test_a_profile_takes_graphs_on_when_it_says_so),
+        cmocka_unit_test(test_a_profile_for_a_synthetic_shape_names_it_and_is_refused_for_another),
 #else
         cmocka_unit_test(test_a_build_without_cjson_refuses_a_profile),
 #endif

@@ -216,8 +216,12 @@ typedef struct memra_runtime_params {
     const char *profile;     /* NULL (default), or the path of a memra-tune profile (PREFIX.json): create reads it
                               * (cJSON; a build without it refuses a set profile), refuses one made for another
                               * model, stage count, device set or backend (the message names which), and takes its
-                              * stages, cuts, devices, slots, overlap, micro_batches and max_rows (the doors of
+                              * stages, cuts, devices, slots, overlap, graph, micro_batches and max_rows (the doors of
                               * those still win). Door: MEMRA_PP_PROFILE (with apply_env; wins over the field) */
+    /* appended after profile, so earlier fields keep their offsets */
+    int graph;               /* 1: one CUDA graph per stage step, this runtime's default of the MEMRA_PP_GRAPH seam
+                              * (the seam, read per step, still wins when set); 0 (default): eager walks unless the
+                              * seam asks. The CPU backend has no graphs: its walks are eager either way */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);

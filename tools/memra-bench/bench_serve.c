@@ -9,7 +9,6 @@
 #include "api/api_internal.h"
 #include "bench.h"
 #include "cuda/ktrace.h"
-#include "model/gguf_synth.h"
 #include "model/llama.h"
 
 typedef struct serve_arm {
@@ -143,21 +142,7 @@ int bench_serve(int argc, char **argv)
         fprintf(stderr, "memra-bench serve: --kernel-trace needs a build with CUDA 13 and its CUPTI\n");
         return 2;
     }
-    memra_model *m = NULL;
-    if (synth) {
-        mdl_gguf_synth shape;
-        dev_err se = {0};
-        if (mdl_synth_parse(synth, type, &shape, &se) != 0) {
-            fprintf(stderr, "memra-bench serve: %s\n", se.msg);
-            return 2;
-        }
-        m = api_model_synthetic(&shape, synth);
-    } else if (model) {
-        m = memra_model_load(model, NULL);
-    } else {
-        fprintf(stderr, "memra-bench serve: -m MODEL or --synthetic NAME is required\n");
-        return 2;
-    }
+    memra_model *m = api_model_open(model, synth, type); /* -m or --synthetic/--type: the tools' one parser */
     if (!m) {
         fprintf(stderr, "memra-bench serve: %s\n", memra_last_error());
         return 2;

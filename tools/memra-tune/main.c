@@ -1,9 +1,10 @@
-/* memra-tune -m MODEL [--stages N] [--devices D0,D1,...] [--seqs S] [--prompt P] [--gen G] [--budget SECONDS]
- *            [-o PREFIX]
+/* memra-tune -m MODEL | --synthetic NAME [--type TYPE] [--stages N] [--devices D0,D1,...] [--seqs S] [--prompt P]
+ *            [--gen G] [--budget SECONDS] [-o PREFIX]
  * Measures each layer on each stage's device, chooses the cuts that minimise the slowest stage, then times
- * settings (cuts: measured / even / weights, overlap, slots, micro-batches, rows per step) through memra_generate,
- * each until its median is stable, within the budget. Prints a table, writes PREFIX.csv, PREFIX.json (a profile
- * for MEMRA_PP_PROFILE) and PREFIX.svg, and ends with `best: <setting> ratio=<x>` (its tokens/s over the
+ * settings (cuts: measured / even / weights, overlap, graphs (CUDA), slots, micro-batches, rows per step) through
+ * memra_generate, each until its median is stable, within the budget. Prints a table, and each stage's busy and
+ * bubble % in a traced run of the choice (and of the defaults), writes PREFIX.csv, PREFIX.json (a profile for
+ * MEMRA_PP_PROFILE), PREFIX.svg and the traces, and ends with `best: <setting> ratio=<x>` (its tokens/s over the
  * defaults', both measured in this run). Exit 0 ok, 2 on a bad argument or a failure. */
 #include <math.h>
 #include <stdio.h>
@@ -12,14 +13,21 @@
 
 #include "actors/doors.h"
 #include "actors/tune_cuts.h"
+#include "api/api_internal.h"
 #include "model/llama.h"
 #include "tune.h"
+#ifdef MEMRA_HAVE_CJSON
+#include "tools/trace/trace_read.h"
+#endif
 
 static const char usage[] =
-    "usage: memra-tune -m MODEL [--stages N=2] [--devices D0,D1,..=0,1,..] [--seqs S=4] [--prompt P=16]\n"
+    "usage: memra-tune -m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
+    "                  [--stages N=2] [--devices D0,D1,..=0,1,..] [--seqs S=4] [--prompt P=16]\n"
     "                  [--gen G=16] [--budget SECONDS=300] [-o PREFIX=memra-tune]\n"
+    "  --synthetic: the shape memra-bench serve --synthetic runs, its weights generated on each device (no file)\n"
     "  S greedy requests of P prompt tokens and G generated tokens each through memra_generate; backend and\n"
-    "  device count from MEMRA_BACKEND / MEMRA_CPU_DEVICES; writes PREFIX.csv, PREFIX.json, PREFIX.svg\n";
+    "  device count from MEMRA_BACKEND / MEMRA_CPU_DEVICES; writes PREFIX.csv, PREFIX.json, PREFIX.svg and\n"
+    "  PREFIX-trace.json (a traced run of the choice: each stage's busy and bubble %)\n";
 
 /* Decimal digits only, in [lo, hi]. */
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out)
@@ -114,6 +122,7 @@ static memra_runtime *create_for(const memra_model *m, tune_job *job, const tune
     memcpy(p.devices, job->devices, sizeof p.devices);
     p.slots = st->slots;
     p.overlap = st->overlap;
+    p.graph = st->graph;
     p.micro_batches = st->micro_batches;
     p.max_rows = st->max_rows;
     p.n_seq = job->seqs;
@@ -189,6 +198,88 @@ static int confirm(const memra_model *m, tune_job *job, const tune_point *best, 
     return rc;
 }
 
+/* The per-stage busy figures of setting st: a runtime of its own, one warm-up run, then one run with a trace
+ * recording into path (memra_runtime_trace_start / _stop), read back as memra-trace summary reads it: per stage
+ * the union of its stream's walks over the window from the first walk's begin to the last walk's end. b->ok 0 with
+ * b->why when it could not be measured (a build without cJSON cannot read the trace back). */
+static void trace_busy(const memra_model *m, tune_job *job, const tune_setting *st, const char *path, tune_busy *b)
+{
+    memset(b, 0, sizeof *b);
+    snprintf(b->trace, sizeof b->trace, "%s", path);
+#ifdef MEMRA_HAVE_CJSON
+    memra_runtime *rt = create_for(m, job, st, b->why, sizeof b->why);
+    double x;
+    if (!rt)
+        return;
+    for (int s = 0; s < job->n_stages; s++)
+        memra_runtime_stage_layers(rt, s, &b->st[s].first, &b->st[s].end);
+    if (run_generate(rt, job, &x, b->why, sizeof b->why) != 0) {
+        memra_runtime_free(rt);
+        return;
+    }
+    if (memra_runtime_trace_start(rt, path) != MEMRA_OK) {
+        snprintf(b->why, sizeof b->why, "%s", memra_runtime_last_error(rt));
+        memra_runtime_free(rt);
+        return;
+    }
+    const int rc = run_generate(rt, job, &x, b->why, sizeof b->why);
+    if (memra_runtime_trace_stop(rt) != MEMRA_OK && rc == 0)
+        snprintf(b->why, sizeof b->why, "%s", memra_runtime_last_error(rt));
+    memra_runtime_free(rt);
+    if (rc != 0 || b->why[0])
+        return;
+    trc_trace t;
+    double lo, hi;
+    if (trc_load(path, &t, b->why, sizeof b->why) != 0) {
+        trc_free(&t);
+        return;
+    }
+    trc_window(&t, &lo, &hi);
+    b->window_us = hi > lo ? hi - lo : 0;
+    if (trc_n_stages(&t) != job->n_stages || b->window_us <= 0) {
+        snprintf(b->why, sizeof b->why, "%s: %d stage streams with walks, %d stages run", path, trc_n_stages(&t),
+                 job->n_stages);
+        trc_free(&t);
+        return;
+    }
+    b->ok = 1;
+    for (int s = 0; s < job->n_stages && b->ok; s++) {
+        double busy = 0;
+        if ((b->st[s].walks = trc_stage_busy(&t, s, lo, &busy, NULL, NULL)) < 0) {
+            snprintf(b->why, sizeof b->why, "out of host memory reading %s", path);
+            b->ok = 0;
+        }
+        b->st[s].busy_pct = 100.0 * busy / b->window_us;
+        b->st[s].bubble_pct = 100.0 - b->st[s].busy_pct;
+    }
+    trc_free(&t);
+#else
+    (void)m, (void)job, (void)st;
+    snprintf(b->why, sizeof b->why, "this build lacks cJSON (libcjson-dev), which reading the trace back needs");
+#endif
+}
+
+/* A table of the traced stages of one setting beside their predicted costs (filled into b). */
+static void print_busy(const char *what, const tune_job *job, const act_tune_costs *tc, tune_busy *b)
+{
+    if (!b->ok) {
+        printf("%s: per-stage busy not measured: %s\n", what, b->why);
+        return;
+    }
+    printf("%s: a traced run (%s; window %.1f ms, the first walk's begin to the last walk's end):\n", what, b->trace,
+           b->window_us / 1000);
+    printf("  %-5s %-9s %-6s %11s %6s %7s %8s\n", "stage", "layers", "device", "predicted_s", "walks", "busy %",
+           "bubble %");
+    for (int s = 0; s < job->n_stages; s++) {
+        tune_stage_busy *x = &b->st[s];
+        char lay[32];
+        x->predicted_s = act_tune_stage_cost(tc, s, x->first, x->end);
+        snprintf(lay, sizeof lay, "%d..%d", x->first, x->end - 1);
+        printf("  %-5d %-9s %-6d %11.3f %6d %7.1f %8.1f\n", s, lay, job->devices[s], x->predicted_s, x->walks,
+               x->busy_pct, x->bubble_pct);
+    }
+}
+
 static int same_fence(const int *a, const int *b, int N)
 {
     return !memcmp(a, b, (size_t)(N + 1) * sizeof *a);
@@ -197,7 +288,7 @@ static int same_fence(const int *a, const int *b, int N)
 int main(int argc, char **argv)
 {
     tune_job job = {.n_stages = 2, .seqs = 4, .prompt = 16, .gen = 16, .budget_s = 300, .prefix = "memra-tune"};
-    const char *devices = NULL;
+    const char *devices = NULL, *synth = NULL, *type = NULL;
     int budget = 300, n_dev = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -210,6 +301,10 @@ int main(int argc, char **argv)
             return 2;
         } else if (!strcmp(a, "-m"))
             job.model = v;
+        else if (!strcmp(a, "--synthetic"))
+            synth = v;
+        else if (!strcmp(a, "--type"))
+            type = v;
         else if (!strcmp(a, "-o"))
             job.prefix = v;
         else if (!strcmp(a, "--devices"))
@@ -234,16 +329,26 @@ int main(int argc, char **argv)
     }
     job.budget_s = budget;
     static const char *overriding[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
-                                       "MEMRA_PP_SLOTS", "MEMRA_PP_OVERLAP", "MEMRA_PP_MICRO_BATCHES",
-                                       "MEMRA_PP_PROFILE"};
+                                       "MEMRA_PP_SLOTS", "MEMRA_PP_OVERLAP", "MEMRA_PP_GRAPH",
+                                       "MEMRA_PP_MICRO_BATCHES", "MEMRA_PP_PROFILE"};
     for (size_t i = 0; i < sizeof overriding / sizeof overriding[0]; i++)
         if (getenv(overriding[i])) { /* a door wins over the fields memra-tune sets: every point would be alike */
             fprintf(stderr, "memra-tune: %s is set: it overrides the settings memra-tune compares; unset it (the "
                     "placement is --stages and --devices)\n", overriding[i]);
             return 2;
         }
-    if (!job.model) {
-        fprintf(stderr, "memra-tune: -m MODEL is required\n%s", usage);
+    if (getenv("MEMRA_TRACE")) { /* its trace would start at every runtime's create, and one records at a time */
+        fprintf(stderr, "memra-tune: MEMRA_TRACE is set: memra-tune records its own traces (PREFIX-trace.json); "
+                        "unset it\n");
+        return 2;
+    }
+    if (!job.model == !synth) {
+        fprintf(stderr, "memra-tune: %s\n%s", synth ? "-m and --synthetic: one model, a file or a synthetic shape"
+                                                    : "-m MODEL or --synthetic NAME is required", usage);
+        return 2;
+    }
+    if (type && !synth) {
+        fprintf(stderr, "memra-tune: --type %s: the weight type of a --synthetic shape (a file has its own)\n", type);
         return 2;
     }
     if (devices && parse_devices(devices, job.devices, &n_dev))
@@ -257,11 +362,13 @@ int main(int argc, char **argv)
         for (int s = 0; s < job.n_stages; s++)
             job.devices[s] = s;
     const double t_start = tune_now_s();
-    memra_model *m = memra_model_load(job.model, NULL);
+    memra_model *m = api_model_open(job.model, synth, type); /* -m or --synthetic/--type: the tools' one parser */
     if (!m) {
         fprintf(stderr, "memra-tune: %s\n", memra_last_error());
         return 2;
     }
+    if (synth) /* the shape's name labels it; its weights are generated on each device, by measure and runtimes */
+        job.model = synth, job.synth = m->synth, job.synth_type = type ? type : "bf16";
     const int N = job.n_stages, S = job.seqs;
     job.n_layer = memra_model_n_layer(m);
     if (N < 2 || N > job.n_layer) {
@@ -295,7 +402,8 @@ int main(int argc, char **argv)
     wc.stages = N, wc.balance = 1;
     const int cuda = c.cuda;
     if (!wcost || act_tune_cuts(&tc, f_meas, &pred_meas, &err) ||
-        mdl_model_peek_weight_cost(job.model, cuda, wcost, job.n_layer + 1, &err) < 0 ||
+        (job.synth ? mdl_synth_weight_cost(job.synth, cuda, wcost, job.n_layer + 1, &err)
+                   : mdl_model_peek_weight_cost(job.model, cuda, wcost, job.n_layer + 1, &err)) < 0 ||
         act_pp_cuts(&wc, job.n_layer, 1 << 20, wcost, f_w, &err) < 0) {
         fprintf(stderr, "memra-tune: %s\n", err.msg[0] ? err.msg : "out of host memory");
         free(wcost);
@@ -306,7 +414,8 @@ int main(int argc, char **argv)
     free(wcost);
     for (int s = 0; s <= N; s++)
         f_even[s] = s * job.n_layer / N;
-    printf("memra-tune: model %s (%d layers), %d stages on devices", job.model, job.n_layer, N);
+    printf("memra-tune: model %s%s%s (%d layers), %d stages on devices", job.model, job.synth ? " synthetic " : "",
+           job.synth ? job.synth_type : "", job.n_layer, N);
     for (int s = 0; s < N; s++)
         printf("%s%d", s ? "," : " ", job.devices[s]);
     printf(", %d requests x (%d prompt + %d generated)\n", S, job.prompt, job.gen);
@@ -325,7 +434,8 @@ int main(int argc, char **argv)
             printf(" %.3f", act_tune_stage_cost(&tc, s, cuts[k].f[s], cuts[k].f[s + 1]));
         printf("\n");
     }
-    /* 3. the sweep, one knob at a time from the best so far: cuts, overlap, slots, micro-batches, rows per step */
+    /* 3. the sweep, one knob at a time from the best so far: cuts, overlap, graphs (CUDA), slots, micro-batches,
+     * rows per step */
     tune_point pts[TUNE_MAX_POINTS];
     int n_pts = 0;
     const int n_mb = (N + 1 < S ? N + 1 : S) - 1; /* micro-batches 1..min(N+1, S) but the default */
@@ -333,14 +443,14 @@ int main(int argc, char **argv)
     int n_rows = 0;
     for (int k = 0; k < 3; k++)
         n_rows += rows_opts[k] >= (S + M0 - 1) / M0;
-    const int total = 1 + 2 + 1 + 2 + n_mb + n_rows;
+    const int total = 1 + 2 + 1 + 1 + 2 + n_mb + n_rows;
     const double sweep_budget = 0.8 * job.budget_s; /* the rest: the side-by-side check of the best */
     tune_setting base = {.overlap = 0, .slots = 2, .micro_batches = M0, .max_rows = rows0};
     snprintf(base.cut_name, sizeof base.cut_name, "even");
     memcpy(base.fence, f_even, sizeof base.fence);
     int best = 0, n_run = 0;
     double run_s = 0;
-    for (int phase = 0; phase < 6; phase++) {
+    for (int phase = 0; phase < 7; phase++) {
         tune_setting cand[8];
         int nc = 0;
         if (phase == 0)
@@ -354,9 +464,11 @@ int main(int argc, char **argv)
         else if (phase == 2)
             cand[nc] = base, cand[nc++].overlap = 1;
         else if (phase == 3)
+            cand[nc] = base, cand[nc++].graph = 1;
+        else if (phase == 4)
             for (int sl = 1; sl <= 4; sl *= 4)
                 cand[nc] = base, cand[nc++].slots = sl;
-        else if (phase == 4) {
+        else if (phase == 5) {
             for (int mb = 1; mb <= n_mb + 1; mb++)
                 if (mb != M0)
                     cand[nc] = base, cand[nc].micro_batches = mb, nc++;
@@ -378,7 +490,9 @@ int main(int argc, char **argv)
                     dup = k;
             if (dup >= 0) { /* the same placement as an earlier point: its figures stand */
                 pt->status = 3, pt->median = pts[dup].median, pt->lo = pts[dup].lo, pt->hi = pts[dup].hi;
-            } else if (n_pts > 0 && now + per > sweep_budget) {
+            } else if (pt->set.graph && !c.cuda) { /* the CPU backend walks eagerly whatever the seam says */
+                pt->status = 4;
+            } else if (phase > 1 && now + per > sweep_budget) { /* the defaults and the cuts always run */
                 pt->status = 1;
             } else {
                 const double t0 = tune_now_s();
@@ -390,8 +504,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "[%d/%d] %s: ", n_pts, total, pt->label);
             if (pt->status == 2)
                 fprintf(stderr, "failed: %s", pt->why);
-            else if (pt->status == 1)
-                fprintf(stderr, "skipped (budget)");
+            else if (pt->status == 1 || pt->status == 4)
+                fprintf(stderr, "skipped (%s)", pt->status == 1 ? "budget" : "the CPU backend has no graphs");
             else
                 fprintf(stderr, "%.1f tok/s (%.1f..%.1f, %d runs)%s", pt->median, pt->lo, pt->hi, pt->reps,
                         pt->status == 3 ? " (same cuts as an earlier point)" : "");
@@ -409,14 +523,18 @@ int main(int argc, char **argv)
         memra_model_free(m);
         return 2;
     }
-    printf("\n%-4s %-52s %10s %10s %8s %5s %s\n", "#", "setting", "tok/s", "min..max", "spread", "runs", "status");
+    printf("\n%-4s %-60s %10s %10s %8s %5s %s\n", "#", "setting", "tok/s", "min..max", "spread", "runs", "status");
     for (int i = 0; i < n_pts; i++) {
         const tune_point *p = &pts[i];
         char mm[32];
         snprintf(mm, sizeof mm, "%.1f..%.1f", p->lo, p->hi);
-        printf("%-4d %-52s %10.1f %10s %7.1f%% %5d %s%s%s\n", i, p->label, p->median, mm,
+        printf("%-4d %-60s %10.1f %10s %7.1f%% %5d %s%s%s\n", i, p->label, p->median, mm,
                p->median > 0 ? 100 * (p->hi - p->lo) / p->median : 0.0, p->reps,
-               p->status == 0 ? "" : p->status == 1 ? "skipped (budget)" : p->status == 2 ? "failed: " : "same cuts",
+               p->status == 0   ? ""
+               : p->status == 1 ? "skipped (budget)"
+               : p->status == 2 ? "failed: "
+               : p->status == 3 ? "same cuts"
+                                : "skipped (CPU backend: no graphs)",
                p->status == 2 ? p->why : "", i == 0 ? "defaults" : i == best ? "best" : "");
     }
     /* 4. the best against the defaults side by side: the ratio printed, and the choice when they swap */
@@ -425,7 +543,7 @@ int main(int argc, char **argv)
         tune_point cb, cd;
         char why[160] = "";
         fprintf(stderr, "memra-tune: checking %s against the defaults side by side...\n", pts[best].label);
-        if (confirm(m, &job, &pts[best], &pts[0], &cb, &cd, t_start + job.budget_s, why, sizeof why) != 0) {
+        if (confirm(m, &job, &pts[best], &pts[0], &cb, &cd, t_start + 0.92 * job.budget_s, why, sizeof why) != 0) {
             fprintf(stderr, "memra-tune: the side-by-side check failed: %s\n", why);
         } else {
             printf("side by side (%d rounds, each a run of both in turn): best %.1f tok/s (%.1f..%.1f), defaults "
@@ -438,7 +556,21 @@ int main(int argc, char **argv)
             }
         }
     }
-    const int rc = tune_write(&job, m, &c, pts, n_pts, best, 0, ratio, &err);
+    /* 5. why the cut is where it is: each stage's busy and bubble % in a traced run of the choice (and of the
+     * defaults when they differ) */
+    tune_busy busy[2];
+    char tpath[4096];
+    snprintf(tpath, sizeof tpath, "%s-trace.json", job.prefix);
+    fprintf(stderr, "memra-tune: a traced run of %s...\n", pts[best].label);
+    trace_busy(m, &job, &pts[best].set, tpath, &busy[0]);
+    print_busy(best ? "best" : "best (the defaults)", &job, &tc, &busy[0]);
+    memset(&busy[1], 0, sizeof busy[1]);
+    if (best != 0) {
+        snprintf(tpath, sizeof tpath, "%s-trace-defaults.json", job.prefix);
+        trace_busy(m, &job, &pts[0].set, tpath, &busy[1]);
+        print_busy("defaults", &job, &tc, &busy[1]);
+    }
+    const int rc = tune_write(&job, m, &c, pts, n_pts, best, 0, ratio, busy, &err);
     if (rc)
         fprintf(stderr, "memra-tune: %s\n", err.msg);
     else

@@ -35,6 +35,7 @@ typedef struct rig {
     float *x_d, *logits_d, *x_h;
     int32_t *pos_d, *seq_d, *ps_h;
     int rows, n_ctx;
+    int ord;                       /* the device's ordinal */
 } rig;
 
 static void rig_close(rig *r)
@@ -62,6 +63,7 @@ static int rig_open(rig *r, dev_platform *plat, int ord, const tune_job *job, in
     memset(r, 0, sizeof *r);
     r->plat = plat;
     r->rows = rows;
+    r->ord = ord;
     if (!(r->d = dev_platform_device(plat, ord)))
         return dev_err_set(err, MEMRA_E_INVAL, "--devices: device %d does not exist (the backend has 0..%d)", ord,
                            dev_platform_count(plat) - 1);
@@ -70,7 +72,8 @@ static int rig_open(rig *r, dev_platform *plat, int ord, const tune_job *job, in
         return dev_err_set(err, MEMRA_E_NOMEM, "memra-tune: out of host memory");
     for (int il = 0; il < job->n_layer; il++)
         ld[il] = r->d;
-    r->m = mdl_model_load(job->model, &(mdl_load_params){.platform = plat, .layer_dev = ld, .head_dev = r->d}, err);
+    const mdl_load_params lp = {.platform = plat, .layer_dev = ld, .head_dev = r->d};
+    r->m = job->synth ? mdl_model_synthesize(job->synth, &lp, err) : mdl_model_load(job->model, &lp, err);
     free(ld);
     if (!r->m)
         goto fail;
@@ -215,10 +218,14 @@ int tune_measure(const tune_job *job, int micro_batches, int max_rows, double ti
         if (done && s != 0 && s != N - 1)
             continue;
         const double t_open = tune_now_s();
-        if ((rc = rig_open(&r, plat, job->devices[s], job, rows, err)))
-            goto fail;
-        fprintf(stderr, "memra-tune: device %d of stage %d: weights loaded in %.1f s\n", job->devices[s], s,
-                tune_now_s() - t_open);
+        if (r.m && r.ord != job->devices[s])
+            rig_close(&r);
+        if (!r.m) { /* the weights stay for the next stage on the same device (the head of the last) */
+            if ((rc = rig_open(&r, plat, job->devices[s], job, rows, err)))
+                goto fail;
+            fprintf(stderr, "memra-tune: device %d of stage %d: weights %s in %.1f s\n", job->devices[s], s,
+                    job->synth ? "generated" : "loaded", tune_now_s() - t_open);
+        }
         const double dl = tune_now_s() + (deadline - tune_now_s()) / (N - s); /* this device's share */
         int kd, kp;
         double td, tp, sp;
@@ -246,10 +253,10 @@ int tune_measure(const tune_job *job, int micro_batches, int max_rows, double ti
                 goto fail;
             c->head = td * (c->decode_steps + c->prompt_steps);
         }
-        rig_close(&r);
         fprintf(stderr, "memra-tune: device %d of stage %d measured in %.1f s\n", job->devices[s], s,
                 tune_now_s() - t_open);
     }
+    rig_close(&r);
     dev_platform_close(plat);
     return 0;
 fail:

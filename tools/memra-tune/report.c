@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernels/quant.h"
+#include "model/gguf_synth.h"
 #include "tune.h"
 
 void tune_label(const tune_setting *s, int n_stages, char *buf, size_t cap)
@@ -13,14 +15,15 @@ void tune_label(const tune_setting *s, int n_stages, char *buf, size_t cap)
     size_t o = 0;
     for (int k = 1; k < n_stages && o + 8 < sizeof cuts; k++)
         o += (size_t)snprintf(cuts + o, sizeof cuts - o, "%s%d", k > 1 ? "," : "", s->fence[k]);
-    snprintf(buf, cap, "cuts=%s(%s) overlap=%d slots=%d mb=%d rows=%d", s->cut_name, cuts, s->overlap, s->slots,
-             s->micro_batches, s->max_rows);
+    snprintf(buf, cap, "cuts=%s(%s) overlap=%d graph=%d slots=%d mb=%d rows=%d", s->cut_name, cuts, s->overlap,
+             s->graph, s->slots, s->micro_batches, s->max_rows);
 }
 
 static const char *status_name(int st)
 {
-    static const char *names[] = {"measured", "skipped: budget", "failed", "same cuts as an earlier point"};
-    return st >= 0 && st <= 3 ? names[st] : "?";
+    static const char *names[] = {"measured", "skipped: budget", "failed", "same cuts as an earlier point",
+                                  "skipped: the CPU backend has no graphs"};
+    return st >= 0 && st <= 4 ? names[st] : "?";
 }
 
 /* s as a JSON string body: quotes, backslashes and control characters escaped. */
@@ -52,14 +55,14 @@ static int write_csv(const char *path, const tune_job *job, const tune_point *pt
     FILE *f = fopen(path, "w");
     if (!f)
         return dev_err_set(err, MEMRA_E_IO, "-o: cannot write %s", path);
-    fprintf(f, "point,cuts_name,cuts,overlap,slots,micro_batches,max_rows,tok_s_median,tok_s_min,tok_s_max,"
+    fprintf(f, "point,cuts_name,cuts,overlap,graph,slots,micro_batches,max_rows,tok_s_median,tok_s_min,tok_s_max,"
                "spread_pct,reps,predicted_slowest_s,status\n");
     for (int i = 0; i < n_pts; i++) {
         const tune_point *p = &pts[i];
         fprintf(f, "%d,%s,\"", i, p->set.cut_name);
         for (int k = 1; k < job->n_stages; k++)
             fprintf(f, "%s%d", k > 1 ? "," : "", p->set.fence[k]);
-        fprintf(f, "\",%d,%d,%d,%d,%.3f,%.3f,%.3f,%.2f,%d,%.6f,%s\n", p->set.overlap, p->set.slots,
+        fprintf(f, "\",%d,%d,%d,%d,%d,%.3f,%.3f,%.3f,%.2f,%d,%.6f,%s\n", p->set.overlap, p->set.graph, p->set.slots,
                 p->set.micro_batches, p->set.max_rows, p->median, p->lo, p->hi,
                 p->median > 0 ? 100.0 * (p->hi - p->lo) / p->median : 0.0, p->reps, p->predicted_s,
                 status_name(p->status));
@@ -67,11 +70,32 @@ static int write_csv(const char *path, const tune_job *job, const tune_point *pt
     return fclose(f) ? dev_err_set(err, MEMRA_E_IO, "-o: cannot write %s", path) : 0;
 }
 
-static int write_json(const char *path, const tune_job *job, const memra_model *m, const tune_costs *c,
-                      const tune_point *pts, int n_pts, int best, int dflt, double ratio, dev_err *err)
+/* "key": the traced stages of a setting, or null when they were not measured. */
+static void json_busy(FILE *f, const char *key, const tune_job *job, const tune_busy *b)
 {
-    struct stat st;
-    if (stat(job->model, &st) != 0)
+    fprintf(f, "  \"%s\": ", key);
+    if (!b->ok) {
+        fprintf(f, "null,\n");
+        return;
+    }
+    fprintf(f, "{\"trace\": ");
+    json_str(f, b->trace);
+    fprintf(f, ", \"window_us\": %.1f, \"stages\": [\n", b->window_us);
+    for (int s = 0; s < job->n_stages; s++) {
+        const tune_stage_busy *x = &b->st[s];
+        fprintf(f, "    {\"stage\": %d, \"layers\": [%d, %d], \"device\": %d, \"predicted_s\": %.6f, \"walks\": %d, "
+                   "\"busy_pct\": %.1f, \"bubble_pct\": %.1f}%s\n", s, x->first, x->end, job->devices[s],
+                x->predicted_s, x->walks, x->busy_pct, x->bubble_pct, s + 1 < job->n_stages ? "," : "");
+    }
+    fprintf(f, "  ]},\n");
+}
+
+static int write_json(const char *path, const tune_job *job, const memra_model *m, const tune_costs *c,
+                      const tune_point *pts, int n_pts, int best, int dflt, double ratio, const tune_busy busy[2],
+                      dev_err *err)
+{
+    struct stat st = {0}; /* a synthetic shape has no file: file_size 0, and the shape says what it is */
+    if (!job->synth && stat(job->model, &st) != 0)
         return dev_err_set(err, MEMRA_E_IO, "-m %s: cannot stat the model file", job->model);
     FILE *f = fopen(path, "w");
     if (!f)
@@ -81,8 +105,17 @@ static int write_json(const char *path, const tune_job *job, const memra_model *
     json_str(f, job->model);
     fprintf(f, ", \"file_size\": %lld, \"arch\": ", (long long)st.st_size);
     json_str(f, memra_model_arch(m));
-    fprintf(f, ", \"n_layer\": %d, \"n_embd\": %d, \"n_vocab\": %d},\n", memra_model_n_layer(m),
+    fprintf(f, ", \"n_layer\": %d, \"n_embd\": %d, \"n_vocab\": %d", memra_model_n_layer(m),
             memra_model_n_embd(m), memra_model_n_vocab(m));
+    if (job->synth) { /* what api/api_profile.c compares against a synthetic model */
+        fprintf(f, ",\n            \"synthetic\": {\"name\": ");
+        json_str(f, job->model);
+        fprintf(f, ", \"type\": ");
+        json_str(f, krn_type_name(job->synth->type));
+        fprintf(f, ", \"n_head\": %d, \"n_head_kv\": %d, \"n_ff\": %d}", job->synth->n_head,
+                job->synth->n_head_kv, job->synth->n_ff);
+    }
+    fprintf(f, "},\n");
     fprintf(f, "  \"backend\": ");
     json_str(f, job->backend);
     fprintf(f, ",\n  \"stages\": %d,\n  \"devices\": ", job->n_stages);
@@ -90,12 +123,14 @@ static int write_json(const char *path, const tune_job *job, const memra_model *
     fprintf(f, ",\n  \"workload\": {\"seqs\": %d, \"prompt\": %d, \"gen\": %d},\n", job->seqs, job->prompt, job->gen);
     fprintf(f, "  \"setting\": {\"cuts\": ");
     json_ints(f, b->set.fence + 1, job->n_stages - 1);
-    fprintf(f, ", \"overlap\": %d, \"slots\": %d, \"micro_batches\": %d, \"max_rows\": %d},\n", b->set.overlap,
-            b->set.slots, b->set.micro_batches, b->set.max_rows);
+    fprintf(f, ", \"overlap\": %d, \"graph\": %d, \"slots\": %d, \"micro_batches\": %d, \"max_rows\": %d},\n",
+            b->set.overlap, b->set.graph, b->set.slots, b->set.micro_batches, b->set.max_rows);
     fprintf(f, "  \"best\": {\"label\": ");
     json_str(f, b->label);
     fprintf(f, ", \"tok_s\": %.3f, \"default_tok_s\": %.3f, \"ratio_side_by_side\": %.4f},\n", b->median,
             pts[dflt].median, ratio);
+    json_busy(f, "busy", job, &busy[0]);
+    json_busy(f, "busy_defaults", job, &busy[1]);
     fprintf(f, "  \"costs\": {\"decode_rows\": %d, \"prompt_rows\": %d, \"decode_steps\": %.0f, \"prompt_steps\": %.0f, "
                "\"embed_s\": %.6f, \"head_s\": %.6f, \"layer_s\": [", c->decode_rows, c->prompt_rows, c->decode_steps,
             c->prompt_steps, c->embed, c->head);
@@ -164,7 +199,7 @@ static int write_svg(const char *path, const tune_job *job, const tune_point *pt
 }
 
 int tune_write(const tune_job *job, const memra_model *m, const tune_costs *c, const tune_point *pts, int n_pts,
-               int best, int dflt, double ratio, dev_err *err)
+               int best, int dflt, double ratio, const tune_busy busy[2], dev_err *err)
 {
     char path[4096];
     int rc;
@@ -172,7 +207,7 @@ int tune_write(const tune_job *job, const memra_model *m, const tune_costs *c, c
     if ((rc = write_csv(path, job, pts, n_pts, err)))
         return rc;
     snprintf(path, sizeof path, "%s.json", job->prefix);
-    if ((rc = write_json(path, job, m, c, pts, n_pts, best, dflt, ratio, err)))
+    if ((rc = write_json(path, job, m, c, pts, n_pts, best, dflt, ratio, busy, err)))
         return rc;
     snprintf(path, sizeof path, "%s.svg", job->prefix);
     return write_svg(path, job, pts, n_pts, best, dflt, err);
