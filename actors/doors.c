@@ -220,36 +220,95 @@ int act_pp_config_check(const act_pp_config *c, dev_err *err)
     return 0;
 }
 
+/* Every seam: its door and its field, in act_pp_seams' declaration order (the bit of act_pp_seams_pack). */
+static const struct {
+    const char *name;
+    const char *field;
+    size_t off;
+} seam_tab[ACT_PP_N_SEAMS] = {
+    {"MEMRA_PP_OVERLAP", "overlap", offsetof(act_pp_seams, overlap)},
+    {"MEMRA_BATCH_PP", "batch_pp", offsetof(act_pp_seams, batch_pp)},
+    {"MEMRA_PP_ALLOW_UNSPLIT_BATCH", "allow_unsplit_batch", offsetof(act_pp_seams, allow_unsplit_batch)},
+    {"MEMRA_SPEC_PP", "spec_pp", offsetof(act_pp_seams, spec_pp)},
+    {"MEMRA_PRIME_PP", "prime_pp", offsetof(act_pp_seams, prime_pp)},
+    {"MEMRA_PRIME_PIPE", "prime_pipe", offsetof(act_pp_seams, prime_pipe)},
+    {"MEMRA_PDL", "pdl", offsetof(act_pp_seams, pdl)},
+    {"MEMRA_PP_GRAPH", "graph", offsetof(act_pp_seams, graph)},
+    {"MEMRA_PP_MARKERS", "markers", offsetof(act_pp_seams, markers)},
+    {"MEMRA_PP_SAME_DEVICE_PIPE", "same_device_pipe", offsetof(act_pp_seams, same_device_pipe)},
+    {"MEMRA_PP_KEYS", "keys", offsetof(act_pp_seams, keys)},
+    {"MEMRA_PP_HEAD_RING", "head_ring", offsetof(act_pp_seams, head_ring)},
+};
+_Static_assert(sizeof(act_pp_seams) == ACT_PP_N_SEAMS * sizeof(int), "seam_tab lists every seam");
+
+static int *seam_at(act_pp_seams *s, int i) { return (int *)((char *)s + seam_tab[i].off); }
+static int seam_get(const act_pp_seams *s, int i) { return *(const int *)((const char *)s + seam_tab[i].off); }
+
 int act_doors_read_seams(act_pp_seams *seams, dev_err *err)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } tab[] = {
-        {"MEMRA_PP_OVERLAP", offsetof(act_pp_seams, overlap)},
-        {"MEMRA_BATCH_PP", offsetof(act_pp_seams, batch_pp)},
-        {"MEMRA_PP_ALLOW_UNSPLIT_BATCH", offsetof(act_pp_seams, allow_unsplit_batch)},
-        {"MEMRA_SPEC_PP", offsetof(act_pp_seams, spec_pp)},
-        {"MEMRA_PRIME_PP", offsetof(act_pp_seams, prime_pp)},
-        {"MEMRA_PRIME_PIPE", offsetof(act_pp_seams, prime_pipe)},
-        {"MEMRA_PDL", offsetof(act_pp_seams, pdl)},
-        {"MEMRA_PP_GRAPH", offsetof(act_pp_seams, graph)},
-        {"MEMRA_PP_SAME_DEVICE_PIPE", offsetof(act_pp_seams, same_device_pipe)},
-        {"MEMRA_PP_MARKERS", offsetof(act_pp_seams, markers)},
-        {"MEMRA_PP_KEYS", offsetof(act_pp_seams, keys)},
-        {"MEMRA_PP_HEAD_RING", offsetof(act_pp_seams, head_ring)},
-    };
     act_pp_seams s = *seams;
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+    for (int i = 0; i < ACT_PP_N_SEAMS; i++) {
         long v;
-        int r = door_int(tab[i].name, 0, 1, "expected 0 (off) or 1 (on)", &v, err);
+        int r = door_int(seam_tab[i].name, 0, 1, "expected 0 (off) or 1 (on)", &v, err);
         if (r < 0)
             return r;
         if (r == 1)
-            *(int *)((char *)&s + tab[i].off) = (int)v;
+            *seam_at(&s, i) = (int)v;
     }
     *seams = s;
     return 0;
+}
+
+int act_pp_seams_check(const act_pp_seams *seams, dev_err *err)
+{
+    for (int i = 0; i < ACT_PP_N_SEAMS; i++) {
+        const int v = seam_get(seams, i);
+        if (v != 0 && v != 1)
+            return dev_err_set(err, MEMRA_E_INVAL, "pipeline seams: %s = %d (the seam %s; allowed 0 or 1)",
+                               seam_tab[i].field, v, seam_tab[i].name);
+    }
+    return 0;
+}
+
+uint32_t act_pp_seams_pack(const act_pp_seams *seams)
+{
+    uint32_t bits = 0;
+    for (int i = 0; i < ACT_PP_N_SEAMS; i++)
+        bits |= (uint32_t)(seam_get(seams, i) != 0) << i;
+    return bits;
+}
+
+act_pp_seams act_pp_seams_unpack(uint32_t bits)
+{
+    act_pp_seams s;
+    for (int i = 0; i < ACT_PP_N_SEAMS; i++)
+        *seam_at(&s, i) = (int)(bits >> i & 1u);
+    return s;
+}
+
+int act_pp_config_same(const act_pp_config *a, const act_pp_config *b, char *what, size_t cap)
+{
+    const int na = a->stages < 2 ? 1 : a->stages, nb = b->stages < 2 ? 1 : b->stages;
+#define DIFF(...) return snprintf(what, cap, __VA_ARGS__), 0
+    if (na != nb)
+        DIFF("MEMRA_PP_STAGES / stages: %d, the runtime has %d", na, nb);
+    if (na == 1)
+        return 1; /* the door shut: nothing else shapes it */
+    if (a->balance != b->balance || a->n_cuts != b->n_cuts ||
+        memcmp(a->cuts, b->cuts, (size_t)a->n_cuts * sizeof a->cuts[0]) != 0)
+        DIFF("MEMRA_PP_SPLITS / cuts: other cuts than the runtime's");
+    for (int s = 0; s < na; s++)
+        if (act_stage_device(a, s) != act_stage_device(b, s))
+            DIFF("MEMRA_PP_DEVICES / devices: stage %d on device %d, the runtime has it on %d", s,
+                 act_stage_device(a, s), act_stage_device(b, s));
+    if (a->shard != b->shard)
+        DIFF("MEMRA_PP_SHARD / shard: %d, the runtime has %d", a->shard, b->shard);
+    if (a->slots != b->slots)
+        DIFF("MEMRA_PP_SLOTS / slots: %d, the runtime has %d", a->slots, b->slots);
+    if (a->streams != b->streams)
+        DIFF("MEMRA_PP_STREAMS / streams: %d, the runtime has %d", a->streams, b->streams);
+#undef DIFF
+    return 1;
 }
 
 /* Cuts for n stages over n_layers minimizing the largest stage's cost (w[0..n_layers-1] per layer, w[n_layers]

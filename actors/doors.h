@@ -1,10 +1,15 @@
 /* The doors: environment variables that open, shape and A/B the pipeline (docs/doors.md lists each with
- * meaning, default, valid values and when it is read). Two kinds (docs/architecture.md "Who reads the doors"):
+ * meaning, default, valid values and when it is read). The configuration itself is act_pp_params (the API's
+ * memra_runtime_params); the doors override it only where a runtime asks for them (apply_env). Two kinds
+ * (docs/architecture.md "Who reads the doors"):
  *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
- *    created, by the creating thread, and override the API config field by field;
+ *    created with apply_env, by the creating thread, and override the config field by field; a live runtime
+ *    never changes them (act_pp_reload_doors refuses a changed one);
  *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, MARKERS,
- *    SAME_DEVICE_PIPE, KEYS, HEAD_RING) are read by the thread that SUBMITS a step, on every step, never memoized
- *    (the seed's rule: gates A/B both arms in one process); the snapshot travels inside the step's messages.
+ *    SAME_DEVICE_PIPE, KEYS, HEAD_RING) are per-runtime settings: act_pp_params.seams, overridden by the
+ *    environment at create (apply_env) and by act_pp_reload_doors, or set by act_pp_set_seams (a gate A/Bs
+ *    both arms in one process that way). Each step takes one snapshot of them from its runtime when it is
+ *    submitted (one atomic load, no getenv); the snapshot travels inside the step's messages.
  *    Actor threads never call getenv.
  * Every invalid value is refused with a message naming the variable, the value and what is allowed (where
  * the seed's pp_cuts answers "door shut" on a bad list, we refuse: a silent fallback hides typos). */
@@ -12,6 +17,7 @@
 #define ACT_DOORS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "device/err.h"
 
@@ -33,7 +39,7 @@ typedef struct act_pp_config {
     int cuts_env;                    /* 1 = cuts came from MEMRA_PP_SPLITS / MEMRA_PP_SPLIT */
 } act_pp_config;
 
-/* Per-step seams (1 = on). */
+/* Per-step seams (1 = on; every seam is 0 or 1, so a runtime publishes them as one word: act_pp_seams_pack). */
 typedef struct act_pp_seams {
     int overlap;             /* MEMRA_PP_OVERLAP: 1 = rotate the K slots, 0 = one slot per boundary */
     int batch_pp;            /* MEMRA_BATCH_PP: batched step takes its own split (default 1) */
@@ -51,6 +57,8 @@ typedef struct act_pp_seams {
     int head_ring;           /* MEMRA_PP_HEAD_RING: the last stage's head writes a fixed logits buffer when one is
                               * free, so a graph holds it with the layers (1; actors/pp_head.c) */
 } act_pp_seams;
+
+#define ACT_PP_N_SEAMS 12 /* the fields of act_pp_seams */
 
 /* The door-shut config: stages 0, even split, primary placement, shard 1, slots 2, streams 1. */
 act_pp_config act_pp_config_default(void);
@@ -73,8 +81,22 @@ int act_doors_read_structural(act_pp_config *cfg, dev_err *err);
  * Returns 0 or MEMRA_E_INVAL naming the field and what is allowed. */
 int act_pp_config_check(const act_pp_config *cfg, dev_err *err);
 
-/* Read every seam from the environment on top of *seams. Submitting thread only, once per step. */
+/* Read every seam set in the environment on top of *seams (unset ones keep their value). Returns 0 or
+ * MEMRA_E_INVAL naming the variable; *seams is unchanged on failure. Cost: 12 getenv; read at runtime create
+ * and by act_pp_reload_doors, never per step. */
 int act_doors_read_seams(act_pp_seams *seams, dev_err *err);
+
+/* Check that every seam is 0 or 1. Returns 0 or MEMRA_E_INVAL naming the first field that is not. */
+int act_pp_seams_check(const act_pp_seams *seams, dev_err *err);
+/* The seams as one word, bit i = field i in declaration order (each must be 0 or 1: act_pp_seams_check), and
+ * back. What a runtime publishes atomically, so a step takes all of them at once. */
+uint32_t act_pp_seams_pack(const act_pp_seams *seams);
+act_pp_seams act_pp_seams_unpack(uint32_t bits);
+
+/* 1 when two configs build the same pipeline (stage count, cuts or balance, placement, shard, slots, streams;
+ * for a shut door only that it is shut), else 0 with the first difference named in what[0..cap) ("MEMRA_PP_STAGES /
+ * stages: 3, the runtime has 2"). */
+int act_pp_config_same(const act_pp_config *a, const act_pp_config *b, char *what, size_t cap);
 
 /* The stage fence (the seed's pp_cuts): returns N >= 2 and fills fence[0..N] = [0, c1, .., cN-1, n_layers]
  * when the door is open; returns 0 when it is shut (stages 0/1); MEMRA_E_INVAL when the config does not fit

@@ -207,7 +207,6 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         return NULL;
     }
     rt->plat = plat;
-    atomic_store(&rt->inject_fail_stage, -1);
     pthread_mutex_init(&rt->inflight_lock, NULL);
     pthread_cond_init(&rt->inflight_cv, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
@@ -240,7 +239,12 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     rt->batch_invariant = bi ? bi[0] == '1' : p.batch_invariant;
     rt->n_seq = p.n_seq;
     rt->max_rows = p.max_rows;
-    rt->seam_defaults = p.seams;
+    act_pp_seams seams = p.seams; /* params < the seam doors (apply_env) < act_pp_reload_doors / act_pp_set_seams */
+    if (act_pp_seams_check(&seams, err) != 0 || (p.apply_env && act_doors_read_seams(&seams, err) != 0))
+        goto fail;
+    rt->seam_base = p.seams;
+    rt->apply_env = p.apply_env;
+    atomic_store(&rt->seams, act_pp_seams_pack(&seams)); /* before any actor starts: create's thread only */
     rt->stamp_mode = p.stamps >= 0 ? p.stamps : dev_platform_kind(plat) == DEV_KIND_CUDA;
     rt->primary = dev_platform_device(plat, 0);
 

@@ -17,7 +17,9 @@
  * enqueuing while the caller drains step t.
  *
  * Threads: act_pp_submit* / act_pp_run_unsplit may be called by ONE submitting thread at a time per runtime
- * (the scheduler serializes clients); act_pending_* from any thread; create/destroy from one thread. */
+ * (the scheduler serializes clients); act_pending_* and the seams' calls (act_pp_get_seams, act_pp_set_seams,
+ * act_pp_reload_doors) from any thread; the test hooks from the submitting thread; create/destroy from one
+ * thread. */
 #ifndef ACT_PP_H
 #define ACT_PP_H
 
@@ -73,7 +75,9 @@ typedef struct act_pp_step {
 
 typedef struct act_pp_params {
     act_pp_config config; /* structural config; env doors override it field by field when apply_env */
-    int apply_env;        /* 1 (default): read the structural doors at create */
+    int apply_env;        /* 1 (default): read the structural doors and the seams at create (env over these
+                           * fields), and let act_pp_reload_doors read the seams again; 0: the environment
+                           * changes nothing of the pipeline */
     int n_seq;            /* KV sequence slots (default 4) */
     int n_ctx;            /* positions per sequence (default min(1024, model's context)) */
     int max_rows;         /* most rows of one step (default 64) */
@@ -82,7 +86,8 @@ typedef struct act_pp_params {
     int act_type;         /* matmul inputs' elements (kernels/krn.h "activation types"): KRN_F32, KRN_F16,
                            * KRN_BF16; -1 (default) = MEMRA_ACT_TYPE (f32 when unset), read as kv_type is; every
                            * scratch of the runtime (stages, unsplit arm) uses it, so the gates compare alike */
-    act_pp_seams seams;   /* per-step seam defaults (act_pp_seams_default()); each step's env read overrides */
+    act_pp_seams seams;   /* the runtime's seams (act_pp_seams_default()); with apply_env the seam doors set at
+                           * create (and at each act_pp_reload_doors) override them; act_pp_set_seams replaces them */
     int stamps;           /* walk liveness from device timestamps read at readback (1) or host-function markers
                            * on the stage streams (0); -1 (default) = timestamps on CUDA (a host callback holds a
                            * CUDA stream), markers on the CPU backend. The rendezvous hook always uses markers. */
@@ -131,15 +136,29 @@ int act_pp_n_ctx(const act_pp *rt);             /* positions per sequence */
 int act_pp_keys_bound(const int32_t *pos, int B, int n_ctx);
 int act_pp_n_seq(const act_pp *rt);             /* KV sequence slots */
 /* 1 when a second step in flight would be refused right now (CUDA, two or more stage streams on one
- * device, MEMRA_PP_SAME_DEVICE_PIPE off in the seams as the environment sets them now). */
+ * device, MEMRA_PP_SAME_DEVICE_PIPE off in the runtime's seams). */
 int act_pp_pipelining_refused(const act_pp *rt);
+
+/* The runtime's seams, as the next submitted step will take them. Any thread. */
+void act_pp_get_seams(const act_pp *rt, act_pp_seams *out);
+/* Replace the runtime's seams (every field 0 or 1); steps submitted after it returns take them, steps submitted
+ * before keep their own snapshot. Any thread; publishing costs one atomic store. Returns 0 or MEMRA_E_INVAL
+ * naming the field (the seams then unchanged). */
+int act_pp_set_seams(act_pp *rt, const act_pp_seams *seams, dev_err *err);
+/* Read the doors again on a live runtime created with apply_env: the seams become act_pp_params.seams with the
+ * seam doors set now on top (as at create; act_pp_set_seams' values are replaced). The structural doors are
+ * read too and must still describe this runtime: a changed one (stages, cuts, devices, shard, slots, streams)
+ * is refused, naming it, and nothing changes. Any thread (getenv: the caller keeps setenv out of the way).
+ * Returns 0, MEMRA_E_STATE (created with apply_env 0: the environment changes nothing), MEMRA_E_INVAL (a bad
+ * value, named), MEMRA_E_REFUSED (a changed structural door). */
+int act_pp_reload_doors(act_pp *rt, dev_err *err);
 const int *act_pp_fence(const act_pp *rt);      /* N+1 entries */
 const act_pp_config *act_pp_get_config(const act_pp *rt);
 const struct mdl_model *act_pp_model(const act_pp *rt);
 dev_device *act_pp_stage_device(const act_pp *rt, int s);
 
-/* Enqueue one step through the stage actors and return at once with its pending logits (*out). Reads the
- * seams (MEMRA_PP_OVERLAP, ...) now, on the calling thread. A BATCH step with MEMRA_BATCH_PP=0, a PRIME step
+/* Enqueue one step through the stage actors and return at once with its pending logits (*out). Takes one
+ * snapshot of the runtime's seams (MEMRA_PP_OVERLAP, ...: act_pp_get_seams), never the environment. A BATCH step with MEMRA_BATCH_PP=0, a PRIME step
  * with MEMRA_PRIME_PP=0 or a SPEC step with MEMRA_SPEC_PP=0 goes through the unsplit body instead (the A/B
  * seam), which is refused under a sharded cross-device placement for BATCH and SPEC (MEMRA_E_REFUSED naming
  * the path and the alternative) unless MEMRA_PP_ALLOW_UNSPLIT_BATCH=1. On CUDA with two stage streams on one
@@ -202,6 +221,10 @@ typedef struct act_pp_stage_stats {
 } act_pp_stage_stats;
 void act_pp_get_stage_stats(const act_pp *rt, int s, act_pp_stage_stats *out);
 void act_pp_reset_stats(act_pp *rt);
+
+/* Test hooks. The first one set installs their state behind one pointer of the runtime (NULL until then: a
+ * runtime no test touches pays one load and a predicted branch per message for all of them); set them from the
+ * submitting thread. */
 
 /* Test hook: when on, a stage (s > 0) at the end of its walk waits up to `timeout_ms` for another stage to
  * be mid-walk, so the overlap counter does not depend on timing. */

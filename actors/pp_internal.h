@@ -12,8 +12,11 @@
  *   act_pending.done/status            readback actor sets, waiters read              [pending lock]
  *   pending pool                       submitter takes, last releaser gives           [pool_lock]
  *   recent / n_recent                  readback actor only (stamped liveness accounting)
- *   posted, rendezvous_ms, hold_start, inject_fail_stage, jitter_us/gen   atomics: submitter/tests write,
- *                                      stage actors and stream workers read
+ *   act_pp.seams                       act_pp_set_seams / act_pp_reload_doors (any thread) store, the
+ *                                      submitter loads once per step                          [atomic word]
+ *   act_pp.hooks, pp_hooks (test hooks) NULL until a test installs one (the submitting thread, idle runtime);
+ *                                      then its atomics: tests write, submitter, stage actors,
+ *                                      stream workers and the readback actor read            [atomics]
  *   mark[].t0_ns                       the stage's stream worker only (begin writes, end reads)
  *   next_id, ref_* (reference arm)     the submitting thread only
  *   feed_src (fed steps)               the submitting thread only
@@ -48,6 +51,18 @@ enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK,
 
 typedef struct pp_rec pp_rec;
 typedef struct pp_stage pp_stage;
+
+/* The test hooks (act_pp_set_rendezvous, act_pp_hold_start, act_pp_set_jitter, act_pp_inject_stage_failure*),
+ * gathered behind act_pp.hooks: a runtime no test touches pays one pointer load per message for all of them. */
+typedef struct pp_hooks {
+    _Atomic uint64_t posted;       /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
+    _Atomic int rendezvous_ms;     /* > 0: walk ends wait (bounded) for a neighbour's walk (pp_walk_end) */
+    _Atomic int hold_start;        /* stage 0 holds its walks while set (act_pp_hold_start) */
+    _Atomic int inject_fail_stage; /* -1 = none, s (early) or s + ACT_PP_MAX_STAGES (late) */
+    _Atomic int jitter_us;         /* > 0: random delays up to this before actor messages and stream ops */
+    _Atomic uint64_t jitter_gen;   /* bumped with every new seed: each thread reseeds when it changes */
+    _Atomic uint64_t jitter_seed;  /* written before jitter_us/jitter_gen are published */
+} pp_hooks;
 
 /* Argument of a stage stream's walk markers (one per stage per step, inside the rec). */
 typedef struct pp_mark {
@@ -173,7 +188,9 @@ struct act_pp {
     int batch_invariant;         /* act_pp_params.batch_invariant after its door: every walking stream marked */
     int act_type;                /* the matmul inputs' element type (act_pp_params.act_type) */
     int x8;                      /* MEMRA_CUDA_X8, read once at create: every scratch (stages, unsplit arm) alike */
-    act_pp_seams seam_defaults; /* per-step seams before the environment's overrides */
+    act_pp_seams seam_base;  /* act_pp_params.seams: what act_pp_reload_doors puts the seam doors on top of */
+    int apply_env;           /* act_pp_params.apply_env: the environment may change this runtime (reload) */
+    _Atomic uint32_t seams;  /* act_pp_seams_pack of the runtime's seams: each step's snapshot (see the top) */
     int n_embd, n_vocab, n_layer;
     mdl_model *model;
     mdl_kv *kv;              /* split arm: each layer's cache on its stage's device */
@@ -208,10 +225,10 @@ struct act_pp {
             prime_pipe_overlaps, prime_batches, prime_batch_splits, spec_split_steps, steps_done, graph_captures,
             graph_replays, fed_steps, head_ring_steps;
     } ctr;
-    _Atomic uint64_t posted;  /* steps posted to stage 0 (the rendezvous hook's "more work upstream") */
-    _Atomic int rendezvous_ms;
-    _Atomic int hold_start;  /* test hook: stage 0 holds its walks while set (act_pp_hold_start) */
-    _Atomic int inject_fail_stage; /* test hook: -1 = none, s (early) or s + ACT_PP_MAX_STAGES (late) */
+    _Atomic(pp_hooks *) hooks; /* NULL, or &hook_state once a test installed a hook (pp_hooks_of) */
+    pp_hooks hook_state;
+    uint64_t n_posted;       /* steps posted to stage 0 (submitting thread only): a hook installed late starts
+                              * its posted count here */
     int stamp_mode;          /* 1 on CUDA: walk markers are GPU timestamps read at readback (no host callback) */
     struct pp_interval {     /* readback actor only: recent stamped walks per stage, for the overlap count */
         uint64_t b, e;
@@ -221,11 +238,15 @@ struct act_pp {
     unsigned recent_next;    /* ring cursor of recent[][] (readback actor only) */
     int64_t tr_off_ns;       /* tracing, stamped steps: device clock -> host clock offset (readback actor only) */
     int tr_off_set;
-    _Atomic int jitter_us;
-    _Atomic uint64_t jitter_gen;  /* bumped with every new seed: each thread reseeds when it changes */
-    _Atomic uint64_t jitter_seed; /* written before jitter_us/jitter_gen are published */
-    int jitter_hook_set;          /* this runtime installed the platform's op hook (submitter/destroy only) */
+    int jitter_hook_set;     /* this runtime installed the platform's op hook (submitter/destroy only) */
 };
+
+/* The runtime's test hooks, or NULL (the common case: one load and a predicted branch per message). Acquire:
+ * pairs with the release store of pp_hooks_install, so the state a hook set up is seen whole. */
+static inline pp_hooks *pp_hooks_of(const act_pp *rt)
+{
+    return atomic_load_explicit(&((act_pp *)rt)->hooks, memory_order_acquire);
+}
 
 /* Bytes of a frame of B rows. */
 static inline size_t pp_frame_bytes(const act_pp *rt, int B)
@@ -322,7 +343,7 @@ void pp_rec_free(pp_rec *rec);
 int pp_post(act_actor *to, int kind, const void *payload, size_t bytes);
 /* Record the first error of a step on its pending and mark the rec failed. */
 void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err);
-/* Jitter hook for soaks (stage actors and CPU stream ops). */
-void pp_jitter(act_pp *rt);
+/* Jitter hook for soaks (stage actors and CPU stream ops): sleeps when h's jitter is on. */
+void pp_jitter(pp_hooks *h);
 
 #endif

@@ -30,15 +30,15 @@ int pp_post(act_actor *to, int kind, const void *payload, size_t bytes)
     return act_send(to, m, &e);
 }
 
-void pp_jitter(act_pp *rt)
+void pp_jitter(pp_hooks *h)
 {
-    int max_us = atomic_load(&rt->jitter_us);
+    int max_us = atomic_load(&h->jitter_us);
     if (max_us <= 0)
         return;
     static _Thread_local uint64_t x, gen;
-    uint64_t g = atomic_load(&rt->jitter_gen);
+    uint64_t g = atomic_load(&h->jitter_gen);
     if (!x || gen != g) /* per thread, reseeded with every act_pp_set_jitter (runs are reproducible) */
-        x = (rt->jitter_seed ^ (uint64_t)(uintptr_t)&x) | 1, gen = g;
+        x = (h->jitter_seed ^ (uint64_t)(uintptr_t)&x) | 1, gen = g;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
@@ -238,14 +238,15 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
     pp_inflight_add(rt, -1);
 }
 
-/* Tracing: the step's readback span and, for a stamped step (CUDA), its walks and hops from the device stamps,
- * mapped onto the host clock by the smallest (synced - last walk end) seen: the stamps' clock has another origin. */
-static void trace_step(act_pp *rt, const pp_rec *rec)
+/* Tracing: the step's readback span and, for a stamped step (CUDA) that ran (ok), its walks and hops from the
+ * device stamps, mapped onto the host clock by the smallest (synced - last walk end) seen: the stamps' clock has
+ * another origin. A failed step's stamps may be unwritten: neither mapped nor used for the offset. */
+static void trace_step(act_pp *rt, const pp_rec *rec, int ok)
 {
     const act_pending *p = rec->pending;
     act_trace_span(ACT_TR_READBACK, ACT_TRACE_READBACK, p->times.readback_ns, p->times.synced_ns, rec->id,
                    rec->out_rows, 0, 0);
-    if (!rec->stamped)
+    if (!rec->stamped || !ok)
         return;
     const uint64_t *t = p->stamps;
     const int64_t off = (int64_t)p->times.synced_ns - (int64_t)t[2 * (rt->N - 1) + 1];
@@ -269,7 +270,9 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         return 0;
     pp_rec *rec;
     memcpy(&rec, m->payload, sizeof rec);
-    pp_jitter(rt);
+    pp_hooks *h = pp_hooks_of(rt);
+    if (h)
+        pp_jitter(h);
     dev_err e = {0};
     int r = 0;
     if (atomic_load(&rec->failed)) {
@@ -299,7 +302,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
     if (r == 0 && rec->stamped)
         pp_account_stamps(rt, rec);
     if (act_trace_on())
-        trace_step(rt, rec);
+        trace_step(rt, rec, r == 0);
     finish_step(rt, rec, r, &e);
     return 0;
 }

@@ -26,11 +26,12 @@ void pp_walk_begin(void *arg)
     pp_stage *st = mk->stage;
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
-    if (st->s == 0 && atomic_load(&rt->hold_start)) { /* test hook: the gate is still posting its steps */
-        int ms = atomic_load(&rt->rendezvous_ms);
+    pp_hooks *h = pp_hooks_of(rt);
+    if (h && st->s == 0 && atomic_load(&h->hold_start)) { /* test hook: the gate is still posting its steps */
+        int ms = atomic_load(&h->rendezvous_ms);
         uint64_t deadline = pp_now_ns() + (uint64_t)(ms > 0 ? ms : 1000) * 1000000u;
         struct timespec nap = {0, 20000};
-        while (atomic_load(&rt->hold_start) && pp_now_ns() < deadline)
+        while (atomic_load(&h->hold_start) && pp_now_ns() < deadline)
             nanosleep(&nap, NULL);
     }
     uint64_t before = atomic_fetch_or(&rt->active_mask, bit);
@@ -50,7 +51,8 @@ void pp_walk_end(void *arg)
     pp_stage *st = mk->stage;
     act_pp *rt = st->rt;
     uint64_t bit = 1ull << st->s;
-    int rv_ms = atomic_load(&rt->rendezvous_ms);
+    pp_hooks *h = pp_hooks_of(rt);
+    int rv_ms = h ? atomic_load(&h->rendezvous_ms) : 0;
     /* Test hook (rendezvous): hold this walk open (bounded) until a neighbour begins a walk that can begin
      * without us, so its walk-begin sees us mid-walk and the overlap counter never depends on timing:
      *  - upstream: stage s-1 beginning the next step (it needs nothing more from us: we already received
@@ -61,7 +63,7 @@ void pp_walk_end(void *arg)
     if (rv_ms > 0) {
         uint64_t deadline = pp_now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        int up = st->s > 0 && atomic_load(&rt->posted) >= w + 2;
+        int up = st->s > 0 && atomic_load(&h->posted) >= w + 2;
         int down = st->s + 1 < rt->N && w >= 1;
         while (((up && atomic_load(&rt->stage[st->s - 1].begins) < w + 2) ||
                 (down && atomic_load(&rt->stage[st->s + 1].begins) < w)) &&
@@ -302,7 +304,8 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     mk->stage = st;
     mk->rec = rec;
     mk->kin = kin;
-    if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook */
+    pp_hooks *h = pp_hooks_of(rt);
+    if (h && atomic_compare_exchange_strong(&h->inject_fail_stage, &armed, -1)) /* test hook */
         return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure (test hook)", st->s);
     if (st->s == 0) {
         if ((r = rec->feed ? stage0_feed(st, rec, err) : stage0_upload(st, rec, err)) != 0)
@@ -320,12 +323,12 @@ static int stage_run(pp_stage *st, pp_rec *rec, int kin, int kout, int *credit_b
     if (kout < 0 && (r = pp_head_take(st, rec, err)) != 0) /* before the walk's stamp: a wait is not walk time */
         return r;
     armed = st->s + ACT_PP_MAX_STAGES;
-    if (atomic_compare_exchange_strong(&rt->inject_fail_stage, &armed, -1)) /* test hook, late */
+    if (h && atomic_compare_exchange_strong(&h->inject_fail_stage, &armed, -1)) /* test hook, late */
         return dev_err_set(err, MEMRA_E_DEVICE, "stage %d: injected failure, late (test hook)", st->s);
     /* the markers are host functions on the stream: on CUDA each holds the stream until the driver's callback
      * thread has run it; MEMRA_PP_MARKERS=0 drops them (measurement only: counters and busy % then stop) */
     const int marks =
-        !rec->stamped && (rec->seams.markers || atomic_load(&rt->rendezvous_ms) > 0 || act_trace_on());
+        !rec->stamped && (rec->seams.markers || (h && atomic_load(&h->rendezvous_ms) > 0) || act_trace_on());
     if (marks && (r = dev_host_fn_async(st->stream, pp_walk_begin, mk)) != 0)
         return dev_err_set(err, r, "stage %d: walk marker", st->s);
     /* stamped (CUDA): the GPU writes its clock into the step's pinned record, no host callback on the stream */
@@ -477,7 +480,9 @@ int pp_stage_handle(act_actor *a, act_msg *m, void *ctx)
     pp_stage *st = ctx;
     if (act_trace_on() && st->tr_idle_ns) /* the mailbox was empty since the last handler returned */
         act_trace_span(ACT_TR_MAILBOX_WAIT, ACT_TRACE_STAGE(st->s), st->tr_idle_ns, pp_now_ns(), UINT64_MAX, 0, 0, 0);
-    pp_jitter(st->rt);
+    pp_hooks *h = pp_hooks_of(st->rt);
+    if (h)
+        pp_jitter(h);
     switch (m->kind) {
     case PP_MSG_STEP: {
         pp_rec *rec;

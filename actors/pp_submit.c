@@ -1,6 +1,7 @@
 /* Submitting steps: the split arm through the stage actors, the unsplit reference arm on the primary
- * stream, and the one-stream seam (MEMRA_PP_STREAMS=0). Runs on the submitting thread, which is the only
- * thread that reads the seams (once per step) — the snapshot travels in the step record. */
+ * stream, and the one-stream seam (MEMRA_PP_STREAMS=0). Runs on the submitting thread, which takes one
+ * snapshot of the runtime's seams per step (act_pp.seams) — the snapshot travels in the step record. Also the
+ * seams' setters and the test hooks' installers. */
 #include "actors/pp_internal.h"
 #include "kernels/krn.h"
 
@@ -248,9 +249,58 @@ static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
 
 int act_pp_pipelining_refused(const act_pp *rt)
 {
-    act_pp_seams seams = rt->seam_defaults;
-    act_doors_read_seams(&seams, NULL); /* an invalid value leaves the defaults (the submit will refuse it) */
+    act_pp_seams seams;
+    act_pp_get_seams(rt, &seams);
     return same_device_refusal(rt, &seams);
+}
+
+void act_pp_get_seams(const act_pp *rt, act_pp_seams *out)
+{
+    /* ordered by rt->seams: acquire pairs with the setter's release; one word, so the seams of one publication */
+    *out = act_pp_seams_unpack(atomic_load_explicit(&((act_pp *)rt)->seams, memory_order_acquire));
+}
+
+int act_pp_set_seams(act_pp *rt, const act_pp_seams *seams, dev_err *err)
+{
+    if (!rt || !seams)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_set_seams: NULL runtime or seams");
+    int r = act_pp_seams_check(seams, err);
+    if (r != 0)
+        return r;
+    /* the hand-off to the submitter: release pairs with act_pp_get_seams' acquire */
+    atomic_store_explicit(&rt->seams, act_pp_seams_pack(seams), memory_order_release);
+    return 0;
+}
+
+int act_pp_reload_doors(act_pp *rt, dev_err *err)
+{
+    if (!rt)
+        return dev_err_set(err, MEMRA_E_INVAL, "act_pp_reload_doors: NULL runtime");
+    if (!rt->apply_env)
+        return dev_err_set(err, MEMRA_E_STATE, "act_pp_reload_doors: the runtime was created with apply_env = 0, so "
+                           "the environment changes nothing (set its seams with act_pp_set_seams)");
+    act_pp_config c = rt->cfg; /* the structural doors must still describe this runtime */
+    char what[160];
+    int r = act_doors_read_structural(&c, err); /* also checks every seam's value */
+    if (r != 0) {
+        /* another stage count makes the runtime's placement or cuts a misfit: name the cause, not the misfit */
+        const char *v = getenv("MEMRA_PP_STAGES");
+        long n;
+        if (!v || act_door_parse_int(v, strlen(v), 0, ACT_PP_MAX_STAGES, &n) != 0)
+            return r;
+        c = rt->cfg;
+        c.stages = (int)n;
+        if (act_pp_config_same(&c, &rt->cfg, what, sizeof what))
+            return r;
+        dev_err_clear(err);
+    }
+    if (r != 0 || !act_pp_config_same(&c, &rt->cfg, what, sizeof what))
+        return dev_err_set(err, MEMRA_E_REFUSED, "act_pp_reload_doors: %s: a structural door is read once, when the "
+                           "runtime is created (create a new runtime to change it); nothing was reloaded", what);
+    act_pp_seams seams = rt->seam_base;
+    if ((r = act_doors_read_seams(&seams, err)) != 0)
+        return r;
+    return act_pp_set_seams(rt, &seams, err);
 }
 
 int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err *err)
@@ -261,9 +311,8 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     int r = check_rows(rt, st, err);
     if (r != 0)
         return r;
-    act_pp_seams seams = rt->seam_defaults;
-    if ((r = act_doors_read_seams(&seams, err)) != 0) /* per step, never memoized; the environment wins */
-        return r;
+    act_pp_seams seams; /* one snapshot per step: a later act_pp_set_seams changes later steps only */
+    act_pp_get_seams(rt, &seams);
     /* the A/B seams: which arms go through the unsplit body this step */
     int unsplit = 0;
     const char *path = NULL, *alt = NULL;
@@ -299,7 +348,8 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
         feed_note(rt, rec, 0); /* before: submit_sync frees rec */
         return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);
     }
-    rec->stamped = rt->stamp_mode && seams.markers && atomic_load(&rt->rendezvous_ms) == 0;
+    pp_hooks *h = pp_hooks_of(rt);
+    rec->stamped = rt->stamp_mode && seams.markers && !(h && atomic_load(&h->rendezvous_ms) > 0);
     if (!(rec->pending = pp_pending_get(rt, rec, err))) {
         pp_rec_free(rec);
         return err->code;
@@ -311,11 +361,16 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (act_trace_on()) { /* the group is the scheduler's for this one step (act_trace_set_group) */
         act_trace_instant(ACT_TR_SUBMIT, ACT_TRACE_SCHED, pp_now_ns(), rec->id, rec->B, act_trace_group_tl, rec->kind);
         act_trace_group_tl = -1;
+        act_trace_step_tl = rec->id; /* the scheduler joins its requests to it (act_trace_submitted) */
     }
-    atomic_fetch_add(&rt->posted, 1);
+    rt->n_posted++;
+    if (h)
+        atomic_fetch_add(&h->posted, 1);
     /* ordered by stage 0's mailbox: everything written into rec happens-before stage 0 takes the STEP */
     if ((r = pp_post(rt->stage[0].actor, PP_MSG_STEP, &rec, sizeof rec)) != 0) {
-        atomic_fetch_sub(&rt->posted, 1);
+        rt->n_posted--;
+        if (h)
+            atomic_fetch_sub(&h->posted, 1);
         atomic_fetch_sub(&rt->unfinished, 1);
         pp_inflight_add(rt, -1);
         act_pending_release(p);
@@ -387,15 +442,35 @@ void act_pp_reset_stats(act_pp *rt)
     }
 }
 
-void act_pp_hold_start(act_pp *rt, int on) { atomic_store(&rt->hold_start, on); }
-
-void act_pp_inject_stage_failure(act_pp *rt, int s) { atomic_store(&rt->inject_fail_stage, s); }
-void act_pp_inject_stage_failure_late(act_pp *rt, int s)
+/* The test hooks' state, installed at the first hook a test sets (the submitting thread, the runtime idle). */
+static pp_hooks *hooks_install(act_pp *rt)
 {
-    atomic_store(&rt->inject_fail_stage, s < 0 ? -1 : s + ACT_PP_MAX_STAGES);
+    pp_hooks *h = pp_hooks_of(rt);
+    if (h)
+        return h;
+    h = &rt->hook_state;
+    atomic_store(&h->posted, rt->n_posted); /* the rendezvous compares it with walks counted since create */
+    atomic_store(&h->rendezvous_ms, 0);
+    atomic_store(&h->hold_start, 0);
+    atomic_store(&h->inject_fail_stage, -1);
+    atomic_store(&h->jitter_us, 0);
+    /* ordered by rt->hooks: the release publishes the state above to every thread that loads the pointer */
+    atomic_store_explicit(&rt->hooks, h, memory_order_release);
+    return h;
 }
 
-void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms) { atomic_store(&rt->rendezvous_ms, on ? timeout_ms : 0); }
+void act_pp_hold_start(act_pp *rt, int on) { atomic_store(&hooks_install(rt)->hold_start, on); }
+
+void act_pp_inject_stage_failure(act_pp *rt, int s) { atomic_store(&hooks_install(rt)->inject_fail_stage, s); }
+void act_pp_inject_stage_failure_late(act_pp *rt, int s)
+{
+    atomic_store(&hooks_install(rt)->inject_fail_stage, s < 0 ? -1 : s + ACT_PP_MAX_STAGES);
+}
+
+void act_pp_set_rendezvous(act_pp *rt, int on, int timeout_ms)
+{
+    atomic_store(&hooks_install(rt)->rendezvous_ms, on ? timeout_ms : 0);
+}
 
 static void jitter_op_hook(void *ctx, dev_stream *s, const char *op)
 {
@@ -406,10 +481,11 @@ static void jitter_op_hook(void *ctx, dev_stream *s, const char *op)
 
 void act_pp_set_jitter(act_pp *rt, int max_us, uint64_t seed)
 {
+    pp_hooks *h = hooks_install(rt);
     /* ordered by jitter_us's store (seq_cst): a thread that sees the new bound sees the new seed */
-    rt->jitter_seed = seed | 1;
-    atomic_fetch_add(&rt->jitter_gen, 1);
-    atomic_store(&rt->jitter_us, max_us);
+    atomic_store(&h->jitter_seed, seed | 1);
+    atomic_fetch_add(&h->jitter_gen, 1);
+    atomic_store(&h->jitter_us, max_us);
     rt->jitter_hook_set = max_us > 0;
-    dev_set_op_hook(rt->plat, max_us > 0 ? jitter_op_hook : NULL, max_us > 0 ? rt : NULL);
+    dev_set_op_hook(rt->plat, max_us > 0 ? jitter_op_hook : NULL, max_us > 0 ? h : NULL);
 }

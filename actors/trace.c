@@ -3,9 +3,12 @@
  * Shared state and who touches it:
  *   act_trace_flag, gen              act_trace_start/stop write [ctl_lock]; trace points read (relaxed / acquire)
  *   ctl.owner, file, t_start, n_stages   act_trace_start/stop only [ctl_lock]
+ *   ctl.extra, extra_ctx             act_trace_set_extra sets, act_trace_stop calls and clears [ctl_lock]
  *   registry (bufs list)             threads append, claim dead threads' buffers; stop walks it [reg_lock]
- *   tbuf.r[], n, dropped             the owning thread writes (single writer); stop reads r[0 .. n) after an
- *                                    acquire load of n. A thread resets its buffer itself when it sees a new gen.
+ *   tbuf.chunk[], records, n, dropped  the owning thread writes (single writer: it mallocs chunk c before it
+ *                                    publishes a record in it); stop reads records [0 .. n) after an acquire load
+ *                                    of n. A thread resets its buffer itself when it sees a new gen (its chunks
+ *                                    stay allocated for the next trace).
  *   tbuf.alive                       set on claim [reg_lock], cleared by the thread's exit (key destructor) */
 #include "actors/trace.h"
 
@@ -18,6 +21,7 @@
 
 _Atomic int act_trace_flag;
 _Thread_local int act_trace_group_tl = -1;
+_Thread_local uint64_t act_trace_step_tl = UINT64_MAX;
 
 typedef struct tbuf {
     struct tbuf *next;           /* registry link [reg_lock] */
@@ -25,7 +29,7 @@ typedef struct tbuf {
     _Atomic uint64_t gen;        /* the trace its records belong to (written by the owner) */
     _Atomic uint64_t n;          /* records written (release by the owner) */
     _Atomic uint64_t dropped;    /* records lost to a full buffer */
-    act_trace_rec r[ACT_TRACE_BUF_RECS];
+    act_trace_rec *chunk[ACT_TRACE_BUF_CHUNKS]; /* record i is chunk[i / ACT_TRACE_BUF_RECS][i % ...] */
 } tbuf;
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,6 +42,8 @@ static struct {
     char path[1024];
     uint64_t t_start;
     int n_stages;
+    act_trace_extra_fn extra; /* events from outside the runtime (act_trace_set_extra), or NULL */
+    void *extra_ctx;
 } ctl;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -48,6 +54,7 @@ static const char *const names[ACT_TR_N_NAMES] = {
     [ACT_TR_HOP] = "hop", [ACT_TR_READBACK] = "readback", [ACT_TR_CREDIT_WAIT] = "credit wait",
     [ACT_TR_FEED_WAIT] = "feed wait", [ACT_TR_REQ_QUEUED] = "queued", [ACT_TR_REQ_FIRST] = "first token",
     [ACT_TR_REQ_DONE] = "done", [ACT_TR_SUBMIT] = "submit", [ACT_TR_INFLIGHT] = "steps in flight", [ACT_TR_ROWS] = "rows per step", [ACT_TR_CREDITS] = "credits held",
+    [ACT_TR_STEP_REQS] = "requests",
 };
 
 int act_trace_n_buffers(void)
@@ -84,7 +91,12 @@ static tbuf *claim(void)
             b = o;
     if (b) {
         atomic_store(&b->alive, 1);
-    } else if ((b = malloc(sizeof *b)) != NULL) {
+    } else if ((b = calloc(1, sizeof *b)) != NULL) {
+        if (!(b->chunk[0] = malloc(ACT_TRACE_BUF_RECS * sizeof *b->chunk[0]))) {
+            free(b);
+            pthread_mutex_unlock(&reg_lock);
+            return NULL;
+        }
         atomic_init(&b->alive, 1);
         atomic_init(&b->gen, 0);
         atomic_init(&b->n, 0);
@@ -110,12 +122,14 @@ void act_trace_put(const act_trace_rec *r)
         atomic_store_explicit(&b->gen, g, memory_order_release);
     }
     uint64_t n = atomic_load_explicit(&b->n, memory_order_relaxed);
-    if (n >= ACT_TRACE_BUF_RECS) {
+    const uint64_t c = n / ACT_TRACE_BUF_RECS;
+    if (c >= ACT_TRACE_BUF_CHUNKS ||
+        (!b->chunk[c] && !(b->chunk[c] = malloc(ACT_TRACE_BUF_RECS * sizeof *b->chunk[c])))) {
         atomic_store_explicit(&b->dropped, atomic_load_explicit(&b->dropped, memory_order_relaxed) + 1,
                               memory_order_relaxed);
         return;
     }
-    b->r[n] = *r;
+    b->chunk[c][n % ACT_TRACE_BUF_RECS] = *r;
     /* ordered by n: act_trace_stop reads r[0 .. n) after its acquire load */
     atomic_store_explicit(&b->n, n + 1, memory_order_release);
 }
@@ -149,6 +163,16 @@ out:
     return r;
 }
 
+int act_trace_set_extra(act_trace_extra_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&ctl_lock);
+    const int ok = ctl.owner && !ctl.extra;
+    if (ok)
+        ctl.extra = fn, ctl.extra_ctx = ctx;
+    pthread_mutex_unlock(&ctl_lock);
+    return ok ? 0 : MEMRA_E_STATE;
+}
+
 int act_trace_owned_by(const void *owner)
 {
     pthread_mutex_lock(&ctl_lock);
@@ -162,8 +186,10 @@ int act_trace_owned_by(const void *owner)
 typedef struct ev {
     uint64_t ts;
     int order;   /* at equal ts: ends (0) before instants (1) before begins (2) */
-    int phase;   /* 'B', 'E', 'b', 'e', 'i', 'C', 's', 't', 'f' */
+    int phase;   /* 'B', 'E', 'b', 'e', 'i', 'C', 's', 't', 'f'; 'R': a step's requests (grp) */
     const act_trace_rec *r;
+    act_trace_rec *const *grp; /* 'R': the step's ACT_TR_STEP_REQS records, n_grp of them */
+    size_t n_grp;
 } ev;
 
 static int ev_cmp(const void *x, const void *y)
@@ -237,9 +263,10 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
 {
     int r = 0;
     ev *evs = NULL;
-    act_trace_rec **by_step = NULL;
+    act_trace_rec **by_step = NULL, **reqs = NULL;
     size_t n_ev = 0, cap = 2 * n + 1;
-    if (!(evs = malloc(cap * 2 * sizeof *evs)) || !(by_step = malloc((n + 1) * sizeof *by_step))) {
+    if (!(evs = malloc(cap * 2 * sizeof *evs)) || !(by_step = malloc((n + 1) * sizeof *by_step)) ||
+        !(reqs = malloc((n + 1) * sizeof *reqs))) {
         r = MEMRA_E_NOMEM;
         goto fail;
     }
@@ -249,19 +276,31 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
         if (recs[i]->step != UINT64_MAX && (recs[i]->name == ACT_TR_WALK || recs[i]->name == ACT_TR_READBACK))
             by_step[n_flow++] = recs[i];
     qsort(by_step, n_flow, sizeof *by_step, rec_step_cmp);
+    size_t n_reqs = 0; /* the scheduler's step -> requests records, one event per step */
+    for (size_t i = 0; i < n; i++)
+        if (recs[i]->name == ACT_TR_STEP_REQS && recs[i]->step != UINT64_MAX)
+            reqs[n_reqs++] = recs[i];
+    qsort(reqs, n_reqs, sizeof *reqs, rec_step_cmp);
+    for (size_t i = 0, j; i < n_reqs; i = j) {
+        for (j = i + 1; j < n_reqs && reqs[j]->step == reqs[i]->step;)
+            j++;
+        evs[n_ev++] = (ev){reqs[i]->t0, 1, 'R', reqs[i], reqs + i, j - i};
+    }
     for (size_t i = 0; i < n; i++) {
         const act_trace_rec *x = recs[i];
+        if (x->name == ACT_TR_STEP_REQS)
+            continue;
         switch (x->type) {
         case ACT_TR_SPAN:
-            evs[n_ev++] = (ev){x->t0, 2, 'B', x};
-            evs[n_ev++] = (ev){x->t1, 0, 'E', x};
+            evs[n_ev++] = (ev){x->t0, 2, 'B', x, NULL, 0};
+            evs[n_ev++] = (ev){x->t1, 0, 'E', x, NULL, 0};
             break;
         case ACT_TR_ASYNC:
-            evs[n_ev++] = (ev){x->t0, 2, 'b', x};
-            evs[n_ev++] = (ev){x->t1, 0, 'e', x};
+            evs[n_ev++] = (ev){x->t0, 2, 'b', x, NULL, 0};
+            evs[n_ev++] = (ev){x->t1, 0, 'e', x, NULL, 0};
             break;
-        case ACT_TR_INSTANT: evs[n_ev++] = (ev){x->t0, 1, 'i', x}; break;
-        default: evs[n_ev++] = (ev){x->t0, 1, 'C', x}; break;
+        case ACT_TR_INSTANT: evs[n_ev++] = (ev){x->t0, 1, 'i', x, NULL, 0}; break;
+        default: evs[n_ev++] = (ev){x->t0, 1, 'C', x, NULL, 0}; break;
         }
     }
     uint64_t t_flow = 0; /* a flow point lies inside its span, never before the step's previous point */
@@ -272,7 +311,7 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
         t_flow = first || x->t0 > t_flow ? x->t0 : t_flow;
         t_flow = t_flow < x->t1 ? t_flow : x->t1;
         if (!(first && last)) /* a step seen once links nothing */
-            evs[n_ev++] = (ev){t_flow, 3, first ? 's' : last ? 'f' : 't', x};
+            evs[n_ev++] = (ev){t_flow, 3, first ? 's' : last ? 'f' : 't', x, NULL, 0};
     }
     qsort(evs, n_ev, sizeof *evs, ev_cmp);
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"memra\",\"stages\":%d,\"dropped\":%" PRIu64
@@ -298,7 +337,7 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
         const ev *e = &evs[i];
         const act_trace_rec *x = e->r;
         const char *nm = act_trace_name_str(x->name);
-        fprintf(f, ",\n{\"ph\":\"%c\",\"pid\":1,\"tid\":%d,\"ts\":", e->phase, x->track);
+        fprintf(f, ",\n{\"ph\":\"%c\",\"pid\":1,\"tid\":%d,\"ts\":", e->phase == 'R' ? 'i' : e->phase, x->track);
         put_us(f, e->ts, t_start);
         if (x->name == ACT_TR_CREDITS) /* a counter per stage */
             fprintf(f, ",\"name\":\"%s stage %d\",\"cat\":\"%s\"", nm, x->b, nm);
@@ -323,14 +362,27 @@ static int write_json(FILE *f, act_trace_rec **recs, size_t n, uint64_t t_start,
         case 'f':
             fprintf(f, ",\"id\":%" PRIu64 ",\"bp\":\"e\"", x->step);
             break;
+        case 'R': /* the step's requests, every record's ids in one list */
+            fprintf(f, ",\"s\":\"t\",\"args\":{\"step\":%" PRIu64 ",\"reqs\":[", x->step);
+            for (size_t k = 0, m = 0; k < e->n_grp; k++) {
+                const int id[3] = {e->grp[k]->a, e->grp[k]->b, e->grp[k]->c};
+                for (int q = 0; q < 3; q++)
+                    if (id[q] >= 0)
+                        fprintf(f, "%s%d", m++ ? "," : "", id[q]);
+            }
+            fputs("]}", f);
+            break;
         default: break;
         }
         fputc('}', f);
     }
+    if (ctl.extra) /* [ctl_lock]: act_trace_stop holds it */
+        r = ctl.extra(ctl.extra_ctx, f, t_start);
     fprintf(f, "\n]}\n");
 fail:
     free(evs);
     free(by_step);
+    free(reqs);
     return r;
 }
 
@@ -364,7 +416,7 @@ int act_trace_stop(const void *owner, act_trace_stats *stats, dev_err *err)
         /* ordered by n: the owner stored r[i] before publishing i + 1 */
         uint64_t m = atomic_load_explicit(&b->n, memory_order_acquire);
         for (uint64_t i = 0; i < m && n < cap; i++)
-            recs[n++] = &b->r[i];
+            recs[n++] = &b->chunk[i / ACT_TRACE_BUF_RECS][i % ACT_TRACE_BUF_RECS];
         dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
         threads++;
     }
@@ -372,7 +424,8 @@ int act_trace_stop(const void *owner, act_trace_stats *stats, dev_err *err)
     /* a buffer's records stay put until its thread's next record under a new gen, which needs a new start:
      * the ctl lock held here orders that after this export */
     if ((r = write_json(ctl.file, recs, n, ctl.t_start, ctl.n_stages, dropped, threads)) != 0)
-        dev_err_set(err, r, "trace: out of host memory exporting %zu records", n);
+        dev_err_set(err, r, "trace: %s exporting %zu records", r == MEMRA_E_NOMEM ? "out of host memory" :
+                    "the extra events' source failed", n);
 fail:
     if (fclose(ctl.file) != 0 && r == 0)
         r = dev_err_set(err, MEMRA_E_IO, "trace: writing %s failed", ctl.path);
@@ -380,6 +433,8 @@ fail:
         *stats = (act_trace_stats){n, dropped, threads};
     ctl.owner = NULL;
     ctl.file = NULL;
+    ctl.extra = NULL;
+    ctl.extra_ctx = NULL;
     free(recs);
     pthread_mutex_unlock(&ctl_lock);
     return r;

@@ -2,9 +2,10 @@
  * (docs/trace.md). One trace records at a time in a process (act_trace_start .. act_trace_stop).
  *
  * Cost: off, every trace point is one relaxed load and a predicted-not-taken branch (act_trace_on), nothing
- * is allocated. On, a thread's first record mallocs its buffer (ACT_TRACE_BUF_RECS records) and registers it
- * once; every record after that is a few stores into that buffer and one release store of its count (single
- * writer, no lock). A full buffer drops the record and counts the drop.
+ * is allocated. On, a thread's first record mallocs its buffer (one chunk of ACT_TRACE_BUF_RECS records) and
+ * registers it once; every record after that is a few stores into that buffer and one release store of its count
+ * (single writer, no lock); every ACT_TRACE_BUF_RECS-th record mallocs the next chunk, up to ACT_TRACE_BUF_CHUNKS.
+ * A full buffer drops the record and counts the drop.
  *
  * Shared state (trace.c): the on flag and the generation (atomics; act_trace_start/stop write them under the
  * control lock), the registry of buffers (appended under the registry lock, read by act_trace_stop), each
@@ -18,10 +19,12 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "device/err.h"
 
-#define ACT_TRACE_BUF_RECS 65536 /* records per thread buffer (48 bytes each: 3 MiB) */
+#define ACT_TRACE_BUF_RECS 65536 /* records per chunk of a thread's buffer (48 bytes each: 3 MiB) */
+#define ACT_TRACE_BUF_CHUNKS 16  /* chunks a thread's buffer grows to: 1M records, 48 MiB */
 
 /* Track ids (the exported tid): s is a stage (0..63) or a boundary (0..62). */
 #define ACT_TRACE_STAGE(s) (1 + (s))       /* stage s's actor thread */
@@ -47,6 +50,8 @@ typedef enum act_trace_name {
     ACT_TR_INFLIGHT,     /* counter, runtime: steps in flight (a) */
     ACT_TR_ROWS,         /* counter, runtime: rows of the step stage 0 takes (a) */
     ACT_TR_CREDITS,      /* counter, runtime: out-slot credits stage b holds (a) */
+    ACT_TR_STEP_REQS,    /* instant, scheduler: the step carries the rows of requests a, b, c (-1: none); a step
+                          * of more requests has several, exported as one "requests" event listing them all */
     ACT_TR_N_NAMES
 } act_trace_name;
 
@@ -134,12 +139,27 @@ static inline void act_trace_req(act_trace_name n, int req, int status)
 }
 
 extern _Thread_local int act_trace_group_tl; /* the submitting thread's micro-batch group, -1: none */
+extern _Thread_local uint64_t act_trace_step_tl; /* the id of the step this thread submitted last while tracing
+                                                  * (act_pp_submit's submit record), UINT64_MAX: none since the
+                                                  * scheduler's act_trace_set_group */
 
-/* The scheduler: the steps this thread submits next carry micro-batch group g (-1: none) in their submit record. */
+/* The scheduler: the step this thread submits next carries micro-batch group g (-1: none) in its submit record,
+ * and act_trace_submitted gives its id afterwards. */
 static inline void act_trace_set_group(int g)
 {
-    if (act_trace_on())
+    if (act_trace_on()) {
         act_trace_group_tl = g;
+        act_trace_step_tl = UINT64_MAX;
+    }
+}
+
+/* The id of the step this thread submitted since act_trace_set_group, UINT64_MAX when none was recorded (tracing
+ * started in between, or the submit failed). Call only when act_trace_on(). */
+static inline uint64_t act_trace_submitted(void)
+{
+    const uint64_t id = act_trace_step_tl;
+    act_trace_step_tl = UINT64_MAX;
+    return id;
 }
 
 /* Start recording for owner (any non-NULL tag: the runtime that asked); the file is written to path by
@@ -149,6 +169,14 @@ int act_trace_start(const void *owner, const char *path, int n_stages, dev_err *
 /* Stop the trace owner started and write its file (Chrome Trace Event JSON). Returns 0, MEMRA_E_STATE (owner
  * records no trace), or MEMRA_E_IO (the write failed; the trace is stopped anyway). stats may be NULL. */
 int act_trace_stop(const void *owner, act_trace_stats *stats, dev_err *err);
+/* Events from outside the runtime that act_trace_stop writes into the file after the runtime's (memra-bench
+ * --kernel-trace: the CUPTI kernel records, on the host clock). fn writes them to f, each event preceded by ",\n",
+ * "ts" in us from t_start_ns (CLOCK_MONOTONIC, act_trace_now_ns), and returns 0 or a MEMRA_E_* status. */
+typedef int (*act_trace_extra_fn)(void *ctx, FILE *f, uint64_t t_start_ns);
+/* Have the trace that records now call fn(ctx, ...) once when it is written (act_trace_stop clears it; the caller
+ * keeps ctx alive until then). Returns 0, or MEMRA_E_STATE when no trace records or one source is set already. */
+int act_trace_set_extra(act_trace_extra_fn fn, void *ctx);
+
 /* 1 when owner's trace records. */
 int act_trace_owned_by(const void *owner);
 

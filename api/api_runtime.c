@@ -48,7 +48,7 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
     if (p->streams < 0 || p->streams > 1)
         BAD("memra_runtime_params.streams = %d (allowed 0 or 1)", p->streams);
     if (p->overlap < -1 || p->overlap > 1)
-        BAD("memra_runtime_params.overlap = %d (allowed -1 = environment, 0, 1)", p->overlap);
+        BAD("memra_runtime_params.overlap = %d (allowed -1 = the default, 0, 1)", p->overlap);
     if (p->graph < 0 || p->graph > 1)
         BAD("memra_runtime_params.graph = %d (allowed 0 or 1)", p->graph);
     if (p->n_seq < 1 || p->n_seq > 4096)
@@ -190,9 +190,9 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     static const int kv_krn[] = {KRN_F32, KRN_F32, KRN_F16, KRN_BF16}; /* by memra_kv_type; DEFAULT: below */
     ap.kv_type = p.kv_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.kv_type]; /* -1: MEMRA_KV_TYPE */
     ap.act_type = p.act_type == MEMRA_KV_DEFAULT && p.apply_env ? -1 : kv_krn[p.act_type]; /* -1: MEMRA_ACT_TYPE */
-    if (p.overlap >= 0) /* a per-step seam: this runtime's default; MEMRA_PP_OVERLAP still wins per step */
+    if (p.overlap >= 0) /* a per-step seam of this runtime; MEMRA_PP_OVERLAP (apply_env) wins at create */
         ap.seams.overlap = p.overlap;
-    if (p.graph) /* a per-step seam too: this runtime's default; MEMRA_PP_GRAPH still wins per step */
+    if (p.graph) /* a per-step seam of this runtime; MEMRA_PP_GRAPH (apply_env) wins at create */
         ap.seams.graph = 1;
     ap.progress = p.progress;
     ap.progress_ctx = p.progress_user;
@@ -365,6 +365,18 @@ int memra_runtime_drain(memra_runtime *rt)
         return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_drain: runtime is NULL");
     dev_err err = {0};
     return act_pp_drain(rt->pp, &err) ? api_fail_err(&rt->err, &err) : MEMRA_OK;
+}
+
+int memra_runtime_reload_doors(memra_runtime *rt)
+{
+    if (!rt)
+        return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_reload_doors: runtime is NULL");
+    dev_err err = {0};
+    if (act_pp_reload_doors(rt->pp, &err) != 0) {
+        dev_err_wrap(&err, "memra_runtime_reload_doors");
+        return api_fail_err(&rt->err, &err);
+    }
+    return MEMRA_OK;
 }
 
 int memra_runtime_trace_start(memra_runtime *rt, const char *path)

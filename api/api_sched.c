@@ -259,6 +259,19 @@ static void rebalance(sched *s, int gi)
     }
 }
 
+/* Tracing: the requests of the n rows' members q of the step this thread just submitted, keyed by its id (three
+ * to a record; the export lists them in one "requests" event that the viewer joins to the step's spans). */
+static void trace_step_reqs(sched_req *const *q, int n)
+{
+    const uint64_t step = act_trace_submitted();
+    if (step == UINT64_MAX)
+        return;
+    const uint64_t t = act_trace_now_ns();
+    for (int i = 0; i < n; i += 3)
+        act_trace_instant(ACT_TR_STEP_REQS, ACT_TRACE_SCHED, t, step, q[i]->index, i + 1 < n ? q[i + 1]->index : -1,
+                          i + 2 < n ? q[i + 2]->index : -1);
+}
+
 /* Build and submit group gi's next step (the group is idle). Row layout: [prompt rows without output |
  * output rows], output rows being each decoding member's token and each completing prompt's last row. */
 static int group_submit(sched *s, int gi)
@@ -344,6 +357,8 @@ static int group_submit(sched *s, int gi)
         g->n_in_step = 0;
         return r;
     }
+    if (act_trace_on())
+        trace_step_reqs(g->in_step, g->n_in_step);
     for (int i = 0; i < g->n_in_step; i++) { /* positions move as submitted (the pipeline keeps step order) */
         sched_req *q = g->in_step[i];
         if (q->next >= 0)
@@ -390,10 +405,13 @@ static void lookahead(sched *s, int gi)
     }
     act_pp_step st = {.kind = B > 1 ? ACT_STEP_BATCH : ACT_STEP_EAGER, .B = B, .seq = seq, .pos = pos,
                       .logits = ACT_LOGITS_ARGMAX, .feed = 1};
+    act_trace_set_group(gi);
     if (api_submit_counted(rt, &st, B, 0, &g->ahead) != MEMRA_OK) {
         g->ahead = NULL;
         return;
     }
+    if (act_trace_on())
+        trace_step_reqs(g->in_ahead, B);
     g->n_in_ahead = B;
     g->ahead_order = s->next_order++;
     for (int i = 0; i < B; i++)

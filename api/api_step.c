@@ -21,7 +21,7 @@ int api_should_abort(memra_runtime *rt)
  * first: the API then runs one step at a time there instead of failing. */
 static int submit_locked(memra_runtime *rt, const act_pp_step *st, act_pending **out, dev_err *err)
 {
-    if (act_pp_pipelining_refused(rt->pp)) { /* reads the seams now, on this submitting thread */
+    if (act_pp_pipelining_refused(rt->pp)) { /* the runtime's seams as the submit will take them */
         int r = act_pp_drain(rt->pp, err);
         if (r)
             return r;

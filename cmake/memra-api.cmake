@@ -58,6 +58,10 @@ if(MEMRA_HAVE_CUDA)
   string(APPEND MEMRA_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas -lstdc++")
   list(APPEND MEMRA_STATIC_DEPS ${CUDAToolkit_LIBRARY_DIR}/libcudart.so ${CUDAToolkit_LIBRARY_DIR}/libcublas.so stdc++)
 endif()
+if(MEMRA_HAVE_NCCL) # the library by its full path: PyPI's wheel ships libnccl.so.2 without the libnccl.so link
+  string(APPEND MEMRA_PC_LIBS_PRIVATE " ${MEMRA_NCCL_LIBRARY}")
+  list(APPEND MEMRA_STATIC_DEPS ${MEMRA_NCCL_LIBRARY})
+endif()
 set(MEMRA_STATIC_DEPS_FLAT "${MEMRA_STATIC_DEPS}")
 # Relocatable: the prefix is found from the .pc file's own place (pkg-config's ${pcfiledir}).
 file(RELATIVE_PATH _memra_pc_up /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)

@@ -22,12 +22,16 @@ enum { T = 200, N_CTX = 256, STAGES = 2 };
 
 static dev_platform *gpu;
 
-/* A runtime of STAGES stages, both on the primary device, over the synthetic model: n_seq sequences, feed. */
-static act_pp *runtime(const mdl_gguf_synth *shape, int n_seq, int feed)
+/* A runtime of STAGES stages, both on the primary device, over the synthetic model: n_seq sequences, feed, the
+ * seams keys, graph and head_ring (0 or 1; no environment: apply_env 0). */
+static act_pp *runtime(const mdl_gguf_synth *shape, int n_seq, int feed, int keys, int graph, int head_ring)
 {
     dev_err e = {0};
     act_pp_params pp = act_pp_default_params();
     pp.apply_env = 0;
+    pp.seams.keys = keys;
+    pp.seams.graph = graph;
+    pp.seams.head_ring = head_ring;
     pp.synth = shape;
     pp.n_ctx = N_CTX;
     pp.n_seq = n_seq;
@@ -43,11 +47,8 @@ static act_pp *runtime(const mdl_gguf_synth *shape, int n_seq, int feed)
 static void decode(const mdl_gguf_synth *shape, const char *keys, const char *graph, float *out,
                    act_pp_counters *c)
 {
-    setenv("MEMRA_PP_KEYS", keys, 1); /* seams: read by act_pp_submit on every step */
-    setenv("MEMRA_PP_GRAPH", graph, 1);
-    setenv("MEMRA_PP_HEAD_RING", graph, 1);
     dev_err e = {0};
-    act_pp *rt = runtime(shape, 1, ACT_FEED_OFF);
+    act_pp *rt = runtime(shape, 1, ACT_FEED_OFF, keys[0] == '1', graph[0] == '1', graph[0] == '1');
     for (int t = 0; t < T; t++) {
         int32_t tok = 3 + (t * 7) % 500, seq = 0, pos = t;
         act_pp_step st = {.kind = ACT_STEP_EAGER, .B = 1, .tokens = &tok, .seq = &seq, .pos = &pos};
@@ -60,9 +61,6 @@ static void decode(const mdl_gguf_synth *shape, const char *keys, const char *gr
     }
     act_pp_get_counters(rt, c);
     act_pp_destroy(rt);
-    unsetenv("MEMRA_PP_KEYS");
-    unsetenv("MEMRA_PP_GRAPH");
-    unsetenv("MEMRA_PP_HEAD_RING");
 }
 
 static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void **state)
@@ -100,10 +98,8 @@ static void test_the_keys_bound_under_graphs_gives_the_unbounded_eager_bits(void
 enum { FS = 3, FT = 40 };
 static void decode_fed(const mdl_gguf_synth *shape, int fed, int32_t out[FT][FS], act_pp_counters *c)
 {
-    setenv("MEMRA_PP_GRAPH", fed ? "1" : "0", 1);
-    setenv("MEMRA_PP_HEAD_RING", fed ? "1" : "0", 1);
     dev_err e = {0};
-    act_pp *rt = runtime(shape, FS, fed ? ACT_FEED_ON : ACT_FEED_OFF);
+    act_pp *rt = runtime(shape, FS, fed ? ACT_FEED_ON : ACT_FEED_OFF, 1, fed, fed);
     int32_t last[FS] = {11, 12, 13}, pos[FS] = {0, 0, 0};
     for (int i = 0; i < FT; i++) {
         const int B = i % 4 == 3 ? FS : 1;
@@ -130,8 +126,6 @@ static void decode_fed(const mdl_gguf_synth *shape, int fed, int32_t out[FT][FS]
     }
     act_pp_get_counters(rt, c);
     act_pp_destroy(rt);
-    unsetenv("MEMRA_PP_GRAPH");
-    unsetenv("MEMRA_PP_HEAD_RING");
 }
 
 static void test_fed_steps_under_graphs_give_the_host_fed_tokens(void **state)

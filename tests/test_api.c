@@ -221,6 +221,70 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     setenv("MEMRA_BACKEND", "cpu", 1);
 }
 
+/* Primes 8 tokens in chunks of 4 on a new sequence of rt (2 stages) and tells how they ran: 1 = through the
+ * stages (PRIME_SPLIT_CHUNKS advanced by 2), 0 = the unsplit body (MEMRA_PRIME_PP=0: unsplit_steps did). */
+static int prime_ran_split(memra_runtime *rt)
+{
+    memra_counters c0, c1;
+    assert_int_equal(memra_runtime_counters(rt, &c0), MEMRA_OK);
+    memra_seq *s = memra_seq_open(rt);
+    assert_non_null(s);
+    memra_token t[8];
+    api_tiny_prompt(t, 8, 3);
+    memra_pending *p = NULL;
+    assert_int_equal(memra_seq_prime(s, t, 8, 4, &p), MEMRA_OK);
+    assert_int_equal(memra_pending_wait(p, NULL, NULL), MEMRA_OK);
+    memra_pending_free(p);
+    assert_int_equal(memra_seq_close(s), MEMRA_OK);
+    assert_int_equal(memra_runtime_counters(rt, &c1), MEMRA_OK);
+    const uint64_t split = c1.prime_split_chunks - c0.prime_split_chunks, whole = c1.unsplit_steps - c0.unsplit_steps;
+    assert_true((split == 2 && whole == 0) || (split == 0 && whole == 2)); /* one or the other, never vacuous */
+    return split == 2;
+}
+
+/* The configuration's precedence, both ways, on a per-step seam (MEMRA_PRIME_PP): the params' value (the seam's
+ * default, on); with apply_env = 0 a set door changes nothing, not even by a reload (refused); with apply_env = 1
+ * the door set at create wins; a setenv after create changes nothing until memra_runtime_reload_doors, which takes
+ * the environment as it is then; and a reload that would change a structural door is refused, naming it, with
+ * the seams as they were. */
+static void test_the_params_then_the_doors_at_create_then_a_reload_decide_the_seams(void **state)
+{
+    (void)state;
+    setenv("MEMRA_PRIME_PP", "0", 1);
+    memra_runtime_params p = api_tiny_params(2); /* apply_env 0 */
+    memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
+    assert_non_null(rt);
+    assert_true(prime_ran_split(rt)); /* the door is set, but this runtime ignores the environment */
+    assert_int_equal(memra_runtime_reload_doors(rt), MEMRA_E_STATE);
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_STATE, "apply_env = 0");
+    assert_true(prime_ran_split(rt));
+    memra_runtime_free(rt);
+
+    p.apply_env = 1; /* MEMRA_BACKEND=cpu in this suite's environment; the stages come from the params */
+    rt = memra_runtime_create(api_tiny_model, &p);
+    assert_non_null(rt);
+    assert_int_equal(memra_runtime_n_stages(rt), 2);
+    assert_false(prime_ran_split(rt)); /* the door, read at create, wins over the params */
+    setenv("MEMRA_PRIME_PP", "1", 1);
+    assert_false(prime_ran_split(rt)); /* a setenv after create: nothing until a reload */
+    assert_int_equal(memra_runtime_reload_doors(rt), MEMRA_OK);
+    assert_true(prime_ran_split(rt));
+    setenv("MEMRA_PRIME_PP", "0", 1);
+    setenv("MEMRA_PP_STAGES", "3", 1); /* structural: read once, at create */
+    assert_int_equal(memra_runtime_reload_doors(rt), MEMRA_E_REFUSED);
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_REFUSED, "MEMRA_PP_STAGES");
+    assert_true(prime_ran_split(rt)); /* refused whole: the seam did not move either */
+    unsetenv("MEMRA_PP_STAGES");
+    setenv("MEMRA_PRIME_PP", "2", 1);
+    assert_int_equal(memra_runtime_reload_doors(rt), MEMRA_E_INVAL);
+    api_tiny_assert_error(memra_runtime_last_error(rt), MEMRA_E_INVAL, "MEMRA_PRIME_PP=2");
+    unsetenv("MEMRA_PRIME_PP");
+    assert_int_equal(memra_runtime_reload_doors(rt), MEMRA_OK); /* unset: back to the params' value */
+    assert_true(prime_ran_split(rt));
+    memra_runtime_free(rt);
+    assert_int_equal(memra_runtime_reload_doors(NULL), MEMRA_E_INVAL);
+}
+
 /* Logits of 6 prompt tokens decoded one by one, the last 3 kept, on a CPU runtime with this KV type and
  * activation type. */
 static void decode_logits_as(memra_kv_type kv, memra_kv_type act, int apply_env, float out[3][300])
@@ -498,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_null_pendings_and_samplers_are_inval),
         cmocka_unit_test(test_generate_refuses_a_bad_request_before_running_anything),
         cmocka_unit_test(test_errors_are_kept_per_handle_and_per_thread),
+        cmocka_unit_test(test_the_params_then_the_doors_at_create_then_a_reload_decide_the_seams),
     };
     return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,56 @@ static void test_seams_read_per_call_with_defaults(void **state)
     assert_int_equal(act_doors_read_seams(&s, &e), MEMRA_E_INVAL);
     assert_string_equal(e.msg, "MEMRA_PDL=yes: not allowed; expected 0 (off) or 1 (on)");
     assert_int_equal(s.overlap, 0); /* unchanged on failure */
+}
+
+/* A runtime publishes its seams as one word: every 0/1 combination survives pack and unpack, a value other than
+ * 0 or 1 is refused naming its field and door, and the defaults pack to the documented bits. */
+static void test_seams_pack_into_one_word_and_only_zero_or_one_is_allowed(void **state)
+{
+    (void)state;
+    for (uint32_t bits = 0; bits < (1u << ACT_PP_N_SEAMS); bits += 37) {
+        act_pp_seams s = act_pp_seams_unpack(bits);
+        assert_int_equal(act_pp_seams_check(&s, NULL), 0);
+        assert_int_equal(act_pp_seams_pack(&s), bits);
+    }
+    act_pp_seams d = act_pp_seams_default(), u = act_pp_seams_unpack(act_pp_seams_pack(&d));
+    assert_memory_equal(&d, &u, sizeof d);
+    assert_int_equal(act_pp_seams_unpack(1u).overlap, 1); /* bit 0: the first field */
+    d.keys = 2;
+    dev_err e = {0};
+    assert_int_equal(act_pp_seams_check(&d, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "pipeline seams: keys = 2 (the seam MEMRA_PP_KEYS; allowed 0 or 1)");
+}
+
+/* What a reload compares: the pipeline two configs build, naming the first difference. */
+static void test_config_same_names_the_first_structural_difference(void **state)
+{
+    (void)state;
+    act_pp_config a = act_pp_config_default(), b = act_pp_config_default();
+    char what[160] = "";
+    b.stages = 1; /* 0 and 1 both shut the door, and then nothing else shapes it */
+    b.slots = 5;
+    assert_true(act_pp_config_same(&a, &b, what, sizeof what));
+    a.stages = b.stages = 3;
+    a.slots = b.slots = 2;
+    assert_true(act_pp_config_same(&a, &b, what, sizeof what));
+    b.stages = 2;
+    assert_false(act_pp_config_same(&a, &b, what, sizeof what));
+    assert_string_equal(what, "MEMRA_PP_STAGES / stages: 3, the runtime has 2");
+    b.stages = 3;
+    a.n_devices = 3, a.devices[0] = 0, a.devices[1] = 0, a.devices[2] = 0; /* the same as no placement */
+    assert_true(act_pp_config_same(&a, &b, what, sizeof what));
+    a.devices[2] = 1;
+    assert_false(act_pp_config_same(&a, &b, what, sizeof what));
+    assert_string_equal(what, "MEMRA_PP_DEVICES / devices: stage 2 on device 1, the runtime has it on 0");
+    a.n_devices = 0;
+    a.n_cuts = b.n_cuts = 2, a.cuts[0] = b.cuts[0] = 4, a.cuts[1] = 9, b.cuts[1] = 10;
+    assert_false(act_pp_config_same(&a, &b, what, sizeof what));
+    assert_non_null(strstr(what, "MEMRA_PP_SPLITS"));
+    a.cuts[1] = 10;
+    a.streams = 0;
+    assert_false(act_pp_config_same(&a, &b, what, sizeof what));
+    assert_string_equal(what, "MEMRA_PP_STREAMS / streams: 0, the runtime has 1");
 }
 
 struct bad {
@@ -366,6 +417,8 @@ int main(void)
         cmocka_unit_test_setup(test_explicit_splits_and_the_n2_spelling, clear_env),
         cmocka_unit_test_setup(test_env_overrides_the_config_field_by_field, clear_env),
         cmocka_unit_test_setup(test_seams_read_per_call_with_defaults, clear_env),
+        cmocka_unit_test_setup(test_seams_pack_into_one_word_and_only_zero_or_one_is_allowed, clear_env),
+        cmocka_unit_test_setup(test_config_same_names_the_first_structural_difference, clear_env),
         cmocka_unit_test_setup(test_every_invalid_spelling_is_refused_with_its_exact_error, clear_env),
         cmocka_unit_test_setup(test_weight_balanced_cuts_count_the_head_on_the_last_stage, clear_env),
         cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),

@@ -1,6 +1,6 @@
 /* memra-bench's kernel-timeline arithmetic (tools/memra-bench/ktrace_report.c) on made-up records: what each
  * kernel adds to a step when kernels overlap (PDL, other streams) or leave gaps, grouping, and the CSV and
- * Perfetto files, and the refusals of a build without CUPTI. The CUPTI side (cuda/ktrace.cu) needs a GPU and is
+ * Perfetto files, the kernels merged into a runtime trace, and the refusals of a build without CUPTI. The CUPTI side (cuda/ktrace.cu) needs a GPU and is
  * run by scripts/gpu-check ktrace. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/trace.h"
 #include "cuda/ktrace.h"
 #include "ktrace_report.h"
 #include "support/gguf_tiny.h"
@@ -200,6 +201,42 @@ static void test_the_table_the_csv_and_the_perfetto_trace(void **state)
     assert_non_null(strstr(e2.msg, "/nonexistent-dir/x.csv"));
 }
 
+/* --kernel-trace with --trace: the kernels, on CUPTI's clock 5 s ahead of the host's and drifting 1 us over the
+ * recording (1 ns per us: a 2 us kernel lasts 1.998 us on the host clock), land in the runtime trace's file on the
+ * host clock, a lane per device and stream; a kernel that ended
+ * before the trace began is left out, and without a trace recording the merge is refused. */
+static void test_kernels_merge_into_the_runtime_trace_on_the_host_clock(void **state)
+{
+    (void)state;
+    dev_err err = {0};
+    const bench_kt_rec one = {1, 2, "k", 1, 1, 1, 0, 0};
+    const bench_kt_clock c0 = {0, 0, 0, 0};
+    assert_int_equal(bench_kt_merge_into_trace(&one, 1, &c0, &err), MEMRA_E_STATE);
+    char path[256];
+    assert_int_equal(gguf_tiny_temp_path(path, sizeof path, "ktrace-merge", &err), 0);
+    static int owner;
+    assert_int_equal(act_trace_start(&owner, path, 2, &err), 0);
+    const uint64_t h = act_trace_now_ns() + 1000000; /* 1 ms after the trace's start, on the host clock */
+    const uint64_t ahead = 5000000000u;
+    const bench_kt_clock c = {h + ahead, h + ahead + 1000000, (int64_t)ahead, (int64_t)ahead + 1000};
+    assert_int_equal(bench_kt_to_host(&c, h + ahead + 500000), h + 500000 - 500); /* half the drift */
+    const bench_kt_rec r[3] = {{h + ahead + 1000, h + ahead + 3000, "_Z4gemmv", 8, 128, 64, 7, 1},
+                               {h + ahead + 2000, h + ahead + 4000, "norm", 1, 256, 32, 9, 1},
+                               {h + ahead - 2000000, h + ahead - 1900000, "early", 1, 1, 1, 7, 1}};
+    assert_int_equal(bench_kt_merge_into_trace(r, 3, &c, &err), 0);
+    assert_int_equal(bench_kt_merge_into_trace(r, 3, &c, &err), MEMRA_E_STATE); /* one source per trace */
+    assert_int_equal(act_trace_stop(&owner, NULL, &err), 0);
+    bench_kt_merge_release();
+    const char *j = slurp(path);
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"args\":{\"name\":\"gpu 1 stream 7 kernels\"}"));
+    assert_non_null(strstr(j, "\"args\":{\"name\":\"gpu 1 stream 9 kernels\"}"));
+    assert_non_null(strstr(j, ",\"dur\":1.998,\"cat\":\"kernel\",\"name\":\"gemm\",\"args\":{\"grid\":8"));
+    assert_null(strstr(j, "early"));
+    assert_non_null(strstr(j, "\n]}\n"));
+    remove(path);
+}
+
 /* This test is built without CUPTI (MEMRA_HAVE_CUPTI unset): every verb refuses, naming what is missing. */
 static void test_without_cupti_every_verb_refuses_with_the_reason(void **state)
 {
@@ -207,7 +244,7 @@ static void test_without_cupti_every_verb_refuses_with_the_reason(void **state)
     assert_int_equal(bench_ktrace_available(), 0);
     dev_err e1 = {0}, e2 = {0};
     assert_int_equal(bench_ktrace_start(&e1), MEMRA_E_UNSUPPORTED);
-    assert_int_equal(bench_ktrace_stop(stdout, NULL, 1, &e2), MEMRA_E_UNSUPPORTED);
+    assert_int_equal(bench_ktrace_stop(stdout, NULL, 1, 0, &e2), MEMRA_E_UNSUPPORTED);
     assert_non_null(strstr(e1.msg, "CUPTI"));
     assert_non_null(strstr(e2.msg, "CUPTI"));
 }
@@ -221,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_groups_keep_grids_and_template_instances_apart),
         cmocka_unit_test(test_no_records_and_a_record_that_ends_before_it_starts_are_refused),
         cmocka_unit_test(test_the_table_the_csv_and_the_perfetto_trace),
+        cmocka_unit_test(test_kernels_merge_into_the_runtime_trace_on_the_host_clock),
         cmocka_unit_test(test_without_cupti_every_verb_refuses_with_the_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

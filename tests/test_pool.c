@@ -1,5 +1,5 @@
 /* mem/: the stream-ordered device pool (freed-on-A reused-on-B only after A's free point; same-stream
- * reuse needs nothing; size classes) and host arenas. */
+ * reuse needs nothing; size classes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include "device/dev.h"
-#include "mem/host.h"
 #include "mem/pool.h"
 #include "support/jitter.h"
 
@@ -227,55 +226,6 @@ static void test_pool_churn_over_streams_keeps_blocks_private_and_race_free(void
     dev_platform_close(p);
 }
 
-typedef struct arena_job { mem_arena *a; int ok; } arena_job;
-
-static void *arena_worker(void *arg)
-{
-    arena_job *j = arg;
-    dev_err err = { 0, "" };
-    j->ok = 1;
-    for (int i = 0; i < 2000; i++) {
-        size_t n = 16 + (size_t)(i % 97) * 40;
-        unsigned char *m = mem_host_alloc(j->a, n, &err);
-        if (!m || ((uintptr_t)m % MEM_HOST_ALIGN)) {
-            j->ok = 0;
-            break;
-        }
-        memset(m, i & 0xff, n);
-        mem_host_free(j->a, m);
-    }
-    return NULL;
-}
-
-static void test_host_arenas_allocate_aligned_per_stage_threads(void **st)
-{
-    dev_err err = { 0, "" };
-    arena_job jobs[3];
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) {
-        jobs[i].a = mem_arena_create("stage", &err);
-        assert_non_null(jobs[i].a);
-        pthread_create(&th[i], NULL, arena_worker, &jobs[i]);
-    }
-    for (int i = 0; i < 3; i++) {
-        pthread_join(th[i], NULL);
-        assert_true(jobs[i].ok);
-    }
-    float *z = mem_host_calloc(jobs[0].a, 1000 * sizeof(float), &err);
-    assert_non_null(z);
-    for (int i = 0; i < 1000; i++)
-        assert_true(z[i] == 0.0f);
-    mem_host_free(jobs[0].a, z);
-    dev_err e = { 0, "" };
-    assert_null(mem_host_alloc(jobs[1].a, 0, &e));
-    assert_int_equal(e.code, MEMRA_E_INVAL);
-    void *dflt = mem_host_alloc(NULL, 10, &err);
-    assert_non_null(dflt);
-    mem_host_free(NULL, dflt);
-    for (int i = 0; i < 3; i++)
-        mem_arena_destroy(jobs[i].a);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,7 +233,6 @@ int main(void)
         cmocka_unit_test(test_reuse_on_the_same_stream_inserts_no_dependency),
         cmocka_unit_test(test_size_classes_are_powers_of_two_from_256),
         cmocka_unit_test(test_pool_churn_over_streams_keeps_blocks_private_and_race_free),
-        cmocka_unit_test(test_host_arenas_allocate_aligned_per_stage_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "actors/pp_gate.h"
+#include "tools/memra-gate/gate.h"
 #include "kernels/quant.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
@@ -272,9 +272,11 @@ static void test_seams_off_make_the_gates_red_and_batch_is_refused_when_sharded(
     assert_non_null(strstr(e.msg, "decode_step_batch (MEMRA_BATCH_PP=0) refused"));
     assert_non_null(strstr(e.msg, "Use MEMRA_BATCH_PP=1"));
     setenv("MEMRA_PP_ALLOW_UNSPLIT_BATCH", "1", 1); /* the measurement override runs it, reading remotely */
+    dev_err e2 = {0};
+    assert_int_equal(act_pp_submit(rt, &st, &p, &e2), MEMRA_E_REFUSED); /* seams are read at create... */
+    assert_int_equal(act_pp_reload_doors(rt, &e2), 0);                  /* ...and by a reload */
     dev_counters c0, c1;
     dev_device_counters(dev_platform_device(plat, 0), &c0);
-    dev_err e2 = {0};
     assert_int_equal(act_pp_submit(rt, &st, &p, &e2), 0);
     assert_int_equal(act_pending_wait(p, NULL, NULL, &e2), 0);
     act_pending_release(p);
@@ -455,7 +457,7 @@ static void test_the_head_ring_serves_steps_in_flight_with_the_bits_of_pool_memo
             act_pending_release(p[i]);
         }
         act_pp_set_jitter(rt, 0, 0);
-        unsetenv("MEMRA_PP_HEAD_RING"); /* read by each submit (the step's seams) */
+        unsetenv("MEMRA_PP_HEAD_RING"); /* read at create: the next loop's runtime sets its own */
         assert_int_equal(dev_race_count(plat), races0);
         act_pp_counters c;
         act_pp_get_counters(rt, &c);
@@ -570,12 +572,14 @@ static void test_timestamp_liveness_counts_every_walk_without_host_markers(void 
         assert_int_equal(ss.walks, 5);
         assert_true(ss.busy_ns > 0);
     }
-    setenv("MEMRA_PP_MARKERS", "0", 1); /* measurement mode: nothing counted, still bit-identical */
+    act_pp_seams seams;
+    act_pp_get_seams(rt, &seams);
+    seams.markers = 0; /* measurement mode: nothing counted, still bit-identical */
+    assert_int_equal(act_pp_set_seams(rt, &seams, &e), 0);
     assert_int_equal(act_gate_run(rt, &gp, &rep, &e), 0);
     assert_false(rep.pass);
     assert_int_equal(rep.mismatches, 0);
     assert_non_null(strstr(rep.msg, "did not advance"));
-    unsetenv("MEMRA_PP_MARKERS");
     act_pp_destroy(rt);
 }
 

@@ -280,10 +280,14 @@ static void test_misused_fed_steps_are_refused_with_a_message(void **state)
     assert_int_equal(act_pp_submit(rt, &st, &p, &e3), MEMRA_E_INVAL);
     assert_non_null(strstr(e3.msg, "EAGER or BATCH"));
     st.kind = ACT_STEP_BATCH;
-    setenv("MEMRA_BATCH_PP", "0", 1); /* the batch seam's unsplit body has no fed tokens */
+    act_pp_seams seams, batch_off;
+    act_pp_get_seams(rt, &seams);
+    batch_off = seams;
+    batch_off.batch_pp = 0; /* the batch seam's unsplit body has no fed tokens */
+    assert_int_equal(act_pp_set_seams(rt, &batch_off, &e4), 0);
     assert_int_equal(act_pp_submit(rt, &st, &p, &e4), MEMRA_E_INVAL);
     assert_non_null(strstr(e4.msg, "stage actors only"));
-    unsetenv("MEMRA_BATCH_PP");
+    assert_int_equal(act_pp_set_seams(rt, &seams, &e4), 0);
     st.kind = ACT_STEP_EAGER;
     mdl_gguf_synth shape; /* room for a row of logits: a refusal that broke would write, not smash the stack */
     mdl_gguf_synth_defaults(&shape);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "actors/pp_gate.h"
+#include "tools/memra-gate/gate.h"
 #include "kernels/fill.h"
 #include "kernels/quant.h"
 #include "model/gguf_synth.h"

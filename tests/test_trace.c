@@ -179,6 +179,25 @@ static void test_tracing_off_records_nothing_and_starting_later_records_only_lat
     remove(path);
 }
 
+/* A thread's buffer grows by chunks: more records than one chunk holds are all kept, none dropped. */
+static void test_a_thread_records_past_one_chunk_without_dropping(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/memra-trace-chunks-%d.json", (int)getpid());
+    static int owner;
+    dev_err err = {0};
+    assert_int_equal(act_trace_start(&owner, path, 1, &err), 0);
+    const int n = ACT_TRACE_BUF_RECS + ACT_TRACE_BUF_RECS / 2;
+    for (int i = 0; i < n; i++)
+        act_trace_instant(ACT_TR_REQ_QUEUED, ACT_TRACE_SCHED, act_trace_now_ns(), UINT64_MAX, i, 0, 0);
+    act_trace_stats st;
+    assert_int_equal(act_trace_stop(&owner, &st, &err), 0);
+    assert_int_equal(st.dropped, 0);
+    assert_int_equal(st.records, (uint64_t)n);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_a_second_trace_is_refused_while_one_records),
         cmocka_unit_test(test_memra_trace_door_writes_the_file_at_free_and_refuses_an_empty_path),
         cmocka_unit_test(test_tracing_off_records_nothing_and_starting_later_records_only_later_steps),
+        cmocka_unit_test(test_a_thread_records_past_one_chunk_without_dropping),
     };
     return cmocka_run_group_tests(tests, api_tiny_setup, api_tiny_teardown);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks a memra trace (Chrome Trace Event JSON) with Python's json parser: it parses, every begin has its
 end on its track (B/E nested, b/e by id), every stage's actor and stream and the readback have a track with
-events, and each step's flow goes stage 0 -> stage 1 -> ... -> readback in time order.
+events, each step's flow goes stage 0 -> stage 1 -> ... -> readback in time order, every step that walked lists
+its requests (the scheduler's "requests" event) and each queued request's steps walk every stage and are read back.
 Usage: trace_check.py TRACE.json STAGES"""
 import json
 import sys
@@ -68,8 +69,33 @@ def main():
             fail("flow %s is not s, t.., f: %s" % (fid, [e["ph"] for e in fl]))
         if any(fl[i]["ts"] > fl[i + 1]["ts"] for i in range(len(fl) - 1)):
             fail("flow %s goes back in time: %s" % (fid, [e["ts"] for e in fl]))
-    print("trace_check: OK: %d events, %d spans, %d flows across %d stages and the readback"
-          % (len(evs), spans, len(flows), stages))
+    # requests: every step that walked lists its requests; each queued request's steps walk every stage and
+    # are read back (the path the viewer highlights)
+    steps_of = {}
+    listed = set()
+    for e in evs:
+        if e["ph"] == "i" and e["name"] == "requests":
+            listed.add(e["args"]["step"])
+            for q in e["args"]["reqs"]:
+                steps_of.setdefault(q, set()).add(e["args"]["step"])
+    walked = {e["args"]["step"] for e in evs if e["ph"] == "B" and e["name"] == "walk"}
+    if walked - listed:
+        fail("steps without their requests: %s" % sorted(walked - listed)[:10])
+    queued = {e["args"]["req"] for e in evs if e["ph"] == "i" and e["name"] == "queued"}
+    if not queued:
+        fail("no request was queued")
+    where = {}
+    for e in evs:
+        if e["ph"] == "B" and e["name"] in ("walk", "readback"):
+            where.setdefault(e["args"]["step"], set()).add(e["tid"])
+    for q in sorted(queued):
+        if not steps_of.get(q):
+            fail("request %d is in no step's requests" % q)
+        seen = set().union(*(where.get(s, set()) for s in steps_of[q]))
+        if not set(order) <= seen:
+            fail("request %d's steps miss %s" % (q, [names[t] for t in set(order) - seen]))
+    print("trace_check: OK: %d events, %d spans, %d flows across %d stages and the readback, %d requests whose "
+          "steps walk every stage" % (len(evs), spans, len(flows), stages, len(queued)))
 
 
 main()

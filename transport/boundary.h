@@ -38,6 +38,11 @@ int bnd_next_slot(bnd_boundary *b, int overlap);
  * The producer must hold slot k's credit. */
 int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src, size_t bytes);
 
+/* Test hook: with on = 1 every later bnd_send_async skips its wait on ev_rx[k], so a send may overwrite a slot
+ * the consumer has not copied out yet: the CPU backend's race checker reports it (tests/test_boundary.c). Set by
+ * the producer's thread while no send runs; a boundary nobody sets it on pays one predicted branch per send. */
+void bnd_test_skip_rx_wait(bnd_boundary *b, int on);
+
 /* On the consumer stream: wait ev_tx[k], copy bytes of slot k into dst (consumer's device), record ev_rx[k].
  * After this returns the consumer may hand slot k's credit back to the producer. */
 int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size_t bytes);

@@ -148,11 +148,17 @@ typedef enum memra_backend {
     MEMRA_BACKEND_CUDA = 2, /* every visible GPU */
 } memra_backend;
 
-/* Runtime config. With apply_env = 1 (default) the environment doors override the fields below, one by
- * one, read ONCE at create on the creating thread (docs/api.md lists each door):
+/* Runtime config: memra_runtime_params IS the configuration. With apply_env = 1 (default) the environment doors
+ * override the fields below, one by one, read ONCE at create on the creating thread (docs/doors.md lists each
+ * door and when it is read):
  *   backend <- MEMRA_BACKEND, cpu_devices <- MEMRA_CPU_DEVICES, stages <- MEMRA_PP_STAGES,
  *   cuts <- MEMRA_PP_SPLITS / MEMRA_PP_SPLIT, devices <- MEMRA_PP_DEVICES, shard <- MEMRA_PP_SHARD,
- *   slots <- MEMRA_PP_SLOTS, streams <- MEMRA_PP_STREAMS; overlap: see the field. */
+ *   slots <- MEMRA_PP_SLOTS, streams <- MEMRA_PP_STREAMS, overlap <- MEMRA_PP_OVERLAP, and the other per-step
+ *   seams (MEMRA_BATCH_PP, MEMRA_PRIME_PP, ...: the runtime's defaults when unset) likewise.
+ * Precedence: the fields < the doors at create (apply_env = 1) < memra_runtime_reload_doors, which re-reads the
+ * per-step seams of a live runtime (nothing else). A running runtime never reads the environment by itself: a
+ * setenv after create changes nothing until a reload. With apply_env = 0 the environment changes nothing at
+ * all (the reload is refused). */
 /* Element type of the KV cache (kv_type) and of the activation rows matmuls read (act_type). For the cache,
  * F16 / BF16 halve its memory (n_seq x n_ctx x 2 x kv_dim per layer) and store each k, v value rounded to
  * nearest even; attention widens them back exactly. For the activations (the normed x, the attention output,
@@ -188,9 +194,9 @@ typedef struct memra_runtime_params {
     int shard;               /* 1 (default) = each stage's weights on its own device; 0 = all on device 0 */
     int slots;               /* boundary slots per stage boundary 1..16 (default 2) */
     int streams;             /* 1 (default) = per-stage streams; 0 = the one-stream seam (one device) */
-    int overlap;             /* -1 (default): leave MEMRA_PP_OVERLAP as it is (unset = 0); 0/1: set the
-                              * process-wide MEMRA_PP_OVERLAP seam when it is unset (a seam is read per
-                              * step from the environment: it is not per runtime, and the env wins) */
+    int overlap;             /* -1 (default): the seam's default, 0; 0/1: rotate the boundary slots per step (1) or
+                              * use one slot per boundary (0). A per-step seam of this runtime; its door
+                              * MEMRA_PP_OVERLAP (with apply_env) wins over the field */
     int n_seq;               /* sequence slots (default 4) */
     int n_ctx;               /* positions per sequence (0 = min(1024, model's context)) */
     int max_rows;            /* most rows of one step: prompt chunk / batch size (default 64) */
@@ -220,8 +226,8 @@ typedef struct memra_runtime_params {
                               * those still win). Door: MEMRA_PP_PROFILE (with apply_env; wins over the field) */
     /* appended after profile, so earlier fields keep their offsets */
     int graph;               /* 1: one CUDA graph per stage step, this runtime's default of the MEMRA_PP_GRAPH seam
-                              * (the seam, read per step, still wins when set); 0 (default): eager walks unless the
-                              * seam asks. The CPU backend has no graphs: its walks are eager either way */
+                              * (MEMRA_PP_GRAPH, read at create with apply_env and by a reload, wins when set);
+                              * 0 (default): eager walks unless the door asks. The CPU backend has no graphs: its walks are eager either way */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);
@@ -235,6 +241,19 @@ MEMRA_API memra_runtime_params memra_runtime_default_params(void);
  * behind. Once created, the runtime reads nothing from the file (the embedding table is copied).
  * Cost: one pass over the weights. Call from one thread at a time (reads the environment). */
 MEMRA_API memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtime_params *params);
+/* Read the doors again on a live runtime created with apply_env = 1: its per-step seams become its params'
+ * values with the seam doors set NOW on top (MEMRA_PP_OVERLAP, MEMRA_BATCH_PP, MEMRA_SPEC_PP, MEMRA_PRIME_PP,
+ * MEMRA_PRIME_PIPE, MEMRA_PDL, MEMRA_PP_GRAPH, MEMRA_PP_KEYS, MEMRA_PP_HEAD_RING, MEMRA_PP_MARKERS,
+ * MEMRA_PP_SAME_DEVICE_PIPE, MEMRA_PP_ALLOW_UNSPLIT_BATCH); steps submitted after it returns take them, steps
+ * already submitted keep theirs. The structural doors (MEMRA_PP_STAGES, _SPLITS/_SPLIT, _DEVICES, _SHARD,
+ * _SLOTS, _STREAMS) are checked against the runtime: a changed one is refused, naming it, and nothing changes
+ * (they shape what create built). The load and platform doors (MEMRA_BACKEND, MEMRA_CPU_DEVICES, MEMRA_KV_TYPE,
+ * MEMRA_ACT_TYPE, MEMRA_BATCH_INVARIANT, MEMRA_DEVICE_FEED, MEMRA_PP_MICRO_BATCHES, MEMRA_PP_PROFILE,
+ * MEMRA_TRACE, MEMRA_CUDA_*) are not read again. Returns MEMRA_OK, MEMRA_E_INVAL (NULL rt, or a bad value: the
+ * message names the door), MEMRA_E_STATE (created with apply_env = 0), MEMRA_E_REFUSED (a changed structural
+ * door). Thread-safe with the runtime's other calls (it reads the environment: keep setenv out of its way).
+ * Cost: a few dozen getenv. */
+MEMRA_API int memra_runtime_reload_doors(memra_runtime *rt);
 /* Wait for every submitted step, free every sequence and pending still open, stop the actors, free the
  * weights. NULL is a no-op. No other call on rt, its sequences or pendings may run concurrently or follow. */
 MEMRA_API void memra_runtime_free(memra_runtime *rt);

@@ -255,7 +255,7 @@ static int run_one(dev_platform *plat, const pp_args *a, int stages, const char 
         rc = rc ? rc : 2;
     }
     dev_err kerr = {0}; /* after every step was waited and the runtime drained: each kernel has its end time */
-    if (traced && (act_pp_drain(rt, NULL), bench_ktrace_stop(stdout, ktrace, S * T, &kerr)) != 0) {
+    if (traced && (act_pp_drain(rt, NULL), bench_ktrace_stop(stdout, ktrace, S * T, 0, &kerr)) != 0) {
         fprintf(stderr, "memra-bench pp-scaling: %s\n", kerr.msg);
         rc = rc ? rc : 2;
     }

@@ -9,6 +9,7 @@
 #include "api/api_internal.h"
 #include "bench.h"
 #include "cuda/ktrace.h"
+#include "ktrace_report.h"
 #include "model/llama.h"
 
 typedef struct serve_arm {
@@ -134,7 +135,8 @@ int bench_serve(int argc, char **argv)
                     "steady tok/s: while every request decodes; --ctx: 0 = "
                     "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
                     "with every kernel recorded (CUPTI), a table per step and FILE; --trace: max(R, 3) more pairs of S arms, "
-                    "untraced then traced into FILE (docs/trace.md), and tok/s on/off; backend, devices, seams and "
+                    "untraced then traced into FILE (docs/trace.md), and tok/s on/off (with --kernel-trace, FILE then "
+                    "holds the kernel-traced arm, its kernels merged in); backend, devices, seams and "
                     "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
                     "in the S arm than alone)"))
         return 2;
@@ -201,18 +203,6 @@ int bench_serve(int argc, char **argv)
         printf("steady=%.1f tok/s (S=%d, the last arm: every request decoding)\n", all.steady_tok_s, S);
         printf("ratio=%.3f (S=%d %.1f tok/s over S=1 %.1f tok/s, best of %d)\n", bestS / best1, S, bestS, best1, repeat);
     }
-    if (rc == 0 && ktrace) { /* one more S arm, traced: where a step's device time goes */
-        dev_err kerr = {0};
-        serve_arm tr;
-        if ((rc = bench_ktrace_start(&kerr)) == 0) {
-            rc = run_arm(rt, 0, S, P, T, many, &tr);
-            memra_runtime_drain(rt);
-            if (bench_ktrace_stop(stdout, ktrace, (int)(tr.steps ? tr.steps : 1), &kerr) != 0 && rc == 0)
-                rc = 2;
-        }
-        if (rc)
-            fprintf(stderr, "memra-bench serve: --kernel-trace: %s\n", kerr.msg);
-    }
     if (rc == 0 && trace) { /* tracing's overhead: untraced and traced S arms in turn; each pair's ratio */
         double on = 0, off = 0, ratio[64];
         const int pairs = repeat > 3 ? repeat : 3;
@@ -240,6 +230,30 @@ int bench_serve(int argc, char **argv)
             printf("trace: %s written; tracing on %.1f tok/s, off %.1f tok/s (S=%d, best of %d alternating arms); "
                    "ratio on/off=%.3f (median of the pairs' ratios)\n", trace, on, off, S, pairs, ratio[pairs / 2]);
         }
+    }
+    if (rc == 0 && ktrace) { /* one more S arm, traced: where a step's device time goes; with --trace, that arm is
+                              * also the one FILE holds, the kernels merged in on the host clock (docs/trace.md) */
+        dev_err kerr = {0};
+        serve_arm tr;
+        const int both = trace != NULL;
+        if (both && memra_runtime_trace_start(rt, trace) != MEMRA_OK) {
+            fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
+            rc = 2;
+        } else if ((rc = bench_ktrace_start(&kerr)) == 0) {
+            rc = run_arm(rt, 0, S, P, T, many, &tr);
+            memra_runtime_drain(rt);
+            if (bench_ktrace_stop(stdout, ktrace, (int)(tr.steps ? tr.steps : 1), both, &kerr) != 0 && rc == 0)
+                rc = 2;
+        }
+        if (rc && kerr.msg[0])
+            fprintf(stderr, "memra-bench serve: --kernel-trace: %s\n", kerr.msg);
+        if (both && memra_runtime_trace_stop(rt) != MEMRA_OK) {
+            fprintf(stderr, "memra-bench serve: --trace %s: %s\n", trace, memra_runtime_last_error(rt));
+            rc = 2;
+        }
+        bench_kt_merge_release();
+        if (both && rc == 0)
+            printf("trace: %s rewritten with the kernel-traced S arm, its CUPTI kernels merged in\n", trace);
     }
     free(alone);
     free(many);

@@ -1,7 +1,9 @@
 /* Kernel timeline arithmetic and output (ktrace_report.h), and the kernel trace's refusal in a build without
- * CUPTI (cuda/ktrace.h). Shared mutable state: none. */
+ * CUPTI (cuda/ktrace.h). Shared mutable state: kt_merge, the kernels handed to the runtime trace (memra-bench's
+ * main thread writes it; act_trace_stop, which that thread calls, reads it). */
 #include "ktrace_report.h"
 #include "cuda/ktrace.h"
+#include "actors/trace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +196,89 @@ int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t
     return fclose(f) == 0 && !werr ? 0 : dev_err_set(err, MEMRA_E_IO, "kernel trace: cannot write %s", path);
 }
 
+int bench_kt_write_events(FILE *f, const bench_kt_rec *r, size_t n, uint64_t t_start_ns)
+{
+    enum { LANES = 64 };
+    uint32_t dev[LANES], str[LANES];
+    int n_lanes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].end < t_start_ns)
+            continue;
+        int k = 0;
+        while (k < n_lanes && (dev[k] != r[i].device || str[k] != r[i].stream))
+            k++;
+        if (k == n_lanes && n_lanes < LANES) {
+            dev[n_lanes] = r[i].device, str[n_lanes] = r[i].stream;
+            fprintf(f, ",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"gpu %u stream %u "
+                       "kernels\"}},\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":"
+                       "{\"sort_index\":%d}}", BENCH_KT_TRACK0 + k, r[i].device, r[i].stream, BENCH_KT_TRACK0 + k,
+                    BENCH_KT_TRACK0 + k);
+            n_lanes++;
+        }
+        if (k == LANES) /* more streams than lanes: the rest are left out */
+            continue;
+        const uint64_t t0 = r[i].start > t_start_ns ? r[i].start - t_start_ns : 0, t1 = r[i].end - t_start_ns;
+        int len;
+        const char *nm = bench_kt_short(r[i].name, &len), *full = rec_name(&r[i]);
+        fprintf(f, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"kernel\",\"name\":\"",
+                BENCH_KT_TRACK0 + k, (double)t0 / 1e3, (double)(t1 - t0) / 1e3);
+        json_str(f, nm, len);
+        fprintf(f, "\",\"args\":{\"grid\":%d,\"block\":%d,\"regs\":%d,\"symbol\":\"", r[i].grid, r[i].block, r[i].regs);
+        json_str(f, full, (int)strlen(full));
+        fputs("\"}}", f);
+    }
+    return ferror(f) ? MEMRA_E_IO : 0;
+}
+
+uint64_t bench_kt_to_host(const bench_kt_clock *c, uint64_t t)
+{
+    const double span = c->at1 > c->at0 ? (double)(c->at1 - c->at0) : 0.0;
+    const double off = span > 0 ? (double)c->off0 + (double)(c->off1 - c->off0) * ((double)t - (double)c->at0) / span
+                                : (double)c->off0;
+    const double h = (double)t - off;
+    return h > 0 ? (uint64_t)h : 0;
+}
+
+/* The kernels bench_kt_merge_into_trace hands to the runtime trace (one at a time: memra-bench's one recording). */
+static struct {
+    bench_kt_rec *r;
+    size_t n;
+} kt_merge;
+
+static int kt_merge_write(void *ctx, FILE *f, uint64_t t_start_ns)
+{
+    (void)ctx;
+    return bench_kt_write_events(f, kt_merge.r, kt_merge.n, t_start_ns);
+}
+
+int bench_kt_merge_into_trace(const bench_kt_rec *r, size_t n, const bench_kt_clock *c, dev_err *err)
+{
+    bench_kt_rec *m = malloc((n ? n : 1) * sizeof *m);
+    if (!m)
+        return dev_err_set(err, MEMRA_E_NOMEM, "kernel trace: no memory to merge %zu kernels into the trace", n);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = r[i];
+        m[i].start = bench_kt_to_host(c, r[i].start);
+        m[i].end = bench_kt_to_host(c, r[i].end);
+    }
+    if (act_trace_set_extra(kt_merge_write, NULL) != 0) {
+        free(m);
+        return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no runtime trace records (or it merges other "
+                                               "kernels already)");
+    }
+    bench_kt_merge_release();
+    kt_merge.r = m;
+    kt_merge.n = n;
+    return 0;
+}
+
+void bench_kt_merge_release(void)
+{
+    free(kt_merge.r);
+    kt_merge.r = NULL;
+    kt_merge.n = 0;
+}
+
 #ifndef MEMRA_HAVE_CUPTI /* cuda/ktrace.cu records with CUPTI where CMake linked it (CUDA 13 and later) */
 int bench_ktrace_available(void) { return 0; }
 
@@ -203,9 +288,9 @@ int bench_ktrace_start(dev_err *err)
                                                  "(MEMRA_CUDA=ON, CMake's CUDA::cupti)");
 }
 
-int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err)
+int bench_ktrace_stop(FILE *report, const char *path, int units, int into_trace, dev_err *err)
 {
-    (void)report, (void)path, (void)units;
+    (void)report, (void)path, (void)units, (void)into_trace;
     return bench_ktrace_start(err);
 }
 #endif

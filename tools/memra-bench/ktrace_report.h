@@ -58,6 +58,34 @@ void bench_kt_print(FILE *f, const bench_kt_group *g, const bench_kt_summary *s,
  * one line per kernel. 0 or MEMRA_E_IO with err. */
 int bench_kt_write(const char *path, const bench_kt_rec *r, size_t n, uint64_t t0, dev_err *err);
 
+/* First track id (Chrome "tid") of the kernel lanes bench_kt_write_events adds to a runtime trace: one per device
+ * and stream, after the runtime's own tracks (actors/trace.h). */
+#define BENCH_KT_TRACK0 400
+
+/* r as events of a runtime trace (docs/trace.md), for act_trace_set_extra: a lane per (device, stream) named
+ * "gpu D stream S kernels", a complete event per kernel, each preceded by ",\n". r's times are on the host clock
+ * (CLOCK_MONOTONIC ns; ktrace.cu maps CUPTI's onto it); "ts" is us from t_start_ns, and kernels that ended before
+ * t_start_ns are left out. 0, or MEMRA_E_IO when a write failed. */
+int bench_kt_write_events(FILE *f, const bench_kt_rec *r, size_t n, uint64_t t_start_ns);
+
+/* CUPTI's clock minus the host's (CLOCK_MONOTONIC), in ns, sampled at the start and the stop of a recording:
+ * at0 / at1 are CUPTI times of the samples, off0 / off1 the differences (ktrace.cu: the cuptiGetTimestamp read
+ * bracketed most tightly by two host reads, of 16). */
+typedef struct bench_kt_clock {
+    uint64_t at0, at1;
+    int64_t off0, off1;
+} bench_kt_clock;
+
+/* t (CUPTI ns) on the host clock: t minus the offset interpolated linearly between the two samples (drift). */
+uint64_t bench_kt_to_host(const bench_kt_clock *c, uint64_t t);
+
+/* With a runtime trace recording (act_trace_start): a copy of r mapped onto the host clock by c goes into that
+ * trace's file when it is written (act_trace_set_extra, bench_kt_write_events). The copy lives until
+ * bench_kt_merge_release, which the caller calls after stopping the trace. 0, MEMRA_E_STATE (no trace records, or
+ * it has another source of extra events) or MEMRA_E_NOMEM, with err. */
+int bench_kt_merge_into_trace(const bench_kt_rec *r, size_t n, const bench_kt_clock *c, dev_err *err);
+void bench_kt_merge_release(void);
+
 /* The identifier inside a mangled name (_Z<len><id>...: *len bytes from the pointer returned), else the name. */
 const char *bench_kt_short(const char *name, int *len);
 

@@ -1,11 +1,12 @@
 /* memra-gate: split vs unsplit (or pipelined vs serial) bit-identity gates, in one process, one load.
  * Exit status: 0 = the arm passed, 1 = it failed (logits differ, counter did not advance, remote reads),
- * 2 = it could not run (usage, model, door error). Doors come from the environment. */
+ * 2 = it could not run (usage, model, door error). Doors come from the environment, read once when the runtime
+ * is created. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/pp_gate.h"
+#include "tools/memra-gate/gate.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
 
@@ -139,8 +140,8 @@ int main(int argc, char **argv)
     const act_pp_config *cfg = act_pp_get_config(rt);
     int N = act_pp_stages(rt);
     const int *fence = act_pp_fence(rt);
-    act_pp_seams seams = act_pp_seams_default();
-    act_doors_read_seams(&seams, NULL);
+    act_pp_seams seams;
+    act_pp_get_seams(rt, &seams);
     printf("memra-gate %s: model %s, backend %s, N=%d, fence [", argv[1], model,
            dev_platform_kind(plat) == DEV_KIND_CUDA ? "cuda" : "cpu", N);
     for (int s = 0; s <= N; s++)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "ktrace.h"
 #include "../ktrace_report.h"
 #include "kernels/cuda/krn_cuda_util.cuh"
@@ -30,7 +31,30 @@ static struct {
     int oom;        /* a record, a name or a buffer could not be kept */
     size_t dropped; /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
     size_t untimed; /* kernel records without timestamps (start 0 or end < start), left out */
-} g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0, 0, 0};
+    bench_kt_clock clk; /* CUPTI's clock against the host's, at start and stop */
+} g_kt = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, {0, 0, 0, 0}};
+
+/* CUPTI's clock minus CLOCK_MONOTONIC now (ns), and the CUPTI time of the sample: of 16 reads of cuptiGetTimestamp,
+ * the one two host reads bracket most tightly, against their midpoint. */
+static int kt_clock_sample(uint64_t *at, int64_t *off) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 16; i++) {
+        struct timespec a, b;
+        uint64_t c = 0;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS)
+            return -1;
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        const uint64_t h0 = (uint64_t)a.tv_sec * 1000000000u + (uint64_t)a.tv_nsec;
+        const uint64_t h1 = (uint64_t)b.tv_sec * 1000000000u + (uint64_t)b.tv_nsec;
+        if (h1 - h0 < best) {
+            best = h1 - h0;
+            *at = c;
+            *off = (int64_t)(c - (h0 + (h1 - h0) / 2));
+        }
+    }
+    return 0;
+}
 
 #define KT_BUF (8u << 20)
 
@@ -127,6 +151,8 @@ extern "C" int bench_ktrace_start(dev_err *err) {
     if (rc == 0)
         rc = kt_check(err, cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
                       "cuptiActivityEnable(CONCURRENT_KERNEL)");
+    if (rc == 0 && kt_clock_sample(&g_kt.clk.at0, &g_kt.clk.off0) != 0)
+        rc = dev_err_set(err, MEMRA_E_DEVICE, "kernel trace: cuptiGetTimestamp failed");
     if (rc != 0) {
         pthread_mutex_lock(&g_kt.mu);
         g_kt.on = 0;
@@ -149,7 +175,7 @@ static int kt_sync_all(dev_err *err) {
 }
 
 /* The report of what was recorded (under mu). */
-static int kt_report(FILE *f, const char *path, int units, dev_err *err) {
+static int kt_report(FILE *f, const char *path, int units, int into_trace, dev_err *err) {
     if (g_kt.n == 0)
         return dev_err_set(err, MEMRA_E_STATE, "kernel trace: no kernel was recorded (%zu dropped, %zu untimed)",
                            g_kt.dropped, g_kt.untimed);
@@ -165,12 +191,14 @@ static int kt_report(FILE *f, const char *path, int units, dev_err *err) {
                     g_kt.dropped, g_kt.untimed, g_kt.oom ? ", some lost for want of memory" : "");
         if (path)
             rc = bench_kt_write(path, g_kt.r, g_kt.n, s.t0, err);
+        if (rc == 0 && into_trace)
+            rc = bench_kt_merge_into_trace(g_kt.r, g_kt.n, &g_kt.clk, err);
     }
     free(g);
     return rc;
 }
 
-extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err) {
+extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, int into_trace, dev_err *err) {
     pthread_mutex_lock(&g_kt.mu);
     const int was = g_kt.on;
     pthread_mutex_unlock(&g_kt.mu);
@@ -179,13 +207,15 @@ extern "C" int bench_ktrace_stop(FILE *report, const char *path, int units, dev_
     /* the caller drained the work it traced; a device sync makes sure every kernel has its end time before the
      * forced flush (which does not synchronize and also delivers records still incomplete) */
     int rc = kt_sync_all(err);
+    if (rc == 0 && kt_clock_sample(&g_kt.clk.at1, &g_kt.clk.off1) != 0)
+        rc = dev_err_set(err, MEMRA_E_DEVICE, "kernel trace: cuptiGetTimestamp failed");
     if (rc == 0)
         rc = kt_check(err, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     dev_err derr = {0}; /* the first failure's message stays in err */
     const int rc2 = kt_check(&derr, cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
     pthread_mutex_lock(&g_kt.mu);
     if (rc == 0 && rc2 == 0)
-        rc = kt_report(report, path, units, err);
+        rc = kt_report(report, path, units, into_trace, err);
     g_kt.on = 0;
     g_kt.n = 0;
     pthread_mutex_unlock(&g_kt.mu);

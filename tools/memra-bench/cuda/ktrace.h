@@ -22,8 +22,10 @@ int bench_ktrace_start(dev_err *err);
  * of ktrace_report.h's bench_kt_print (units >= 1: e.g. the tokens traced) and a line when records were dropped or
  * had no timestamps; path (or NULL): the kernels as a CSV, or as a Perfetto / Chrome trace when it ends in
  * ".json" (bench_kt_write). 0, or MEMRA_E_STATE (nothing recorded), MEMRA_E_DEVICE / MEMRA_E_IO /
- * MEMRA_E_NOMEM with err; the recording is off afterwards either way. */
-int bench_ktrace_stop(FILE *report, const char *path, int units, dev_err *err);
+ * MEMRA_E_NOMEM with err; the recording is off afterwards either way. into_trace: the kernels also go into the
+ * runtime trace recording now (act_trace_start), on its host clock, when that trace is written
+ * (bench_kt_merge_into_trace; call bench_kt_merge_release after stopping it). */
+int bench_ktrace_stop(FILE *report, const char *path, int units, int into_trace, dev_err *err);
 
 #ifdef __cplusplus
 }

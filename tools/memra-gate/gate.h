@@ -2,9 +2,12 @@
  * whole trunk on the primary stream) IN ONE PROCESS over ONE loaded model, requires bit-identical logits at
  * every step, and requires the arm's liveness counter to have advanced — bit-identity of two unsplit walks
  * is vacuous, so a gate whose counter did not move FAILS. Sharded cross-device split arms must also read
- * zero remote bytes (the seed's batch gates passed while reading remote weights 28x slower). */
-#ifndef ACT_PP_GATE_H
-#define ACT_PP_GATE_H
+ * zero remote bytes (the seed's batch gates passed while reading remote weights 28x slower).
+ * The harness is a library of its own (memra_gate, CMakeLists.txt), linked by memra-gate and the tests: the
+ * runtime library does not hold it. It drives the runtime through its seams (act_pp_get_seams /
+ * act_pp_set_seams) and test hooks, never the environment. */
+#ifndef MEMRA_GATE_H
+#define MEMRA_GATE_H
 
 #include <stdint.h>
 #include <stdio.h>

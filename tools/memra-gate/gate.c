@@ -1,6 +1,6 @@
 /* The gate arms. Every arm: split arm through act_pp_submit, reference through act_pp_run_unsplit, same
  * loaded model, bitwise comparison per logit row, the arm's counter must advance. */
-#include "actors/pp_gate.h"
+#include "tools/memra-gate/gate.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -240,9 +240,8 @@ static int arm_batch(gate *g, dev_err *err)
 static int arm_prime(gate *g, int S, dev_err *err)
 {
     int P = g->p->prompt, C = g->p->chunk, n_chunks = (P + C - 1) / C, r = 0;
-    act_pp_seams seams = act_pp_seams_default();
-    if ((r = act_doors_read_seams(&seams, err)) != 0)
-        return r;
+    act_pp_seams seams;
+    act_pp_get_seams(g->rt, &seams);
     int32_t *prompt = malloc((size_t)S * (size_t)P * sizeof *prompt);
     int32_t *tok = malloc((size_t)S * (size_t)C * 3 * sizeof *tok);
     act_pending **pd = calloc((size_t)n_chunks, sizeof *pd);
@@ -404,8 +403,8 @@ int act_gate_run(act_pp *rt, const act_gate_params *p, act_gate_report *rep, dev
     const act_pp_config *cfg = act_pp_get_config(rt);
     int pipelined = p->arm == ACT_GATE_REPLAY || p->arm == ACT_GATE_SOAK ||
                     ((p->arm == ACT_GATE_PRIME || p->arm == ACT_GATE_PRIME_BATCH) && cfg->streams);
-    act_pp_seams seams = act_pp_seams_default();
-    act_doors_read_seams(&seams, NULL);
+    act_pp_seams seams;
+    act_pp_get_seams(rt, &seams);
     if (p->arm == ACT_GATE_PRIME || p->arm == ACT_GATE_PRIME_BATCH)
         pipelined = pipelined && seams.prime_pipe;
     rep->pass = 0;
