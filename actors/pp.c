@@ -256,6 +256,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         dev_err_set(err, MEMRA_E_FORMAT, "act_pp_create: the model has no layers");
         goto fail;
     }
+    if (pp_rank_adjust(&rt->cfg, &p, err) != 0) /* under mpirun: one stage per rank by default */
+        goto fail;
     if (act_pp_config_check(&rt->cfg, err) != 0) /* also when the environment was not read */
         goto fail;
     double *wcost = NULL; /* MEMRA_PP_SPLITS=weights: what each layer and the head cost per step */
@@ -280,6 +282,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         rt->fence[1] = n_layer;
     }
     rt->N = N;
+    if (pp_rank_announce(rt, model_path, &p, err) != 0) /* under mpirun: rank 0 sends the configuration */
+        goto fail;
 
     /* layer_engine: each stage's layers upload through its own device when sharding is on */
     if (!(layer_dev = calloc((size_t)n_layer, sizeof *layer_dev)))
@@ -316,8 +320,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     if (N > 1 && !(rt->bnd = calloc((size_t)(N - 1), sizeof *rt->bnd)))
         goto nomem;
     for (int b = 0; b + 1 < N; b++) {
-        if (!(rt->bnd[b] = bnd_create(rt->stage[b].dev, rt->stage[b + 1].dev, rt->cfg.slots,
-                                      pp_frame_bytes(rt, rt->max_rows), err)))
+        if (pp_rank_boundary(rt, b, &rt->bnd[b], err) != 0) /* local, MPI half, or none (both stages remote) */
             goto fail;
         rt->stage[b].out = rt->bnd[b];
         rt->stage[b + 1].in = rt->bnd[b];
@@ -338,8 +341,10 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     for (int s = 0; s < N; s++)
         if (dev_stream_sync(rt->stage[s].stream, err) != 0)
             goto fail;
+    if (pp_rank_start(rt, err) != 0) /* under mpirun: the transport stands in for the remote stages */
+        goto fail;
     for (int s = 0; s < N; s++)
-        if (act_actor_start(rt->stage[s].actor, err) != 0)
+        if (!rt->stage[s].remote && act_actor_start(rt->stage[s].actor, err) != 0)
             goto fail;
     if (act_actor_start(rt->rb_actor, err) != 0)
         goto fail;
@@ -359,14 +364,16 @@ void act_pp_destroy(act_pp *rt)
         return;
     if (rt->stage)
         act_pp_drain(rt, NULL);
+    pp_rank_stop(rt); /* under mpirun: every rank destroys its runtime too */
     if (rt->plat && rt->jitter_hook_set) /* only this runtime's hook: the platform may serve others */
         dev_set_op_hook(rt->plat, NULL, NULL);
     /* Stages send tokens forward, credits back, feeds to stage 0 and records to the readback actor: all of
      * them at once, or a stage still inside act_send could post into a mailbox already freed. */
-    act_actor *actors[ACT_PP_MAX_STAGES + 1] = { rt->rb_actor };
-    for (int s = 0; rt->stage && s < rt->N; s++)
-        actors[1 + s] = rt->stage[s].actor;
-    act_actors_destroy(actors, 1 + (rt->stage ? rt->N : 0));
+    act_actor *actors[ACT_PP_MAX_STAGES + 2] = { rt->rb_actor, pp_rank_actor(rt) };
+    for (int s = 0; rt->stage && s < rt->N; s++) /* a remote stage's actor is the transport: once */
+        actors[2 + s] = rt->stage[s].remote ? NULL : rt->stage[s].actor;
+    act_actors_destroy(actors, 2 + (rt->stage ? rt->N : 0));
+    pp_rank_free(rt);
     for (int s = 0; rt->stage && s < rt->N; s++)
         stage_fini(rt, &rt->stage[s]);
     if (rt->rb_stream)

@@ -24,6 +24,7 @@
  *   pp_stage.head_free, head_next      the last stage's actor thread only: HEAD messages from the readback
  *                                      actor give a logits buffer back once ev_read is recorded behind its
  *                                      reads (a credit, as CREDIT is for a boundary slot)
+ *   pp_stage.remote, act_pp.rank       fixed at create (stages in other ranks; pp_rank.c lists its own state)
  *   feed_tok (device)                  written by the last stage's stream (feed_tok[seq] after each ARGMAX
  *                                      step, by its argmax or a copy, then feed_ev[seq]), read by stage 0's
  *                                      stream (the embed) after waiting it */
@@ -41,7 +42,11 @@
 #include "model/llama.h"
 #include "transport/boundary.h"
 
-enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED, PP_MSG_HEAD };
+enum { PP_MSG_STEP = ACT_MSG_USER, PP_MSG_TOKEN, PP_MSG_CREDIT, PP_MSG_READBACK, PP_MSG_FEED, PP_MSG_HEAD,
+       PP_MSG_RESULT,     /* rank 0's readback: a step whose last stage is in another rank, its result in host memory */
+       PP_MSG_POLL,       /* the rank's transport to itself: one more round over MPI */
+       PP_MSG_SEND_RESULT,/* the last stage's rank, readback -> transport: a step's result for rank 0 */
+       PP_MSG_SHUTDOWN }; /* rank 0's transport: tell every rank the runtime is over */
 
 #define PP_STAGING_RING 4 /* stage 0's pinned upload buffers, each reused after its event completes */
 #define PP_GRAPH_SLOTS 64 /* MEMRA_PP_GRAPH: captured walks per stage, one per pp_graph_key */
@@ -148,7 +153,9 @@ struct pp_stage {
     mdl_scratch *scratch;
     void *frame;             /* [x (B, n_embd) f32 | pos (B,) i32 | seq (B,) i32] on dev */
     bnd_boundary *in, *out;  /* boundary s-1 (NULL for stage 0), boundary s (NULL for the last) */
-    act_actor *actor;
+    act_actor *actor;        /* a stage in another rank (remote): the rank's transport actor, which carries what is
+                              * posted to it (TOKEN forward, CREDIT back) over MPI */
+    int remote;              /* 1: this stage runs in another process (pp_rank.c); fixed at create */
     /* actor-thread-only state */
     pp_item *queue;          /* FIFO ring of steps waiting for an outbound credit */
     int q_head, q_len, q_cap;
@@ -239,6 +246,7 @@ struct act_pp {
     int64_t tr_off_ns;       /* tracing, stamped steps: device clock -> host clock offset (readback actor only) */
     int tr_off_set;
     int jitter_hook_set;     /* this runtime installed the platform's op hook (submitter/destroy only) */
+    struct pp_rank *rank;    /* stages in several processes (pp_rank.c), NULL in a world of one; fixed at create */
 };
 
 /* The runtime's test hooks, or NULL (the common case: one load and a predicted branch per message). Acquire:
@@ -345,5 +353,30 @@ int pp_post(act_actor *to, int kind, const void *payload, size_t bytes);
 void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err);
 /* Jitter hook for soaks (stage actors and CPU stream ops): sleeps when h's jitter is on. */
 void pp_jitter(pp_hooks *h);
+
+/* pp_rank.c: stages in several processes (MPI). Each is a no-op returning 0 in a world of one. */
+/* Before the cuts: the placement rules across ranks (stages default to the world's size; no synthetic model, no
+ * one-stream seam, no device feed). */
+int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err);
+/* After the cuts (rt->N, rt->fence): rank 0 sends the configuration to every rank; every rank learns which stages
+ * are its own. */
+int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p, dev_err *err);
+/* Boundary b: a local boundary, the local half of an MPI one, or NULL when neither stage is in this rank. */
+int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err);
+/* Before the actors start: the transport actor stands in for every remote stage; rank 0 waits for every rank's
+ * READY (the error of one that refused) and starts the transport. */
+int pp_rank_start(act_pp *rt, dev_err *err);
+/* act_pp_destroy, after the drain: rank 0 tells every rank the runtime is over. */
+void pp_rank_stop(act_pp *rt);
+/* The transport actor (destroyed with the stage actors), or NULL. */
+act_actor *pp_rank_actor(act_pp *rt);
+/* After every actor is joined: free the rank's state. */
+void pp_rank_free(act_pp *rt);
+/* The last stage's rank (not 0), readback actor, before a step finishes: its result goes to rank 0. */
+void pp_rank_result(act_pp *rt, pp_rec *rec, int status, const dev_err *err);
+/* Rank 0's readback actor, a step back from another rank: the split counters and the walks' overlaps. */
+void pp_rank_account(act_pp *rt, const pp_rec *rec);
+/* The A/B seams run an unsplit body on the stage-owned KV: refused when stages live in other ranks. */
+int pp_rank_refuse_sync(const act_pp *rt, dev_err *err);
 
 #endif

@@ -231,6 +231,8 @@ static void finish_step(act_pp *rt, pp_rec *rec, int status, const dev_err *err)
         atomic_fetch_add(&rt->ctr.prime_batches, 1);
     if (status == 0)
         atomic_fetch_add(&rt->ctr.steps_done, 1);
+    if (rt->rank) /* the last stage's rank under mpirun: the result goes to rank 0 first */
+        pp_rank_result(rt, rec, status, err);
     atomic_fetch_sub(&rt->unfinished, 1); /* before the waiter can wake: its next submit must not see this step */
     rec->pending->times.done_ns = pp_now_ns();
     pp_pending_finish(rec->pending, status, err);
@@ -266,9 +268,16 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
 {
     (void)a;
     act_pp *rt = ctx;
+    pp_rec *rec;
+    if (m->kind == PP_MSG_RESULT) { /* rank 0: the step's result is in its pending (pp_rank.c's transport) */
+        memcpy(&rec, m->payload, sizeof rec);
+        pp_rank_account(rt, rec);
+        const int st = rec->pending->status; /* set by the transport before the post, ordered by this mailbox */
+        finish_step(rt, rec, st, NULL);
+        return 0;
+    }
     if (m->kind != PP_MSG_READBACK)
         return 0;
-    pp_rec *rec;
     memcpy(&rec, m->payload, sizeof rec);
     pp_hooks *h = pp_hooks_of(rt);
     if (h)

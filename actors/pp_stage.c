@@ -63,8 +63,9 @@ void pp_walk_end(void *arg)
     if (rv_ms > 0) {
         uint64_t deadline = pp_now_ns() + (uint64_t)rv_ms * 1000000u;
         struct timespec nap = {0, 20000};
-        int up = st->s > 0 && atomic_load(&h->posted) >= w + 2;
-        int down = st->s + 1 < rt->N && w >= 1;
+        /* a neighbour in another rank (pp_rank.c) is not waited for: its walks are not counted here */
+        int up = st->s > 0 && !rt->stage[st->s - 1].remote && atomic_load(&h->posted) >= w + 2;
+        int down = st->s + 1 < rt->N && !rt->stage[st->s + 1].remote && w >= 1;
         while (((up && atomic_load(&rt->stage[st->s - 1].begins) < w + 2) ||
                 (down && atomic_load(&rt->stage[st->s + 1].begins) < w)) &&
                pp_now_ns() < deadline)
@@ -72,8 +73,8 @@ void pp_walk_end(void *arg)
     }
     const uint64_t t1 = pp_now_ns();
     atomic_fetch_add(&st->busy_ns, t1 - mk->t0_ns);
+    mk->t1_ns = t1; /* the next stage's hop mark and, across ranks, the step's header read it */
     if (act_trace_on()) { /* the walk on this stream's worker clock */
-        mk->t1_ns = t1;
         act_trace_span(ACT_TR_WALK, ACT_TRACE_STREAM(st->s), mk->t0_ns, t1, mk->rec->id, mk->rec->B,
                        (int)mk->rec->kind, st->s == rt->N - 1 ? mk->rec->out_rows : 0);
     }

@@ -344,6 +344,10 @@ int act_pp_submit(act_pp *rt, const act_pp_step *st, act_pending **out, dev_err 
     if (!rec)
         return err->code;
     rec->feed_after = feed_after;
+    if (sync && rt->rank) { /* under mpirun the stage-owned KV lives in other processes */
+        pp_rec_free(rec);
+        return pp_rank_refuse_sync(rt, err);
+    }
     if (sync) {
         feed_note(rt, rec, 0); /* before: submit_sync frees rec */
         return submit_sync(rt, rec, unsplit ? 1 : rt->N, out, err);

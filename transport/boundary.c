@@ -4,6 +4,7 @@
 #include "transport/boundary.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct bnd_boundary {
     dev_device *src, *dst;
@@ -13,6 +14,7 @@ struct bnd_boundary {
     void **slot;          /* n_slots buffers on dst */
     dev_event **ev_tx;    /* producer wrote slot k */
     dev_event **ev_rx;    /* consumer copied slot k out */
+    int mpi_producer;     /* BND_MPI: 1 = this process holds the producer's half */
     uint64_t next;        /* overlap step counter (producer actor only) */
     int skip_rx_wait;     /* test hook (bnd_test_skip_rx_wait): sends skip the ev_rx wait (producer only) */
 };
@@ -52,12 +54,53 @@ fail:
     return NULL;
 }
 
+bnd_boundary *bnd_create_mpi(dev_device *local, int producer, int n_slots, size_t slot_bytes, dev_err *err)
+{
+    if (n_slots < 1 || slot_bytes == 0) {
+        dev_err_set(err, MEMRA_E_INVAL, "MPI boundary: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", n_slots,
+                    slot_bytes);
+        return NULL;
+    }
+    bnd_boundary *b = calloc(1, sizeof *b);
+    if (!b)
+        goto nomem;
+    b->src = b->dst = local;
+    b->kind = BND_MPI;
+    b->mpi_producer = producer;
+    b->n_slots = n_slots;
+    b->slot_bytes = slot_bytes;
+    b->slot = calloc((size_t)n_slots, sizeof *b->slot);
+    b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx);
+    b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx);
+    if (!b->slot || !b->ev_tx || !b->ev_rx)
+        goto nomem;
+    for (int k = 0; k < n_slots; k++) {
+        if (!(b->slot[k] = dev_host_alloc(dev_device_platform(local), BND_MPI_HDR + slot_bytes, err)))
+            goto fail;
+        memset(b->slot[k], 0, BND_MPI_HDR); /* defined header bytes on the wire */
+        if (!(b->ev_tx[k] = dev_event_create(local, err)) || !(b->ev_rx[k] = dev_event_create(local, err)))
+            goto fail;
+    }
+    return b;
+nomem:
+    dev_err_set(err, MEMRA_E_NOMEM, "MPI boundary: out of host memory");
+fail:
+    bnd_destroy(b);
+    return NULL;
+}
+
+void *bnd_mpi_slot(bnd_boundary *b, int k) { return b->kind == BND_MPI ? b->slot[k] : NULL; }
+dev_event *bnd_mpi_ev_tx(bnd_boundary *b, int k) { return b->kind == BND_MPI ? b->ev_tx[k] : NULL; }
+dev_event *bnd_mpi_ev_rx(bnd_boundary *b, int k) { return b->kind == BND_MPI ? b->ev_rx[k] : NULL; }
+
 void bnd_destroy(bnd_boundary *b)
 {
     if (!b)
         return;
     for (int k = 0; k < b->n_slots; k++) {
-        if (b->slot && b->slot[k])
+        if (b->slot && b->slot[k] && b->kind == BND_MPI)
+            dev_host_free(dev_device_platform(b->dst), b->slot[k]);
+        else if (b->slot && b->slot[k])
             dev_free(b->dst, b->slot[k]);
         if (b->ev_tx && b->ev_tx[k])
             dev_event_destroy(b->ev_tx[k]);
@@ -91,6 +134,12 @@ int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src
     if (k < 0 || k >= b->n_slots || bytes > b->slot_bytes)
         return MEMRA_E_INVAL;
     int r;
+    if (b->kind == BND_MPI) { /* d2h behind the walk; the transport sends once ev_tx[k] completed */
+        /* ordered by the credit for k: the consumer rank copied slot k out, and our send of it completed */
+        if ((r = dev_copy_d2h_async(producer, (char *)b->slot[k] + BND_MPI_HDR, src, bytes)) != 0)
+            return r;
+        return dev_event_record_async(b->ev_tx[k], producer);
+    }
     /* ordered by ev_rx[k]: the consumer recorded it after copying the slot's previous token out (unless the
      * test hook drops the wait: one predicted branch on a field of this line) */
     if (__builtin_expect(!b->skip_rx_wait, 1) && (r = dev_stream_wait_event_async(producer, b->ev_rx[k])) != 0)
@@ -109,6 +158,12 @@ int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size
     if (k < 0 || k >= b->n_slots || bytes > b->slot_bytes)
         return MEMRA_E_INVAL;
     int r;
+    if (b->kind == BND_MPI) {
+        /* ordered by the TOKEN: the transport posted it after the receive of slot k completed */
+        if ((r = dev_copy_h2d_async(consumer, dst, (char *)b->slot[k] + BND_MPI_HDR, bytes)) != 0)
+            return r;
+        return dev_event_record_async(b->ev_rx[k], consumer);
+    }
     /* ordered by ev_tx[k]: the producer recorded it after writing this token into slot k */
     if ((r = dev_stream_wait_event_async(consumer, b->ev_tx[k])) != 0)
         return r;

@@ -16,12 +16,36 @@
 #include <stdint.h>
 #include "device/dev.h"
 
-typedef enum bnd_transport { BND_DTOD = 0, BND_PEER = 1 } bnd_transport;
+typedef enum bnd_transport { BND_DTOD = 0, BND_PEER = 1, BND_MPI = 2 } bnd_transport;
+
+/* BND_MPI (stages in different processes; transport/bnd_mpi.h): each process holds the boundary's half on its own
+ * stage's device. Its K slots are page-locked host buffers of BND_MPI_HDR + slot_bytes: the header is the step's
+ * metadata, written by the rank's transport actor, and the payload is the frame, so one message carries both.
+ * Ordering rule across processes (the same contract as dtod/peer, with messages where a device event cannot reach):
+ *   producer rank: the stage's stream copies its frame into slot k (d2h) and records ev_tx[k]; the transport
+ *     sends slot k (header + payload) only once ev_tx[k] completed;
+ *   consumer rank: a completed receive of slot k is the slot's ready mark (the TOKEN naming k is posted to the
+ *     consumer stage after it); the stage copies the payload into its frame (h2d) and records ev_rx[k]; its CREDIT
+ *     goes to the transport, which sends it to the producer rank only once ev_rx[k] completed;
+ *   producer rank: the credit for k reaches the producer stage once the credit message arrived AND the send of
+ *     slot k completed locally, so the producer never rewrites a slot MPI still reads, nor fills the consumer's
+ *     slot k before it was copied out.
+ * The credit therefore carries what ev_rx carries within a process; no device event crosses the process. */
+#define BND_MPI_HDR 2048 /* bytes of step metadata in front of each MPI slot's payload */
 
 typedef struct bnd_boundary bnd_boundary;
 
 /* K slots of slot_bytes each on dst's device. Returns NULL + err on failure. */
 bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err);
+/* The half of an MPI boundary on `local` (the producer's device when producer = 1, else the consumer's): K host
+ * slots of BND_MPI_HDR + slot_bytes, ev_tx and ev_rx on local. NULL + err on failure. */
+bnd_boundary *bnd_create_mpi(dev_device *local, int producer, int n_slots, size_t slot_bytes, dev_err *err);
+/* An MPI boundary's slot k: the message [header | payload] (BND_MPI_HDR + slot_bytes bytes, host memory), and its
+ * events, for the transport actor's polling (dev_event_query). NULL for other kinds. */
+void *bnd_mpi_slot(bnd_boundary *b, int k);
+dev_event *bnd_mpi_ev_tx(bnd_boundary *b, int k);
+dev_event *bnd_mpi_ev_rx(bnd_boundary *b, int k);
+
 /* Frees slots and events; every stream that used them must have been synced. */
 void bnd_destroy(bnd_boundary *b);
 
@@ -34,7 +58,7 @@ int bnd_slots(const bnd_boundary *b);
 int bnd_peek_slot(const bnd_boundary *b, int overlap);
 int bnd_next_slot(bnd_boundary *b, int overlap);
 
-/* On the producer stream: wait ev_rx[k], copy bytes from src (producer's device) into slot k, record ev_tx[k].
+/* On the producer stream: wait ev_rx[k] (BND_MPI: the credit orders it, see above; no wait), copy bytes from src (producer's device) into slot k, record ev_tx[k].
  * The producer must hold slot k's credit. */
 int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src, size_t bytes);
 
@@ -43,7 +67,8 @@ int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src
  * the producer's thread while no send runs; a boundary nobody sets it on pays one predicted branch per send. */
 void bnd_test_skip_rx_wait(bnd_boundary *b, int on);
 
-/* On the consumer stream: wait ev_tx[k], copy bytes of slot k into dst (consumer's device), record ev_rx[k].
+/* On the consumer stream: wait ev_tx[k] (BND_MPI: the receive completed before the TOKEN; no wait), copy bytes of
+ * slot k into dst (consumer's device), record ev_rx[k].
  * After this returns the consumer may hand slot k's credit back to the producer. */
 int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size_t bytes);
 

@@ -67,6 +67,20 @@ MEMRA_API const char *memra_last_error(void);
 /* The status of that failure (MEMRA_OK when none). */
 MEMRA_API int memra_last_status(void);
 
+/* ---- several processes (mpirun; docs/scale-out.md) ---- */
+
+/* Under `mpirun -np P`, call first in main: initialises MPI and returns this process's rank (0 when started without
+ * mpirun or in a build without MPI). Rank 0 goes on as the program; a rank > 0 calls memra_mpi_serve, which builds
+ * and serves the stages rank 0's runtimes place on it. Returns < 0 (a MEMRA_E_* status, memra_last_error() set)
+ * when MPI cannot start, or P > 1 in a build without MPI. Main thread only. */
+MEMRA_API int memra_mpi_init(int *argc, char ***argv);
+/* Ranks > 0: serve until rank 0's memra_mpi_finish. Returns MEMRA_OK, or the error (a dead or silent peer, a model
+ * file that differs from rank 0's, rank 0 failing) with memra_last_error() set. */
+MEMRA_API int memra_mpi_serve(void);
+/* Every rank, last: rank 0 tells the others to leave memra_mpi_serve with `status`, then MPI ends (an abort of every
+ * rank when status is not MEMRA_OK). No-op without mpirun. */
+MEMRA_API void memra_mpi_finish(int status);
+
 /* ---- model (host side) ---- */
 
 typedef struct memra_model_params {

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/pp_rank.h"
 #include "bench.h"
+#include "transport/bnd_mpi.h"
 #include "transport/boundary.h"
 
 static int hop_case(dev_platform *plat, int peer, int K, size_t bytes, int R, double *med, double *p99)
@@ -50,12 +52,65 @@ static int hop_case(dev_platform *plat, int peer, int K, size_t bytes, int R, do
     return rc;
 }
 
+/* Under mpirun -np 2: the wire of the MPI transport between rank 0 and rank 1, one slot message
+ * [BND_MPI_HDR | rows] each way with the calls the transport makes (MPI_Isend, MPI_Iprobe, MPI_Recv); the one-way
+ * latency is half the round trip. Both ranks run this; rank 0 prints. */
+static int hop_mpi(int R, int n_embd)
+{
+    const int self = act_rank_self(), peer = 1 - self;
+    dev_err err = {0};
+    int rc = 0;
+    if (self > 1)
+        return 0;
+    if (self == 0)
+        printf("hop over MPI (rank 0 <-> rank 1): %d round trips per size; one-way = round trip / 2\n"
+               "%6s %10s %12s %12s %12s\n", R, "rows", "bytes", "median us", "p99 us", "MB/s");
+    for (int rows = 1; rows <= 64 && rc == 0; rows *= 4) {
+        const size_t bytes = BND_MPI_HDR + (size_t)rows * ((size_t)n_embd * 4 + 8);
+        char *buf = calloc(1, bytes);
+        double *lat = malloc((size_t)R * sizeof *lat);
+        if (!buf || !lat)
+            rc = 2;
+        for (int i = 0; i < R + 10 && rc == 0; i++) { /* 10 warm-up trips */
+            double t0 = 1e6 * bench_now_s();
+            for (int leg = 0; leg < 2 && rc == 0; leg++) {
+                if ((leg == 0) == (self == 0)) { /* our turn to send */
+                    bnd_mpi_req *q = NULL;
+                    int done = 0;
+                    rc = bnd_mpi_isend(peer, BND_TAG_SLOT, buf, bytes, &q, &err) ? 2 : 0;
+                    while (rc == 0 && !done)
+                        rc = bnd_mpi_test(q, &done, &err) ? 2 : 0;
+                } else {
+                    int got = 0;
+                    while (rc == 0 && (got = bnd_mpi_probe(peer, BND_TAG_SLOT, NULL, NULL, &err)) == 0) {
+                    }
+                    rc = got < 0 || bnd_mpi_recv(peer, BND_TAG_SLOT, buf, bytes, &err) ? 2 : 0;
+                }
+            }
+            if (i >= 10)
+                lat[i - 10] = (1e6 * bench_now_s() - t0) / 2;
+        }
+        if (rc == 0 && self == 0) {
+            bench_sort(lat, R);
+            printf("%6d %10zu %12.2f %12.2f %12.1f\n", rows, bytes, lat[R / 2], lat[(size_t)(R * 0.99)],
+                   (double)bytes / lat[R / 2]);
+        }
+        free(buf);
+        free(lat);
+    }
+    if (rc)
+        fprintf(stderr, "memra-bench hop (rank %d): %s\n", self, err.msg[0] ? err.msg : "out of host memory");
+    return rc;
+}
+
 int bench_hop(int argc, char **argv)
 {
     int R = 2000, n_embd = 576;
     const bench_flag flags[] = {{"--hops", &R, NULL, 10, 1 << 24}, {"--embd", &n_embd, NULL, 1, 1 << 20}};
     if (bench_parse("hop", argc, argv, flags, 2, "[--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)"))
         return 2;
+    if (act_rank_count() > 1)
+        return hop_mpi(R, n_embd);
     dev_err err = {0};
     dev_platform *plat = dev_platform_open_env(&err);
     if (!plat) {

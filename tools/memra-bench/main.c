@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "memra/memra.h"
 
 static const struct {
     const char *name;
@@ -22,10 +23,32 @@ static const struct {
 
 int main(int argc, char **argv)
 {
+    /* under mpirun: rank 0 runs the subcommand, every other rank serves its stages (docs/scale-out.md); hop runs
+     * on ranks 0 and 1 (the MPI wire's ping-pong) */
+    const int rank = memra_mpi_init(&argc, &argv);
+    if (rank < 0) {
+        fprintf(stderr, "memra-bench: %s\n", memra_last_error());
+        return 2;
+    }
+    const int hop = argc >= 2 && strcmp(argv[1], "hop") == 0;
+    if (rank > 0 && !hop) {
+        int sr = memra_mpi_serve();
+        if (sr != MEMRA_OK)
+            fprintf(stderr, "memra-bench (rank %d): %s\n", rank, memra_last_error());
+        memra_mpi_finish(sr);
+        return sr != MEMRA_OK;
+    }
     if (argc >= 2)
         for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-            if (strcmp(argv[1], cmds[i].name) == 0)
-                return cmds[i].fn(argc - 1, argv + 1);
+            if (strcmp(argv[1], cmds[i].name) == 0) {
+                int r = cmds[i].fn(argc - 1, argv + 1);
+                /* hop: both ranks end by themselves (no runtime to serve); the others leave the serve loop */
+                if (hop && rank > 0)
+                    memra_mpi_finish(MEMRA_OK);
+                else
+                    memra_mpi_finish(r ? MEMRA_E_STATE : MEMRA_OK);
+                return r;
+            }
     FILE *f = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr;
     fprintf(f, "usage: memra-bench <subcommand> [options]   (subcommand -h for its options)\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

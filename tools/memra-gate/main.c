@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/pp_rank.h"
 #include "tools/memra-gate/gate.h"
 #include "model/gguf_synth.h"
 #include "model/llama.h"
@@ -45,7 +46,29 @@ static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
     return 0;
 }
 
+static int gate_main(int argc, char **argv);
+
+/* Under mpirun: rank 0 runs the gate, every other rank serves its stages (docs/scale-out.md). */
 int main(int argc, char **argv)
+{
+    dev_err err = {0};
+    if (act_rank_init(&argc, &argv, &err) != 0) {
+        fprintf(stderr, "memra-gate: %s\n", err.msg);
+        return 2;
+    }
+    if (act_rank_self() > 0) {
+        int r = act_rank_serve(&err);
+        if (r)
+            fprintf(stderr, "memra-gate (rank %d): %s\n", act_rank_self(), err.msg);
+        act_rank_finish(r);
+        return r ? 2 : 0;
+    }
+    int status = gate_main(argc, argv);
+    act_rank_finish(status); /* 1 or 2 ends every rank with that status */
+    return status;
+}
+
+static int gate_main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
@@ -149,7 +172,10 @@ int main(int argc, char **argv)
     printf("], devices [");
     for (int s = 0; s < N; s++)
         printf("%s%s", s ? "," : "", dev_device_name(act_pp_stage_device(rt, s)));
-    printf("], slots %d, overlap %d, shard %d, streams %d\n", cfg->slots, seams.overlap, cfg->shard, cfg->streams);
+    printf("], slots %d, overlap %d, shard %d, streams %d", cfg->slots, seams.overlap, cfg->shard, cfg->streams);
+    if (act_rank_count() > 1) /* under mpirun: stage s runs in rank s (docs/scale-out.md) */
+        printf(", ranks %d", act_rank_count());
+    printf("\n");
     act_gate_report rep;
     int r = act_gate_run(rt, &gp, &rep, &err);
     int status;

@@ -301,10 +301,25 @@ static int tokenize_prompt(const memra_model *m, const char *prompt, int chat, i
 
 int main(int argc, char **argv)
 {
+    /* under mpirun: rank 0 is this program, every other rank serves its stages (docs/scale-out.md) */
+    const int rank = memra_mpi_init(&argc, &argv);
+    if (rank < 0) {
+        fprintf(stderr, "memra-run: %s\n", memra_last_error());
+        return 2;
+    }
+    if (rank > 0) {
+        int sr = memra_mpi_serve();
+        if (sr != MEMRA_OK)
+            fprintf(stderr, "memra-run (rank %d): %s\n", rank, memra_last_error());
+        memra_mpi_finish(sr);
+        return sr != MEMRA_OK;
+    }
     run_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
+    if (rc) {
+        memra_mpi_finish(MEMRA_OK);
         return rc == 1 ? 0 : rc;
+    }
 
     catch_signals();
     memra_model *m = NULL;
@@ -440,5 +455,6 @@ out_quiet:
     }
     memra_runtime_free(rt);
     memra_model_free(m);
+    memra_mpi_finish(rc); /* a failure ends every rank with its status */
     return rc;
 }

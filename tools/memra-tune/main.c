@@ -230,7 +230,7 @@ static void trace_busy(const memra_model *m, tune_job *job, const tune_setting *
         return;
     trc_trace t;
     double lo, hi;
-    if (trc_load(path, &t, b->why, sizeof b->why) != 0) {
+    if (trc_load(path, &t, 0, b->why, sizeof b->why) != 0) {
         trc_free(&t);
         return;
     }

@@ -1,0 +1,156 @@
+#!/bin/sh
+# Stages in several processes (docs/scale-out.md), as a user launches them: mpirun -np P with stage s on rank s.
+# Usage: mpi_scale_out.sh MODE MPIRUN BIN_DIR MODEL [ARGS]
+#   gate ARM P [VAR=VALUE...]  memra-gate ARM under mpirun -np P (the doors given exported to every rank) passes
+#                  (bit-identical to the unsplit arm, its counter advanced) and says it ran over P ranks
+#   run P          memra-run --temp 0 under mpirun -np P prints the text of the single-process run, byte for byte
+#   kill SIG R     mpirun -np 2 memra-run mid-generation, rank R gets SIG (KILL: dead; STOP: stuck): every process
+#                  ends, non-zero, within 5 s, with an error on stderr; R = mpirun: mpirun gets SIG (INT: Ctrl-C)
+#   refuse         rank 1 finds another file under the model's path: it refuses with a message naming the
+#                  difference, rank 0's create fails with it, every process ends non-zero
+#   netns          two network namespaces joined by a veth pair stand in for two hosts: mpirun over TCP between
+#                  them only; the gates pass (skips, exit 77, without the rights to make namespaces)
+# mpirun runs as root in CI containers (OMPI_ALLOW_RUN_AS_ROOT*), oversubscribed (2 cores, P ranks), and without
+# the shared-memory single-copy mechanism containers often forbid.
+set -eu
+mode=$1 mpirun=$2 bin=$3 model=$4
+shift 4
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEMRA_BACKEND=cpu
+mpi="$mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none"
+tmp=$(mktemp -d)
+mpid=
+cleanup() {
+  [ -n "$mpid" ] && kill -9 "$mpid" 2>/dev/null
+  [ -n "${ns_made:-}" ] && { ip netns del memra-h0 2>/dev/null; ip netns del memra-h1 2>/dev/null; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+[ -r "$model" ] || { echo "no model at $model (scripts/setup fetches it)"; exit 1; }
+
+# procs: the PIDs running this build's memra-run (from /proc: no procps needed)
+procs() {
+  for d in /proc/[0-9]*; do
+    c=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue
+    case "$c" in "$bin/memra-run "*) echo "${d#/proc/}" ;; esac
+  done
+}
+
+extra= wrap= # mpirun options and a program prefix (netns)
+gate() { # gate ARM P
+  arm=$1 np=$2
+  rc=0
+  timeout 300 $mpi $extra -np "$np" $wrap "$bin/memra-gate" "$arm" -m "$model" > "$tmp/gate.out" 2>&1 || rc=$?
+  cat "$tmp/gate.out"
+  [ "$rc" = 0 ] || { echo "FAIL: memra-gate $arm under mpirun -np $np exited $rc"; exit 1; }
+  grep -q "ranks $np" "$tmp/gate.out" || { echo "FAIL: the gate did not run over $np ranks"; exit 1; }
+  grep -q "^PASS" "$tmp/gate.out" || { echo "FAIL: no PASS line"; exit 1; }
+}
+
+case "$mode" in
+gate)
+  arm=$1 np=$2
+  shift 2
+  for kv in "$@"; do export "$kv"; extra="$extra -x ${kv%%=*}"; done
+  gate "$arm" "$np"
+  ;;
+run)
+  np=$1
+  set -- -m "$model" -p "The capital of France is" -n 48 --temp 0
+  "$bin/memra-run" "$@" > "$tmp/one.txt" 2> "$tmp/one.err"
+  timeout 300 $mpi -np "$np" "$bin/memra-run" "$@" > "$tmp/many.txt" 2> "$tmp/many.err" ||
+    { cat "$tmp/many.err"; echo "FAIL: memra-run under mpirun -np $np"; exit 1; }
+  grep -q "$np stage(s)" "$tmp/many.err" || { cat "$tmp/many.err"; echo "FAIL: not $np stages"; exit 1; }
+  cat "$tmp/many.txt"
+  cmp "$tmp/one.txt" "$tmp/many.txt" || { echo "FAIL: the text differs from the single-process run:"; cat "$tmp/one.txt"; exit 1; }
+  echo "PASS: mpirun -np $np prints the single-process text"
+  ;;
+kill)
+  sig=$1 victim=$2 other=
+  [ "$victim" = mpirun ] || other=$((1 - victim))
+  : > "$tmp/out.txt" # before the background start: the loop below reads it at once
+  $mpi -np 2 "$bin/memra-run" -m "$model" -p "Once upon a time" -n 4000 --temp 0 > "$tmp/out.txt" 2> "$tmp/err.txt" &
+  mpid=$!
+  i=0 # until text flows (at most 120 s): the pipeline is mid-generation
+  while [ "$(wc -c < "$tmp/out.txt")" -lt 40 ]; do
+    i=$((i + 1)); [ $i -le 1200 ] || { cat "$tmp/err.txt"; echo "FAIL: no text after 120 s"; exit 1; }
+    sleep 0.1
+  done
+  r1=
+  [ "$victim" != mpirun ] || r1=$mpid
+  for p in $(procs); do
+    [ "$victim" != mpirun ] || break # the victim: the process whose environment names its rank
+    tr '\0' '\n' < /proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && r1=$p
+  done
+  [ -n "$r1" ] || { echo "FAIL: rank $victim's process not found"; exit 1; }
+  t0=$(date +%s%N)
+  kill -"$sig" "$r1"
+  rc=0
+  wait "$mpid" || rc=$?
+  mpid=
+  t1=$(date +%s%N)
+  kill -CONT "$r1" 2>/dev/null || true
+  left=$(procs)
+  [ -z "$left" ] || { echo "FAIL: processes left: $left"; exit 1; }
+  dt=$(( (t1 - t0) / 1000000 ))
+  echo "rank $victim got SIG$sig; mpirun ended $dt ms later with status $rc; stderr:"
+  cat "$tmp/err.txt"
+  [ "$rc" != 0 ] || { echo "FAIL: exit status 0 after a rank was lost"; exit 1; }
+  [ "$dt" -le 5000 ] || { echo "FAIL: took $dt ms (allowed 5000)"; exit 1; }
+  if [ "$sig" = STOP ]; then # stuck, not dead: only our heartbeat can tell
+    grep -q "rank $other: rank $victim silent" "$tmp/err.txt" || { echo "FAIL: no 'rank $victim silent' error"; exit 1; }
+  elif [ "$victim" != mpirun ]; then
+    grep -qiE "silent|exited on signal|killed|failed" "$tmp/err.txt" || { echo "FAIL: no error message"; exit 1; }
+  fi
+  echo "PASS: every rank ended, non-zero, within 5 s"
+  ;;
+refuse)
+  mkdir "$tmp/r0" "$tmp/r1"
+  ln -s "$model" "$tmp/r0/m.gguf"
+  "$bin/memra-mkgguf" -o "$tmp/r1/m.gguf" --layers 4 > /dev/null
+  cat > "$tmp/cd.sh" << 'EOF'
+#!/bin/sh
+cd "$(dirname "$0")/r$OMPI_COMM_WORLD_RANK" && exec "$@"
+EOF
+  chmod +x "$tmp/cd.sh"
+  rc=0
+  timeout 120 $mpi -np 2 "$tmp/cd.sh" "$bin/memra-gate" eager -m m.gguf > "$tmp/out.txt" 2>&1 || rc=$?
+  cat "$tmp/out.txt"
+  [ "$rc" != 0 ] || { echo "FAIL: exit status 0 with two different model files"; exit 1; }
+  grep -q "rank 1 refused the runtime: rank 1: the model m.gguf differs from rank 0's" "$tmp/out.txt" ||
+    { echo "FAIL: no refusal naming the difference"; exit 1; }
+  echo "PASS: the rank with another model file refused, with the message"
+  ;;
+netns)
+  command -v ip > /dev/null || { echo "SKIP: no ip(8) (iproute2)"; exit 77; }
+  ip netns add memra-h0 2> "$tmp/ns.err" || { echo "SKIP: cannot make network namespaces: $(cat "$tmp/ns.err")"; exit 77; }
+  ns_made=1
+  ip netns add memra-h1
+  ip link add memra-v0 netns memra-h0 type veth peer name memra-v1 netns memra-h1 2> "$tmp/ns.err" ||
+    { echo "SKIP: cannot make a veth pair: $(cat "$tmp/ns.err")"; exit 77; }
+  ip -n memra-h0 addr add 10.231.0.1/30 dev memra-v0
+  ip -n memra-h1 addr add 10.231.0.2/30 dev memra-v1
+  for n in 0 1; do ip -n memra-h$n link set lo up; ip -n memra-h$n link set memra-v$n up; done
+  # mpirun runs in "host" h0 and starts its daemon on "host" h1 through a launch agent that stands in for ssh (it
+  # enters h1 instead of logging in); the daemon calls back and the ranks talk over TCP on the veth's /30 only.
+  cat > "$tmp/agent.sh" << 'EOF'
+#!/bin/sh
+shift # the host (10.231.0.2): always memra-h1
+exec ip netns exec memra-h1 sh -c "$*"
+EOF
+  chmod +x "$tmp/agent.sh"
+  mpi="ip netns exec memra-h0 $mpirun --oversubscribe"
+  extra="--host 10.231.0.1:1,10.231.0.2:1 --mca plm_rsh_agent $tmp/agent.sh --mca plm_rsh_no_tree_spawn 1
+    --mca btl self,tcp --mca btl_tcp_if_include 10.231.0.0/30 --mca oob_tcp_if_include 10.231.0.0/30"
+  # each rank sees its own "host"'s network only: the veth end and its address, nothing of this machine's
+  timeout 120 $mpi $extra -np 2 ip -o -4 addr show > "$tmp/addr.out" 2>&1 || { cat "$tmp/addr.out"; exit 1; }
+  cat "$tmp/addr.out"
+  grep -q "memra-v0 .*10.231.0.1/30" "$tmp/addr.out" && grep -q "memra-v1 .*10.231.0.2/30" "$tmp/addr.out" ||
+    { echo "FAIL: the ranks are not in the two namespaces"; exit 1; }
+  [ "$(grep -vc -e ' lo ' -e ' memra-v' "$tmp/addr.out")" = 0 ] || { echo "FAIL: a rank sees another network"; exit 1; }
+  for arm in eager replay batch prime; do
+    gate "$arm" 2
+  done
+  ;;
+*)
+  echo "usage: mpi_scale_out.sh gate|run|kill|netns MPIRUN BIN_DIR MODEL [ARGS]"; exit 2 ;;
+esac
