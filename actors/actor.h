@@ -1,5 +1,5 @@
 /* act_actor: one thread + one mailbox + one handler. The unit every pipeline stage, the readback and the
- * scheduler are built from (DESIGN.md sections 2-3).
+ * scheduler are built from (docs/architecture.md "One step through N stages").
  *
  *   a = act_actor_create("stage1", handle, ctx, &err);
  *   act_actor_start(a, &err);

@@ -1,7 +1,7 @@
 /* The doors: environment variables that open, shape and A/B the pipeline (docs/doors.md lists each with
  * meaning, default, valid values and when it is read). The configuration itself is act_pp_params (the API's
- * memra_runtime_params); the doors override it only where a runtime asks for them (apply_env). Two kinds, as
- * DESIGN.md §5 fixes:
+ * memra_runtime_params); the doors override it only where a runtime asks for them (apply_env). Two kinds
+ * (docs/architecture.md "Who reads the doors"):
  *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
  *    created with apply_env, by the creating thread, and override the config field by field; a live runtime
  *    never changes them (act_pp_reload_doors refuses a changed one);

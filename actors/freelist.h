@@ -1,7 +1,7 @@
 /* act_freelist: a pool of preallocated act_msg that grows by chunks, so the steady state of a mailbox
  * does no malloc per message.
  *
- * Structure (see docs/actors.md "free list"): a liburcu lock-free stack (cds_lfs) of free messages.
+ * Structure (see docs/actors.md "Free list"): a liburcu lock-free stack (cds_lfs) of free messages.
  *   - give (return a message): cds_lfs_push, lock-free, any thread, never blocks.
  *   - take: __cds_lfs_pop under the stack's own pop mutex (liburcu's synchronization technique 2).
  *     ABA safety: a Treiber pop is only exposed to ABA when another thread can pop the same head and push

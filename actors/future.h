@@ -29,7 +29,7 @@ typedef struct act_future {
  * (a message, a join). */
 void act_future_init(act_future *f);
 
-/* Nothing to release today; pairs with init (f must not be waited on). */
+/* Releases nothing (an act_future holds no resource); pairs with init (f must not be waited on). */
 void act_future_fini(act_future *f);
 
 /* Heap variants: NULL + err (MEMRA_E_NOMEM). The caller owns the future. */

@@ -1,8 +1,8 @@
-/* PpNRt: the N-stage pipeline runtime (the seed's M2, built as DESIGN.md §2's actor runtime).
+/* PpNRt: the N-stage pipeline runtime (the seed's M2, built as an actor runtime: docs/architecture.md).
  *
  *   submitter --STEP--> stage 0 actor --TOKEN(k)--> stage 1 actor ... --> last stage --READBACK--> readback actor
  *                          ^                  |
- *                          +---CREDIT(k)------+      (one credit per boundary slot, DESIGN.md §2)
+ *                          +---CREDIT(k)------+      (one credit per boundary slot, docs/architecture.md "Credits")
  *                          ^                                                       |
  *                          +-----FEED (act_pp_params.feed: an ARGMAX step's tokens left)-+
  *

@@ -5,7 +5,7 @@
  * default) and its rows fit; otherwise pool memory, allocated per step on the stage's stream. Why a ring: a graph
  * holds fixed addresses. With pool memory the head runs after the walk's graph, eagerly, behind the allocation,
  * and its first kernel waits for the whole graph to end (no PDL across a graph launch): on the 8B step it started
- * 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The graph's edge"). In a
+ * 1.4 us after the last layer and ran 2 us longer than a layer's norm (docs/bench/gpu.md, "The head's logits ring"). In a
  * fixed buffer the head and the argmax are part of the walk, and a graph captures them with the layers. What it
  * costs: PP_HEAD_RING buffers of head_ring_rows rows (4 MB for Llama-3 8B's 128256-token vocabulary), an event each,
  * and up to PP_HEAD_RING graphs per walk key on the last stage.
@@ -16,7 +16,7 @@
  * taker takes the least recently taken free buffer, not the lowest: the buffer of the step just before may
  * already be back, and its copy out runs only once that step has ended, so a step that took it would wait for a
  * D2H copy before starting (about 7 us in most steps of one stage's decode with the lowest, none with this order:
- * docs/bench/gpu.md runs 170-173). A step that finds both out takes pool memory rather than wait: waiting for HEAD
+ * docs/bench/gpu.md "The head's logits ring"). A step that finds both out takes pool memory rather than wait: waiting for HEAD
  * made the last stage trail the readback actor, and 4 sequences in flight over 2 CPU stages lost ~4 % of their
  * tokens/s (pool memory instead: within noise, docs/bench/cpu.md). */
 #include "actors/pp_internal.h"

@@ -4,7 +4,7 @@
  * calls. Every op on one stream runs in enqueue order; ops on different streams are unordered unless an
  * event orders them (dev_event_record_async on the producer, dev_stream_wait_event_async on the consumer).
  *
- * CPU backend (the one CI exercises; DESIGN.md §4): every stream is a worker thread draining an op queue;
+ * CPU backend (the one CI exercises; docs/device.md "CPU backend"): every stream is a worker thread draining an op queue;
  * every emulated device owns its memory (its own jemalloc arena); kernels declare the buffers they touch
  * (dev_access) so the backend can (1) refuse an access to another device's memory without a peer grant and
  * count granted remote reads, and (2) check the multi-stream law: an access from stream B to a buffer last

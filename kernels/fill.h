@@ -1,7 +1,7 @@
 /* Seeded synthetic weights: fill a matrix W (n_out, n_in) of any krn_type with pseudo-random values of a
  * given size, built from integers only (a splitmix64 hash of seed and position, bit-assembled floats,
  * host-computed block scales), so the same (seed, type, shape, scale) give the same BYTES on the CPU and on
- * the GPU. Used to generate real-shaped models straight into device memory (a 70B model does not fit a
+ * the GPU. It generates real-shaped models straight into device memory (a 70B model does not fit a
  * disk or a carried file) and host-side embedding tables. Values: float types |v| in [scale/8, 2*scale)
  * with a random sign, plus `center` (f32 only, for norm weights near 1); quantized types: valid blocks
  * whose values are of the order of scale. */

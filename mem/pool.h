@@ -1,4 +1,4 @@
-/* Stream-ordered device memory pool (the seed's memra-runtime policy; DESIGN.md §4):
+/* Stream-ordered device memory pool (the seed's memra-runtime policy; docs/device.md "mem/"):
  *   - free_async(p, s) makes p reusable only once s reaches the free (the free point);
  *   - reuse on the same stream needs nothing (stream order); reuse from another stream first enqueues a
  *     wait on the free point on that stream (internal dependencies ON);

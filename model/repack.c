@@ -34,7 +34,7 @@ int mdl_x8_door(int *on, dev_err *err)
 }
 
 /* Whether w is repacked: a planar type, still in blocks, 16-byte aligned; q6_K only with x8 on, since only the
- * int8-x GEMV gains on its planes (8B q6_k decode, docs/bench/gpu.md run 57: blocks 248.8 tok/s, planes with
+ * int8-x GEMV gains on its planes (8B q6_k decode, docs/cuda-kernels.md "Planar layouts": blocks 248.8 tok/s, planes with
  * f32 x 188.6, planes with int8 x 275.5). */
 static int wants(const krn_weight *w, int x8)
 {

@@ -6,10 +6,10 @@
  * reduction orders, ~1e-6 relative apart per op through 3 layers; a wrong layout moves logits by >= 0.1.
  * With MEMRA_KV_TYPE=f16 / bf16 (16-bit KV caches on both backends) a cached value can round one 16-bit ulp
  * apart where the two f32 values straddle a rounding boundary: 1e-3 / 1e-2 * (1 + max|cpu|) then; the same with
- * MEMRA_ACT_TYPE=f16 / bf16 (16-bit matmul inputs on both backends; measured 2.9e-4 / 1.4e-3, run 58).
+ * MEMRA_ACT_TYPE=f16 / bf16 (16-bit matmul inputs on both backends; measured 2.9e-4 / 1.4e-3 on an H200).
  * With MEMRA_CUDA_X8=1 the planar types (q8_0, q4_0, q4_1, q4_K, q6_K) multiply x rounded to int8 per 32-block on
  * the GPU only (the CPU has no planes and reads f32 x): 2e-2 * (1 + max|cpu|) for those (measured 0.7-1.0e-2,
- * docs/bench/gpu.md run 49); the bitwise forms below hold with it as without. Greedy tokens: every row whose
+ * on an H200); the bitwise forms below hold with it as without. Greedy tokens: every row whose
  * CPU top logit leads the runner-up by more than twice the tolerance picks the same token on the GPU.
  * Skips (77) with the reason when no CUDA device is usable. */
 #include <math.h>

@@ -467,7 +467,7 @@ static void *upload_cache(const float *c, size_t n, int type) {
     free(h);
     return d;
 }
-/* Fails unless attention's workspace ws (device, landed) has its KRN_ATT_WS_TICKETS tickets at zero. */
+/* Fails unless attention's workspace ws (device memory, its writes complete) has its KRN_ATT_WS_TICKETS tickets at zero. */
 static void assert_tickets_zero(const float *ws, const char *what) {
     uint32_t *tk = malloc(KRN_ATT_WS_TICKETS * sizeof(uint32_t));
     download(tk, ws, KRN_ATT_WS_TICKETS * sizeof(uint32_t));

@@ -226,7 +226,7 @@ static void test_model_repack_on_each_device_and_the_op_table_give_the_raw_bits(
     (void)state;
     check_model_repack(cuda_ref_type_of(KRN_Q4_1));
     /* q6_k (lm_head and half of ffn_down in Q4_K_M files) is repacked only for the int8-x GEMV: with f32 x its
-     * planes are slower than its blocks (docs/bench/gpu.md run 57) */
+     * planes are slower than its blocks (docs/cuda-kernels.md "Planar layouts") */
     setenv("MEMRA_CUDA_X8", "1", 1);
     check_model_repack(cuda_ref_type_of(KRN_Q6_K));
     unsetenv("MEMRA_CUDA_X8");

@@ -24,7 +24,7 @@ if(TARGET memra-server)
                      $<TARGET_FILE:memra-server> ${TINY})
     set_tests_properties(server_malformed_requests_only_4xx_on_the_tiny_model PROPERTIES
       LABELS unit TIMEOUT 600 FIXTURES_REQUIRED tiny ENVIRONMENT "MEMRA_BACKEND=cpu")
-    # curl, as the README uses it (scripts/setup installs curl)
+    # curl, as docs/server.md uses it (scripts/setup installs curl)
     add_test(NAME server_curl_sse_framing_and_errors
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py curl
                      $<TARGET_FILE:memra-server> ${TINY})

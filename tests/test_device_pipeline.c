@@ -1,4 +1,4 @@
-/* A 3-stage pipeline on three emulated devices, shaped like the runtime's (DESIGN.md §2): K boundary slots
+/* A 3-stage pipeline on three emulated devices, shaped like the runtime's (docs/architecture.md "Credits"): K boundary slots
  * in ONE allocation per boundary on the consumer's device, ev_tx[k] (slot filled) / ev_rx[k] (slot
  * consumed) events, peer copies across devices, random worker delays from the op hook. With both events
  * the results are exact and the checker reports nothing; without the ev_rx wait (producer overwrites a

@@ -8,7 +8,7 @@
  * writes its frame after the previous walk read it and before the next walk reads it. The consumer's wait
  * on ev_tx[k] of a local boundary becomes the receive's place in the consumer's stream: NCCL matches the
  * n-th send of the pair's communicator with the n-th receive, and the receive completes only once the
- * matching send's bytes have landed, so "the consumer reads slot k after the producer wrote it" holds
+ * matching send's bytes have arrived, so "the consumer reads slot k after the producer wrote it" holds
  * without an event crossing processes. ev_rx[k] is recorded right after the receive (the slot is then
  * "copied out": its bytes are in the consumer's frame), ev_tx[k] right after the send (the producer's frame
  * may be rewritten). Both events are local to their process; other streams of that process order

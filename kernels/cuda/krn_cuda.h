@@ -34,12 +34,12 @@ extern "C" {
  * never depend on the GPU or on n_ctx. */
 #define KRN_CUDA_ATT_CHUNK 256
 #define KRN_CUDA_ATT_MIN_CHUNK 64
-#define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* run 28: 8B bf16 at 200 / 900 keys, 12 / 11 % less device time than 256 */
+#define KRN_CUDA_ATT_CHUNK_DEFAULT 64 /* 8B bf16, 200 / 900 keys: 12 / 11 % faster than 256 (docs/cuda-kernels.md) */
 /* The largest chunk count whose merge runs fused in the chunk kernel (MEMRA_CUDA_ATT_FUSE; see krn_cuda_attention.cu).
  * 0: never, the combine kernel merges. The fused merge saves the combine's launch, which pays only while rows fit one
  * chunk, and there the caller's keys bound (krn_rope_store.keys) skips the merge itself: with it the 8B step takes
- * 3862.7 us with the combine against 3863.2 fused at an 8-token prompt, 3977.3 against 3984.1 at 200 keys (run 161);
- * at 500 and 900 keys the fused merge lost 19 and 26 us (run 156). 16 was the default from run 139 to run 160. */
+ * 3862.7 us with the combine against 3863.2 fused at an 8-token prompt, 3977.3 against 3984.1 at 200 keys;
+ * at 500 and 900 keys the fused merge costs 19 and 26 us more (docs/cuda-kernels.md "Attention"). */
 #define KRN_CUDA_ATT_FUSE_DEFAULT 0
 /* Largest head_dim attention accepts (a multiple of 4). */
 #define KRN_CUDA_ATT_MAX_HEAD_DIM 256

@@ -21,7 +21,7 @@
  * chunk block takes a ticket for its (row, head group) after its partials, and the block that takes the last
  * one merges its heads (att_merge_group: the combine's arithmetic in fewer round trips) and zeroes the ticket.
  * Same operations in the same order: the combine kernel's bits. It saves the combine's launch at every position,
- * but its merge, one block per head group instead of one per head, costs more once rows span chunks (runs 156-157:
+ * but its merge, one block per head group instead of one per head, costs more once rows span chunks (measured:
  * 5 / 19 / 26 us a step slower at 200 / 500 / 900 keys: the merge's reads go through one SM a head group, and more
  * loads in flight made it slower, docs/cuda-kernels.md). Where rows fit one chunk the caller's keys bound (below)
  * skips the merge anyway, so by default the combine kernel merges (MEMRA_CUDA_ATT_FUSE).
@@ -107,7 +107,7 @@ typedef struct att_rope {
 /* The angles rope turns a head's dims by, (sine, cosine) in ang[s * 32 + l] for dim slot s = 4 j + u of lane l
  * (dim 4 l + 128 j + u): normal rope's pair (2i, 2i + 1) in the even slot, neox's pair of each dim (its index below
  * half) in every slot; krn_rope_angle's (rope_store's) bits. One per thread of the block, not per lane, head and
- * pair: each is a precise powf and sincosf, about 700 instructions (run 143: taken per head after the wait, they
+ * pair: each is a precise powf and sincosf, about 700 instructions (taken per head after the wait, they
  * made the call 14 us longer). No loads: taken before the PDL wait. Ends with a barrier. Requires att_rope_fits. */
 template <int DPL>
 static __device__ __forceinline__ void att_rope_angles(float2 *ang, int hd, int p, const att_rope &r) {
@@ -258,7 +258,7 @@ static __device__ __forceinline__ void att_stage_wait(void) { asm volatile("cp.a
  * 0-7, 1 in 8-15, 2 in 16-23, 3 in 24-31), 6 shuffles a key instead of 20. Each value's additions are krn_warp_sum's,
  * operand for operand (own + partner's at xor 16, 8, 4, 2, 1), so a head's score has the same bits in any group; the
  * shuffles go level by level across the KI keys, so their dependent chains overlap instead of running key after key
- * (run 136, all 8 keys of a batch interleaved: the scores phase of the 8B step's attention 4260 -> 3100 cycles, the
+ * (all 8 keys of a batch interleaved: the scores phase of the 8B step's attention 4260 -> 3100 cycles, the
  * same bits; ATT_KI 4 keeps the 16-bit kernel at 64 registers). */
 template <int KI>
 static __device__ __forceinline__ void att_warp_sum4_kb(const float (&v)[KI][ATT_G], float (&t)[KI], int lane) {
@@ -333,7 +333,7 @@ static __device__ __forceinline__ void att_merge_group(krn_act_e<OT> *__restrict
     }
     __syncthreads(); /* publishes es[][] and ls[] */
     /* NP (head, dim) pairs a thread at once, MB chunks of each per round trip. With rope inside (128 registers):
-     * 2 x 16, so the 8B's 4 x 128 pairs at 16 chunks take one round trip, not four (run 150: those four cost the
+     * 2 x 16, so the 8B's 4 x 128 pairs at 16 chunks take one round trip, not four (measured: four cost the
      * fused path 27 us a step at 960 keys); the other kernels, held to 64-80 registers, keep 1 x 8 (no spills) */
     const int ne = gn * hd;
     for (int e0 = threadIdx.x; e0 < ne; e0 += NP * ATT_THREADS) {
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(ATT_THREADS, DPL != 1 ? 0 : ROPE ? 2 : sizeof(
     krn_pdl_enter_early(early);
     typedef typename kv_raw<KV>::T R;
     /* VST: V's rows go through shared memory (cp.async), their first batch issued with K's loads; f32 at DPL 1 only
-     * (run 89: 16-bit caches lost 4-10 % with it; at DPL 2 an f32 stage would pass 48 KB of static shared memory).
+     * (16-bit caches are 4-10 % slower with it; at DPL 2 an f32 stage would pass 48 KB of static shared memory).
      * Per warp: its staged V rows (ATT_KB * DPL * 32 R, 4 KB), and over them, once they are used, its value partials
      * (ATT_G x PW float4, 2 KB); without VST the partials only, laid out as before VST (SASS unchanged). */
     constexpr bool VST = DPL == 1 && sizeof(KV) == 4;
@@ -721,7 +721,7 @@ static int att_pf(void) {
 /* MEMRA_CUDA_ATT_FUSE: the fused merge (no combine kernel) when the call's chunk count n_split (of its keys bound,
  * else of n_ctx) is at most this (0: never); unset: KRN_CUDA_ATT_FUSE_DEFAULT (0), with rope inside the chunk kernel
  * or not. A merge in one block per (row, head group) reads all of its heads' partials alone, so once rows span
- * chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (runs 119, 156). */
+ * chunks the combine kernel's wider grid (a block per head, not per group of up to 4) wins (docs/cuda-kernels.md). */
 static int att_fuse(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 16, 64, 256};
@@ -752,7 +752,7 @@ extern "C" int krn_cuda_attention_async(void *cuda_stream, float *out, const flo
  * occupancy; the fused one at DPL 1 is held to the unfused one's registers by its __launch_bounds__ (3 blocks an SM
  * over an f32 cache, 4 over 16-bit: 80 and 64 registers, and 2 and 8 spill instructions, sm_90 ptxas of CUDA 13).
  * With rope inside (ROPE) both are held to 2 blocks an SM at DPL 1, up to 128 registers and no spills (the fused
- * one held to 80 spilled and lost 74 us a step, run 148); the 8B grid has 128 blocks, one an SM anyway. */
+ * one held to 80 spills and costs 74 us a step); the 8B grid has 128 blocks, one an SM anyway. */
 template <int OT, int DPL, bool FUSE, bool ROPE>
 static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st, void *out, float *ws,
                                const float *q, const int32_t *seq, const int32_t *pos, int n_head, int n_head_kv,
@@ -761,7 +761,7 @@ static void att_chunk_launch_r(const krn_kv_cache *c, dim3 grid, cudaStream_t st
     /* fused: this kernel is attention's last, so it takes the combine's early trigger (the o GEMV's blocks in);
      * with rope inside it waits on the q/k/v GEMV as rope_store did, so it takes rope_store's (an early trigger
      * there would let the next kernel's blocks in during that GEMV: for the fused merge, the o GEMV's, taking its
-     * SM slots and HBM: run 150, the fused merge 39 us a step slower with rope_store's early bit on) */
+     * SM slots and HBM: the fused merge is 39 us a step slower with rope_store's early bit on) */
     const int early = krn_cuda_pdl_early(ROPE ? KRN_EARLY_ROPE : FUSE ? KRN_EARLY_ATT_COMBINE : KRN_EARLY_ATT_CHUNK);
     if (c->type == KRN_F16)
         krn_launch(att_chunk_kernel<__half, OT, DPL, FUSE, ROPE>, grid, ATT_THREADS, 0, st, out, ws, q,
@@ -936,8 +936,8 @@ extern "C" int krn_cuda_attention_ws_async(void *cuda_stream, void *out, int out
 static uint64_t att_rope_calls = 0; /* krn_cuda_rope_attention_fused_count (relaxed: a count, ordering nothing) */
 
 /* MEMRA_CUDA_ATT_ROPE: 1 (the default) rope inside the attention kernel at B = 1 where att_rope_fits; 0 the two
- * ops (rope_store, then attention). Run 147 (8B bf16 step, PP-1): 22 us a step less at an 8-token prompt, 58 at
- * 960 keys (each with its merge default; run 149, a slower GPU: 9 at 8 tokens); the same tokens. */
+ * ops (rope_store, then attention). 8B bf16 step, PP-1: 22 us a step less at an 8-token prompt, 58 at
+ * 960 keys (each with its merge default; 9 at 8 tokens on a slower H200); the same tokens. */
 static int att_rope_door(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 1};

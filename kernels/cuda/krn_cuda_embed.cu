@@ -4,7 +4,7 @@
  * ... of row b, each on its own from the bytes of that element's GGUF block, read one by one (GGUF blocks are
  * only 2-byte aligned). A slice per EMB_THREADS elements puts all of a row's loads in flight at once: one block
  * a row walked it one dependent round trip per EMB_THREADS elements, 7.6 us for the 8B's 4096-element row in
- * every decode step (docs/bench/gpu.md, run 163's trace). Writes are coalesced.
+ * every decode step (docs/bench/gpu.md "Where a layer's time goes": 1.6 us with the slices). Writes are coalesced.
  *
  * Bits: every element is the value krn_dequant_row gives on the host (kernels/quant_dot.c's header and the
  * deq_* of kernels/quant_dot_body.inc): the same IEEE operations in the same order, each product and sum as

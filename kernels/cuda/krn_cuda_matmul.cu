@@ -264,7 +264,7 @@ static int mm_occupancy(K k, int *cache) {
 
 /* MEMRA_CUDA_MM_GRID: 0 (default) a grid of resident blocks walking the rows (mm_grid_blocks); 1 a block per row
  * group (the hardware balances blocks over SMs as they finish); 2 the resident grid with the groups always spread
- * evenly (the form before run 165). A tuning knob for memra-bench; same bits every way. */
+ * evenly at every walk length. A tuning knob for memra-bench; same bits every way. */
 static int mm_grid_mode(void) {
     static int cache = KRN_TUNE_UNREAD;
     static const int allowed[] = {0, 1, 2};
@@ -278,8 +278,8 @@ static int mm_grid_mode(void) {
  * MEMRA_CUDA_MM_GRID 0: resident blocks walking the groups. A walk of MM_FULL_ROUNDS rounds or more (the GLU's 7
  * and the head's 61 on the 8B shape) takes every resident slot: blocks then walk one group more or fewer (a
  * quarter of a walk at most), and those a round short free their slots early for the next kernel's blocks, which
- * stream their first weights before their PDL wait: -4 to -6 µs an 8B step on one H200 (runs 164-165), within
- * noise on another (run 167; docs/bench/gpu.md). A shorter walk (q/k/v 3 rounds, o and down 2) spreads the
+ * stream their first weights before their PDL wait: -4 to -6 µs an 8B step on one H200, within
+ * noise on another (docs/cuda-kernels.md "Matmul"). A shorter walk (q/k/v 3 rounds, o and down 2) spreads the
  * groups evenly (mm_resident_grid): there a block a round short idles a third to a half of the walk, and the
  * same change cost 3 to 9 µs a step each. */
 template <typename K>

@@ -6,7 +6,7 @@
  * shared buffers with 16-byte streaming loads (every lane's loads of all R rows in flight at once; the next
  * chunk's loads, of this group or the next, are issued before the current one is decoded), then each lane
  * decodes sub-items (8 or 16 weights) of the R rows and multiplies them with x, whose values it loads ONCE
- * per sub-item for all R rows (at B = 1 the x reads through L1 used to cost 7x the weight bytes).
+ * per sub-item for all R rows (at B = 1, x read per row through L1 costs 7x the weight bytes).
  * Decoding: the bytes of a packed word go into the mantissa of 2^23 by one byte permute, then one
  * subtraction gives q - offset exactly (no int->float conversion, which is 1/8 of the FMA rate on sm_90).
  * x is of an activation type XT (f32, f16, bf16; a template parameter): ldx widens 16-bit elements exactly as

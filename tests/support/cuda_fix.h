@@ -18,19 +18,19 @@ static inline void *dalloc(size_t bytes) { /* cudaMalloc, at least 1 byte */
  * production streams' kind) do not wait for, and return early: cudaMemcpy from pageable memory may return
  * before its DMA lands, cudaMemset and device-to-device cudaMemcpy do not wait at all. So each one syncs the
  * legacy stream before it returns, and the next op on g_s1 / g_s2 sees its bytes. */
-static inline void upload(void *d, const void *h, size_t bytes) { /* h's bytes at d, landed */
+static inline void upload(void *d, const void *h, size_t bytes) { /* h's bytes at d, complete on return */
     CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     CK(cudaStreamSynchronize(0));
 }
-static inline void dfill(void *d, int byte, size_t bytes) { /* cudaMemset, landed */
+static inline void dfill(void *d, int byte, size_t bytes) { /* cudaMemset, complete on return */
     CK(cudaMemset(d, byte, bytes));
     CK(cudaStreamSynchronize(0));
 }
-static inline void dcopy(void *d, const void *s, size_t bytes) { /* device to device, landed */
+static inline void dcopy(void *d, const void *s, size_t bytes) { /* device to device, complete on return */
     CK(cudaMemcpy(d, s, bytes, cudaMemcpyDeviceToDevice));
     CK(cudaStreamSynchronize(0));
 }
-static inline void *dupload(const void *h, size_t bytes) { /* a new device copy of h, landed */
+static inline void *dupload(const void *h, size_t bytes) { /* a new device copy of h, complete on return */
     void *p = dalloc(bytes);
     upload(p, h, bytes);
     return p;

@@ -1,13 +1,12 @@
 /* memra-bench gpu-kernels: bandwidth of the CUDA fused dequant GEMV (krn_cuda_matmul_async) on the three
  * matrix shapes of an 8B Llama layer (4096x4096 attention projections, 14336x4096 gate/up, 4096x14336
  * down), per weight type, at batch B (default 1). Bytes per launch = weights + x + y; GB/s = bytes / time;
- * "% HBM" is against --hbm (default 4575 GB/s, the H200 copy bandwidth measured in DESIGN.md). Each
+ * "% HBM" is against --hbm (default 4575 GB/s, an H200's copy bandwidth, docs/bench/gpu.md "How the figures are made"). Each
  * configuration rotates over enough copies of the weights (>= 400 MB in all) that L2 (50 MB) cannot hold
  * them, and is timed with CUDA events around many back-to-back launches on one stream. Weight bytes are
  * random (GEMV time does not depend on the values). With --gemm: the fused GEMV against the cuBLAS path
  * (krn_cuda_gemm_async) for bf16/f16/f32 at B = 1..512 on 4096x4096 and 14336x4096, to choose
- * MEMRA_CUDA_GEMM_MIN_B. With --chain L: the bf16 GEMVs of L 8B layers as launches vs one persistent kernel
- * (tools/memra-bench/cuda/chain.cu, the P2 experiment). After the block-type rows, the planar layouts of q8_0,
+ * MEMRA_CUDA_GEMM_MIN_B. After the block-type rows, the planar layouts of q8_0,
  * q4_1, q4_0, q4_K, q6_K ("q8_0/p" rows: repacked on the device, read through krn_cuda_matmul_async), each followed by
  * its int8-x row ("q8_0/x8": x quantized once, untimed, then krn_cuda_matmul_parts_async with the x8 rows,
  * MEMRA_CUDA_X8's path) and, per shape, the quantize kernel's own time ("x8 quantize"). With --x-type bf16
@@ -33,7 +32,6 @@
 #include "kernels/fill.h"
 #include "kernels/quant.h"
 #include "kernels/cuda/krn_cuda.h"
-#include "cuda/chain.h"
 #include "cuda/hbm.h"
 #include "kernels/cuda/krn_cuda_gemm.cuh"
 #include "kernels/cuda/krn_cuda_planes.h"
@@ -52,14 +50,11 @@ static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4
 
 static void gk_usage(FILE *f) {
     fprintf(f, "usage: memra-bench gpu-kernels [--batch B] [--iters N] [--hbm GBps] [--device D] [--pdl] [--gemm]\n"
-               "                               [--chain LAYERS] [--x-type f32|f16|bf16] [--attention] [--read]\n"
+               "                               [--x-type f32|f16|bf16] [--attention] [--read]\n"
                "  --attention instead: decode attention (krn_cuda_attention_ws_async), 8B shape (32/8 heads,\n"
                "              head_dim 128, out f32), f32/bf16 caches, B = 1, 4, context 64..16384 keys: KV MB,\n"
                "              us, GB/s, %% HBM per call (uses --iters, --hbm, --device, --pdl; MEMRA_CUDA_ATT_CHUNK)\n"
                "  --gemm      instead: fused GEMV vs cuBLAS (krn_cuda_gemm) for bf16/f16/f32, B = 1..512\n"
-               "  --chain L   instead: the bf16 GEMVs of L 8B layers (B = 1) as launches with PDL vs one\n"
-               "              persistent kernel without / with grid barriers (tools/memra-bench/cuda/chain.cu);\n"
-               "              --chain-mode M (0..5) runs that mode only\n"
                "  --batch B   rows of x per GEMV, 1..64 (default 1)\n"
                "  --iters N   timed launches per configuration, >= 1 (default 200)\n"
                "  --hbm G     HBM bandwidth the %% column is against, GB/s (default 4575)\n"
@@ -440,38 +435,8 @@ static int gk_read_table(int dev, int iters, double hbm) {
     return 0;
 }
 
-/* ---- --chain: the P2 experiment (cuda/chain.cu): what the GEMVs of a step stream at without kernel
- * boundaries, and what a grid barrier between dependent matrices costs ---- */
-static int gk_chain_table(int dev, int n_layer, int iters, double hbm, int only_mode) {
-    static const char *what[6] = {"launches, PDL (production GEMV)", "persistent, no barrier (ceiling)",
-                                  "persistent, barrier, next weights before it", "persistent, barrier, weights after",
-                                  "ring (cp.async 4 ahead), barrier", "ring (cp.async 4 ahead), no barrier"};
-    if (cudaSetDevice(dev) != cudaSuccess) {
-        fprintf(stderr, "gpu-kernels --chain: no CUDA device %d\n", dev);
-        return 2;
-    }
-    printf("gpu-kernels --chain: %d layers x 4 bf16 GEMVs (8B shapes, B=1), %d passes per row, HBM ref %.0f GB/s\n",
-           n_layer, iters, hbm);
-    printf("%-46s %6s %10s %10s %7s\n", "mode", "grid", "us/pass", "GB/s", "% HBM");
-    int rc = 0;
-    static const int bps[] = {0, 4, 5, 6};
-    for (int mode = only_mode >= 0 ? only_mode : 0; mode < (only_mode >= 0 ? only_mode + 1 : 6); mode++)
-        for (size_t b = 0; b < (mode ? sizeof bps / sizeof bps[0] : 1); b++) {
-            bench_chain_result r = {0};
-            dev_err err = {0};
-            if (bench_chain_run(n_layer, mode, bps[b], iters, &r, &err) != 0) {
-                fprintf(stderr, "gpu-kernels --chain mode %d: %s\n", mode, err.msg);
-                rc = 2;
-                continue;
-            }
-            const double gbs = r.bytes_per_pass / (r.us_per_pass * 1e3);
-            printf("%-46s %6d %10.1f %10.1f %6.1f%%\n", what[mode], r.grid, r.us_per_pass, gbs, 100.0 * gbs / hbm);
-        }
-    return rc;
-}
-
 int bench_gpu_kernels(int argc, char **argv) {
-    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, chain = 0, chain_mode = -1, att = 0, rd = 0;
+    int B = 1, iters = 200, dev = 0, pdl = 0, gemm = 0, att = 0, rd = 0;
     int set_b = 0, set_xt = 0, set_hbm = 0; /* options only some tables take */
     double hbm = 4575.0;
     for (int i = 1; i < argc; i++) {
@@ -492,10 +457,6 @@ int bench_gpu_kernels(int argc, char **argv) {
         } else if (!strcmp(a, "--pdl")) {
             pdl = 1;
             continue; /* takes no value */
-        } else if (!strcmp(a, "--chain")) {
-            bad = bench_int("gpu-kernels", a, v, 1, 64, &chain);
-        } else if (!strcmp(a, "--chain-mode")) {
-            bad = bench_int("gpu-kernels", a, v, 0, 5, &chain_mode);
         } else if (!strcmp(a, "--batch")) {
             bad = bench_int("gpu-kernels", a, v, 1, 64, &B), set_b = 1;
         } else if (!strcmp(a, "--iters")) {
@@ -529,25 +490,20 @@ int bench_gpu_kernels(int argc, char **argv) {
             return 2;
         i++;
     }
-    if (chain_mode != -1 && !chain) {
-        fprintf(stderr, "gpu-kernels: --chain-mode %d needs --chain LAYERS\n", chain_mode);
-        return 2;
-    }
-    if (att + gemm + rd + (chain != 0) > 1) {
-        fprintf(stderr, "gpu-kernels: --attention, --gemm, --read and --chain are tables of their own: one at a time\n");
+    if (att + gemm + rd > 1) {
+        fprintf(stderr, "gpu-kernels: --attention, --gemm and --read are tables of their own: one at a time\n");
         gk_usage(stderr);
         return 2;
     }
     /* what each table takes: the GEMV rows everything; --attention no --batch / --x-type (it sweeps B, its x is
-     * q); --chain (bf16, B = 1, PDL launches in mode 0) and --gemm (it sweeps B) none of them, nor --hbm for --gemm */
+     * q); --gemm (it sweeps B) none of them, nor --hbm */
     const char *unused = (att || rd) && (set_b || set_xt) ? "--batch and --x-type"
                          : rd && pdl                    ? "--pdl"
-                         : chain && (set_b || set_xt || pdl) ? "--batch, --x-type and --pdl"
                          : gemm && (set_b || set_xt || pdl || set_hbm) ? "--batch, --x-type, --pdl and --hbm"
                                                                          : NULL;
     if (unused) {
         fprintf(stderr, "gpu-kernels: %s %s not apply to the %s table\n", unused, strstr(unused, " and ") ? "do" : "does",
-                att ? "--attention" : rd ? "--read" : chain ? "--chain" : "--gemm");
+                att ? "--attention" : rd ? "--read" : "--gemm");
         return 2;
     }
     if (att)
@@ -556,8 +512,6 @@ int bench_gpu_kernels(int argc, char **argv) {
         return gk_gemm_table(dev, iters);
     if (rd)
         return gk_read_table(dev, iters, hbm);
-    if (chain)
-        return gk_chain_table(dev, chain, iters, hbm, chain_mode);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= dev) {

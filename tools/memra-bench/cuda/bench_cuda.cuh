@@ -1,4 +1,4 @@
-/* What memra-bench's CUDA experiments (chain.cu) share: a checked runtime call and the hash their
+/* What memra-bench's CUDA sources (hbm.cu) share: a checked runtime call and the hash their
  * random fills draw from. Private to tools/memra-bench/cuda. */
 #ifndef MEMRA_BENCH_CUDA_BENCH_CUDA_CUH
 #define MEMRA_BENCH_CUDA_BENCH_CUDA_CUH

@@ -1,5 +1,5 @@
 /* HBM bandwidth of this GPU now (memra-bench gpu-kernels --read): the same-run denominator for P2 and the GEMV
- * tables, which otherwise quote the fixed 4575 GB/s of DESIGN.md. Each pass streams the whole buffer (far larger
+ * tables, which otherwise quote a fixed 4575 GB/s (an H200's copy bandwidth). Each pass streams the whole buffer (far larger
  * than L2) once: the read kernels XOR every word into a per-thread value that a never-true test keeps live (no
  * store per load, so the pass is reads only); the copy is the runtime's. Each pass is timed by its own events;
  * best and median are reported (machines are noisy: quote a ratio only against a row of the same run).
