@@ -37,6 +37,7 @@
 #define AI inline __attribute__((always_inline))
 #define X8_R 4 /* weight rows per tile */
 #define X8_C 4 /* x rows per tile */
+#define X8_PF 4 /* the first x tile of weight tile o prefetches weight tile o + X8_PF */
 
 static AI uint16_t x8_ld16(const void *p) { uint16_t v; memcpy(&v, p, sizeof v); return v; }
 static AI float x8_ldf(const void *p) { float v; memcpy(&v, p, sizeof v); return v; }
@@ -91,8 +92,9 @@ static AI float h1_generic(uint16_t h) { return krn_f16_to_f32_inl(h); }
 
 static AI void tile_generic(const int t, const int R, const int C, const uint8_t *w, size_t rb, const uint8_t *xq,
                             size_t xrb, int64_t n, float *y, int64_t ldy, int acc, float *scratch, const float *dx,
-                            const float *sx)
+                            const float *sx, const uint8_t *pf)
 {
+    (void)pf;
     const int64_t nb = n / 32;
     const size_t bb = blk_bytes(t), qo = blk_qoff(t);
     const float *dw = scratch, *mw = dw + X8_R * nb;
@@ -254,6 +256,9 @@ static AI __attribute__((target(TGT_VNNI))) __m256i dot_vnni(__m256i u, __m256i 
         a[r][c] = _mm256_setzero_ps();                                                                         \
     for (int64_t j = 0; j < nb; j++) {                                                                         \
         __m256i u[X8_R], sg[X8_R];                                                                             \
+        if (pf) /* a later weight tile's same block: the weights stream from memory */                        \
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                                \
+                __builtin_prefetch(pf + (size_t)r * rb + (size_t)j * bb, 0, 3);                                \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                                    \
             UNPACK(t, w + (size_t)r * rb + (size_t)j * bb + qo, &u[r], &sg[r]);                                \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                                  \
@@ -272,14 +277,14 @@ static AI __attribute__((target(TGT_VNNI))) __m256i dot_vnni(__m256i u, __m256i 
 static AI __attribute__((target(TGT_AVX2))) void tile_avx2(const int t, const int R, const int C, const uint8_t *w,
                                                           size_t rb, const uint8_t *xq, size_t xrb, int64_t n,
                                                           float *y, int64_t ldy, int acc, float *scratch,
-                                                          const float *dx, const float *sx)
+                                                          const float *dx, const float *sx, const uint8_t *pf)
 {
     TILE_BODY(unpack_avx2, dot_avx2, finish_avx2)
 }
 static AI __attribute__((target(TGT_VNNI))) void tile_vnni(const int t, const int R, const int C, const uint8_t *w,
                                                           size_t rb, const uint8_t *xq, size_t xrb, int64_t n,
                                                           float *y, int64_t ldy, int acc, float *scratch,
-                                                          const float *dx, const float *sx)
+                                                          const float *dx, const float *sx, const uint8_t *pf)
 {
     TILE_BODY(unpack_vnni, dot_vnni, finish_vnni)
 }
@@ -295,7 +300,8 @@ typedef struct x8_job {
 #define TILE_CALL(TILE, T, R, C, o, b)                                                                          \
     TILE(T, R, C, j->w + (size_t)(o) * j->rb, j->rb, j->xq + (size_t)(b) * j->xrb, j->xrb, j->n,             \
          j->y + (size_t)(b) * j->ldy + (o), j->ldy, j->acc, j->scratch, j->dx + (size_t)(b) * nb,             \
-         j->sx + (size_t)(b) * nb)
+         j->sx + (size_t)(b) * nb,                                                                             \
+         (b) == 0 && (o) + (X8_PF + 1) * X8_R <= j->n_out ? j->w + (size_t)((o) + X8_PF * X8_R) * j->rb : NULL)
 
 /* Weight tiles outer (their blocks and scales stay in L1 across every x row), x tiles inner. */
 #define LOOPS(TILE, WS, H1, T)                                                                                     \
