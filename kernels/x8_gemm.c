@@ -154,6 +154,7 @@ static AI void tile_generic(const int t, const int R, const int C, const uint8_t
             *sg = v;                                                                                           \
         } else {                                                                                               \
             *u = v;                                                                                            \
+            *sg = v; /* not read for q4_1 (unsigned weights); defined all the same */                          \
         }                                                                                                      \
     }
 
