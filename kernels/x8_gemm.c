@@ -314,6 +314,8 @@ typedef struct x8_job {
             int b = 0;                                                                                         \
             for (; b + X8_C <= j->B; b += X8_C)                                                                \
                 TILE_CALL(TILE, T, X8_R, X8_C, o, b);                                                          \
+            for (; b + 2 <= j->B; b += 2) /* micro-batches of 2 rows: each weight block unpacked once */        \
+                TILE_CALL(TILE, T, X8_R, 2, o, b);                                                             \
             for (; b < j->B; b++)                                                                              \
                 TILE_CALL(TILE, T, X8_R, 1, o, b);                                                             \
         }                                                                                                      \
