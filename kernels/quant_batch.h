@@ -26,7 +26,7 @@ int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0: the weight types 
 
 /* y (B, n_out) with row stride ldy: y[b * ldy + o] = (acc ? y[b * ldy + o] + : ) dot(W row o, x8 row b), W
  * (n_out, n) of type t, rows row_bytes apart. Tiles of 4 weight rows x 4 x rows: each weight block is
- * unpacked once per 4 x rows. Returns 0, or -1 (y untouched) for another type, n % 32 != 0, n_out or B <= 0,
+ * unpacked once per 4 x rows (then 2, then 1 for the last rows). Returns 0, or -1 (y untouched) for another type, n % 32 != 0, n_out or B <= 0,
  * or no memory for the tile's scales (a few KiB). The _path form runs path p (available, see above). */
 int krn_x8_gemm(int t, const void *w, size_t row_bytes, int n_out, const void *xq, int B, int64_t n, float *y,
                 int64_t ldy, int acc);
