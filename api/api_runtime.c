@@ -25,6 +25,7 @@ memra_runtime_params memra_runtime_default_params(void)
     p.n_seq = 4;
     p.max_rows = 64;
     p.apply_env = 1;
+    p.cpu_x8 = 1; /* the fast CPU matmul: docs/bench/cpu.md, "Against llama.cpp" */
     return p;
 }
 
@@ -65,6 +66,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.kv_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->kv_type);
     if (p->act_type < MEMRA_KV_DEFAULT || p->act_type > MEMRA_KV_BF16)
         BAD("memra_runtime_params.act_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->act_type);
+    if (p->cpu_x8 < 0 || p->cpu_x8 > 1)
+        BAD("memra_runtime_params.cpu_x8 = %d (allowed 0 = exact f32 x, 1 = fast int8 x)", p->cpu_x8);
     if (p->batch_invariant < 0 || p->batch_invariant > 1)
         BAD("memra_runtime_params.batch_invariant = %d (allowed 0 or 1)", p->batch_invariant);
     if (p->micro_batches < 0 || p->micro_batches > p->n_seq)
@@ -75,7 +78,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
 }
 
 /* The doors of the fields read here rather than by act_pp_create, on top of the params: MEMRA_BACKEND and
- * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_DEVICE_FEED, MEMRA_PP_MICRO_BATCHES. */
+ * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_CPU_X8 (device/'s parser), MEMRA_DEVICE_FEED,
+ * MEMRA_PP_MICRO_BATCHES. */
 static int backend_doors(memra_runtime_params *p, dev_err *err)
 {
     int kind = p->backend == MEMRA_BACKEND_CPU ? DEV_KIND_CPU : p->backend == MEMRA_BACKEND_CUDA ? DEV_KIND_CUDA : -1;
@@ -85,6 +89,8 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
                                                                                        : MEMRA_BACKEND_AUTO;
         p->cpu_devices = n;
     }
+    if (r == 0 && dev_cpu_x8_door(&p->cpu_x8, err) < 0) /* cpu_x8's door */
+        r = MEMRA_E_INVAL;
     const char *f = getenv("MEMRA_DEVICE_FEED"); /* device_feed's door */
     if (r == 0 && f) {
         if (!strcmp(f, "0") || !strcmp(f, "1"))
@@ -174,6 +180,7 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
     if (!(rt->plat = open_backend(&p, &err)) ||
         check_ctx_fits(model, &p, dev_platform_kind(rt->plat) == DEV_KIND_CPU, &err))
         goto fail;
+    dev_platform_set_matmul_x8(rt->plat, p.cpu_x8); /* before the first launch: the weights are not loaded yet */
     act_pp_params ap = act_pp_default_params();
     ap.config.stages = p.stages;
     ap.config.n_cuts = p.n_cuts;

@@ -40,11 +40,18 @@ void dev_stream_base_init(dev_stream *s, dev_device *d, const char *name)
 
 dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err)
 {
-    if (kind == DEV_KIND_CPU)
-        return dev_cpu_open(n_cpu_devices, err);
+    if (kind == DEV_KIND_CPU) {
+        dev_platform *p = dev_cpu_open(n_cpu_devices, err);
+        if (p)
+            dev_platform_set_matmul_x8(p, 0); /* exact until the opener says otherwise */
+        return p;
+    }
     if (kind == DEV_KIND_CUDA) {
 #ifdef MEMRA_HAVE_CUDA
-        return dev_cuda_open(err);
+        dev_platform *p = dev_cuda_open(err);
+        if (p)
+            dev_platform_set_matmul_x8(p, 0);
+        return p;
 #else
         dev_err_set(err, MEMRA_E_UNSUPPORTED,
                     "backend cuda: this build has no CUDA backend (configure with MEMRA_CUDA=ON/AUTO and nvcc)");
@@ -85,8 +92,33 @@ int dev_backend_doors(int *kind, int *n_cpu, dev_err *err)
     return 0;
 }
 
+int dev_cpu_x8_door(int *on, dev_err *err)
+{
+    const char *v = getenv("MEMRA_CPU_X8");
+    if (!v)
+        return 0;
+    if (strcmp(v, "0") && strcmp(v, "1"))
+        return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_X8=\"%s\": allowed values are 1 (the fast CPU matmul: x "
+                                               "quantized to int8 blocks) and 0 (the exact one: f32 x)", v);
+    *on = v[0] == '1';
+    return 1;
+}
+
+void dev_platform_set_matmul_x8(dev_platform *p, int on)
+{
+    atomic_store_explicit(&p->matmul_x8, on ? 1 : 0, memory_order_relaxed); /* launches read it on the host */
+}
+
+int dev_platform_matmul_x8(const dev_platform *p)
+{
+    return atomic_load_explicit(&((dev_platform *)p)->matmul_x8, memory_order_relaxed);
+}
+
 dev_platform *dev_platform_open_env(dev_err *err)
 {
+    int x8 = 0;
+    if (dev_cpu_x8_door(&x8, err) < 0)
+        return NULL;
     int kind = -1, n = DEV_CPU_DEVICES_DEFAULT;
     if (dev_backend_doors(&kind, &n, err) != 0)
         return NULL;
@@ -101,6 +133,8 @@ dev_platform *dev_platform_open_env(dev_err *err)
     if (!p) {
         const char *be = getenv("MEMRA_BACKEND");
         dev_err_wrap(err, "MEMRA_BACKEND=%s", be && be[0] ? be : "(unset)");
+    } else {
+        dev_platform_set_matmul_x8(p, x8);
     }
     return p;
 }

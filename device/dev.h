@@ -51,6 +51,17 @@ dev_platform *dev_platform_open_env(dev_err *err);
  * value and what is allowed (nothing changed then). The one parser of these doors. */
 int dev_backend_doors(int *kind, int *n_cpu, dev_err *err);
 
+/* The CPU matmul's mode on p (MEMRA_CPU_X8): 1 = fast (x quantized once per matmul to int8 blocks; q4_0, q4_1
+ * and q8_0 weights take int8 products, kernels/x8_gemm.c), 0 = exact (f32 x, fixed lanes; the float64 oracle's
+ * and the bit-identity gates' mode). Both are deterministic per shape. Read by every CPU matmul launch; set it
+ * after open, before the first launch (a later change applies to later launches). CUDA ignores it. The
+ * platforms dev_platform_open gives start exact; dev_platform_open_env applies the door. */
+void dev_platform_set_matmul_x8(dev_platform *p, int on);
+int dev_platform_matmul_x8(const dev_platform *p);
+/* The MEMRA_CPU_X8 door: unset leaves *on; "1" or "0" sets it and returns 1; anything else MEMRA_E_INVAL
+ * naming the variable and the allowed values. Returns 0 when unset. */
+int dev_cpu_x8_door(int *on, dev_err *err);
+
 void dev_platform_close(dev_platform *p);
 dev_kind dev_platform_kind(const dev_platform *p);
 int dev_platform_count(const dev_platform *p);              /* number of devices */

@@ -57,6 +57,7 @@ struct dev_platform {
     const dev_backend *be;
     int n_dev;
     dev_device *dev[DEV_MAX_DEVICES]; /* owned; set at open, read-only after */
+    atomic_int matmul_x8;             /* dev_platform_set_matmul_x8; set by the opener before any launch */
 };
 
 struct dev_device {

@@ -69,6 +69,5 @@ float krn_dot_row_path(int p, int t, const void *row, const float *x, int64_t n)
 void krn_dot_row_batch_path(int p, int t, const void *row, const float *x, int64_t ldx, int B, float *out,
                             int64_t n);
 void krn_dequant_row_path(int p, int t, const void *src, float *dst, int64_t n);
-float krn_dot_row_x8_path(int p, int t, const void *row, const void *xq, int64_t n);
 
 #endif

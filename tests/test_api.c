@@ -287,10 +287,11 @@ static void test_the_params_then_the_doors_at_create_then_a_reload_decide_the_se
 
 /* Logits of 6 prompt tokens decoded one by one, the last 3 kept, on a CPU runtime with this KV type and
  * activation type. */
-static void decode_logits_as(memra_kv_type kv, memra_kv_type act, int apply_env, float out[3][300])
+static void decode_logits_x8(memra_kv_type kv, memra_kv_type act, int apply_env, int cpu_x8, float out[3][300])
 {
     memra_runtime_params p = memra_runtime_default_params();
     p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16, p.kv_type = kv, p.act_type = act, p.apply_env = apply_env;
+    p.cpu_x8 = cpu_x8;
     memra_runtime *rt = memra_runtime_create(api_tiny_model, &p);
     assert_non_null(rt);
     memra_seq *sq = memra_seq_open(rt);
@@ -308,9 +309,50 @@ static void decode_logits_as(memra_kv_type kv, memra_kv_type act, int apply_env,
     memra_runtime_free(rt);
 }
 
+/* The cache and input rounding tests below measure against the exact matmul (f32 x): int8 x would add its own
+ * rounding to theirs. */
+static void decode_logits_as(memra_kv_type kv, memra_kv_type act, int apply_env, float out[3][300])
+{
+    decode_logits_x8(kv, act, apply_env, 0, out);
+}
+
 static void decode_logits(memra_kv_type kv, int apply_env, float out[3][300])
 {
     decode_logits_as(kv, MEMRA_KV_DEFAULT, apply_env, out);
+}
+
+/* cpu_x8 = 1 (the default) quantizes the matmul inputs to int8 (logits move, a little) and gives the same bits on
+ * every run; 0 is the exact mode; MEMRA_CPU_X8 wins over the field only with apply_env; a bad value is refused. */
+static void test_cpu_x8_rounds_x_deterministically_and_the_door_wins(void **state)
+{
+    (void)state;
+    static float exact[3][300], fast[3][300], again[3][300];
+    unsetenv("MEMRA_CPU_X8");
+    assert_int_equal(memra_runtime_default_params().cpu_x8, 1);
+    decode_logits_x8(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, 0, exact);
+    decode_logits_x8(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, 1, fast);
+    decode_logits_x8(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, 1, again);
+    assert_memory_equal(fast, again, sizeof fast);
+    float d = 0.0f, mx = 0.0f;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 300; i++)
+            d = fmaxf(d, fabsf(fast[r][i] - exact[r][i])), mx = fmaxf(mx, fabsf(exact[r][i]));
+    if (!(d > 0.0f && d <= 1e-1f * mx))
+        fail_msg("cpu_x8: max |logit - exact's| %g (max |logit| %g)", d, mx);
+    setenv("MEMRA_CPU_X8", "0", 1);
+    decode_logits_x8(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 1, 1, again); /* the door wins */
+    assert_memory_equal(again, exact, sizeof exact);
+    decode_logits_x8(MEMRA_KV_DEFAULT, MEMRA_KV_DEFAULT, 0, 1, again); /* apply_env 0: the field */
+    assert_memory_equal(again, fast, sizeof fast);
+    setenv("MEMRA_CPU_X8", "2", 1);
+    memra_runtime_params p = memra_runtime_default_params();
+    p.backend = MEMRA_BACKEND_CPU, p.n_ctx = 16;
+    assert_null(memra_runtime_create(api_tiny_model, &p));
+    assert_non_null(strstr(memra_model_last_error(api_tiny_model), "MEMRA_CPU_X8=\"2\""));
+    unsetenv("MEMRA_CPU_X8");
+    p.cpu_x8 = 2;
+    assert_null(memra_runtime_create(api_tiny_model, &p));
+    assert_non_null(strstr(memra_model_last_error(api_tiny_model), "cpu_x8 = 2"));
 }
 
 /* act_type F16 / BF16 round the matmul inputs (logits move, a little); DEFAULT follows MEMRA_ACT_TYPE only when
@@ -554,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_a_bad_door_is_refused_and_a_good_door_overrides_the_params),
         cmocka_unit_test(test_kv_type_rounds_the_cache_and_default_follows_the_door),
         cmocka_unit_test(test_act_type_rounds_the_matmul_inputs_and_default_follows_the_door),
+        cmocka_unit_test(test_cpu_x8_rounds_x_deterministically_and_the_door_wins),
         cmocka_unit_test(test_opening_more_sequences_than_slots_is_full),
         cmocka_unit_test(test_a_closed_sequence_is_state_and_a_null_one_is_inval),
         cmocka_unit_test(test_a_closed_handle_stays_detectable_for_4096_more_closes_and_memory_stays_bounded),

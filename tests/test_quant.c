@@ -410,8 +410,8 @@ static void test_int8_x_dot_gives_the_same_bits_on_every_path_and_stays_within_h
         krn_quant_row(t, w, q, N);
         krn_dequant_row(t, q, wd, N);
         const float got = krn_dot_row_x8(t, q, xq, N);
-        for (int p = 0; p < KRN_PATH_COUNT; p++)
-            if (krn_quant_path_available(p) && fbits(krn_dot_row_x8_path(p, t, q, xq, N)) != fbits(got))
+        for (int p = 0; p < KRN_X8_PATH_COUNT; p++)
+            if (krn_x8_path_available(p) && fbits(krn_dot_row_x8_path(p, t, q, xq, N)) != fbits(got))
                 fail_msg("%s: path %d differs from the default path", krn_type_name(t), p);
         double ref = 0.0, mag = 0.0, bound = 0.0;
         for (int j = 0; j < N / 32; j++) {
@@ -438,6 +438,53 @@ static void test_int8_x_dot_gives_the_same_bits_on_every_path_and_stays_within_h
     }
     assert_true(isnan(krn_dot_row_x8(KRN_Q4_K, w, xq, 256)));
     assert_true(isnan(krn_dot_row_x8(KRN_Q4_1, w, xq, 48)));
+}
+
+/* The fast mode's GEMM: for shapes whose rows and x rows are not multiples of the 4 x 4 tile, every path gives
+ * every (weight row, x row) pair the bits of krn_dot_row_x8 for that pair alone (so B and the tiling do not
+ * change a row), and acc = 1 adds the result to y. */
+static void test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path(void **state)
+{
+    (void)state;
+    enum { N = 32 * 11, NO = 7, B = 6 }; /* 11 blocks: one 8-block gather of the scales and a tail of 3 */
+    static float w[NO * N], x[B * N], y[B * NO], y2[B * NO];
+    fill(w, NO * N, 0.2f);
+    fill(x, B * N, 1.5f);
+    const size_t xrb = krn_x8_row_bytes(N);
+    uint8_t *xq = malloc(B * xrb);
+    assert_non_null(xq);
+    krn_x8_quantize_host(xq, x, B, N);
+    const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
+    int checked = 0;
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        const size_t rb = krn_row_bytes(t, N);
+        uint8_t *q = malloc(NO * rb);
+        assert_non_null(q);
+        for (int o = 0; o < NO; o++)
+            krn_quant_row(t, w + o * N, q + o * rb, N);
+        for (int p = 0; p < KRN_X8_PATH_COUNT; p++) {
+            if (!krn_x8_path_available(p))
+                continue;
+            assert_int_equal(krn_x8_gemm_path(p, t, q, rb, NO, xq, B, N, y, NO, 0), 0);
+            for (int b = 0; b < B; b++)
+                for (int o = 0; o < NO; o++) {
+                    const float one = krn_dot_row_x8_path(KRN_X8_GENERIC, t, q + o * rb, xq + b * xrb, N);
+                    if (fbits(y[b * NO + o]) != fbits(one))
+                        fail_msg("%s path %d: y[%d][%d] = %a, its lone dot %a", krn_type_name(t), p, b, o,
+                                 y[b * NO + o], one);
+                    y2[b * NO + o] = 1.0f;
+                    checked++;
+                }
+            assert_int_equal(krn_x8_gemm_path(p, t, q, rb, NO, xq, B, N, y2, NO, 1), 0);
+            for (int i = 0; i < B * NO; i++)
+                assert_int_equal(fbits(y2[i]), fbits(1.0f + y[i]));
+        }
+        free(q);
+    }
+    assert_true(checked >= 3 * B * NO);
+    assert_int_equal(krn_x8_gemm(KRN_Q4_K, w, 0, NO, xq, B, 256, y, NO, 0), -1);
+    free(xq);
 }
 
 typedef struct dot_job {
@@ -495,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
         cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
         cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
+        cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -241,7 +241,14 @@ typedef struct memra_runtime_params {
     /* appended after profile, so earlier fields keep their offsets */
     int graph;               /* 1: one CUDA graph per stage step, this runtime's default of the MEMRA_PP_GRAPH seam
                               * (MEMRA_PP_GRAPH, read at create with apply_env and by a reload, wins when set);
-                              * 0 (default): eager walks unless the door asks. The CPU backend has no graphs: its walks are eager either way */
+                              * 0 (default): eager walks unless the door asks. The CPU backend has no graphs: its
+                              * walks are eager either way */
+    int cpu_x8;              /* CPU backend matmuls: 1 (default) = fast: x quantized once per matmul to int8 blocks
+                              * of 32, int8 products for q4_0 / q4_1 / q8_0 weights (llama.cpp's way; other types
+                              * stay exact); 0 = exact: f32 x in a fixed order (the float64 oracle's and the
+                              * bit-identity gates' mode). Both are deterministic: a row's tokens do not depend on
+                              * the stages, the batch or the rows beside it. CUDA ignores it (MEMRA_CUDA_X8 there).
+                              * Door: MEMRA_CPU_X8 = 1 | 0 (with apply_env; wins over the field) */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);

@@ -10,6 +10,7 @@
  *     any sequence's slab that no event orders against them is reported (conservative across sequences).
  * No shared state. */
 #include "kernels/cpu/krn_cpu.h"
+#include "kernels/quant_batch.h"
 
 /* An access list; the same range named twice (in-place ops: y == x) is merged into one entry whose mode
  * is the union, so the checker sees one read-write access and not two conflicting ones. */
@@ -69,7 +70,9 @@ int krn_cpu_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, cons
 static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc)
 {
     const size_t rb = krn_row_bytes(W->type, W->n_in);
-    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt };
+    const int x8 = dev_platform_matmul_x8(dev_device_platform(dev_stream_device(s))) && krn_x8_type_ok(W->type) &&
+                   W->n_in % 32 == 0; /* the platform's mode (MEMRA_CPU_X8), for the types it covers */
+    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt, x8 };
     acc_list l = { .n = 0 };
     acc_add(&l, W->data, rb * (size_t)W->n_out, DEV_READ);
     acc_add(&l, x, act_bytes(xt, (size_t)B * W->n_in), DEV_READ);

@@ -1,4 +1,5 @@
-/* CPU matmul over a weight of any krn_type, read as stored (no conversion): each output is the bits of one
+/* CPU matmul over a weight of any krn_type, read as stored (no conversion). The fast mode (a->x8, the platform's
+ * MEMRA_CPU_X8) quantizes x to int8 blocks once and runs krn_x8_gemm (kernels/x8_gemm.c). The exact mode: each output is the bits of one
  * krn_dot_row (kernels/quant.c), whose fixed block order makes the result independent of B, of the
  * stream and of the stage. Rows of x are taken in groups through krn_dot_row_batch (same bits, the weight
  * row dequantized once per 4 vectors). No shared state. */
@@ -13,8 +14,26 @@
 
 /* y (B, n_out) = x (B, n_in) @ W^T (acc: y +=), W (n_out, n_in).
  * Loop o outer, b inner: weight row o is read from memory once for all B rows. */
+/* The fast mode: x (any activation type) quantized once, then the tiled int8 GEMM. */
+static void matmul_x8(const krn_cpu_matmul_args *a)
+{
+    const size_t xrb = krn_x8_row_bytes(a->n_in), bytes = (size_t)a->B * xrb;
+    _Alignas(32) unsigned char stack[16384];
+    unsigned char *xq = bytes <= sizeof stack ? stack : malloc(bytes);
+    if (!xq || (krn_x8_quantize_t_host(xq, a->x, a->xt, a->B, a->n_in),
+                krn_x8_gemm(a->type, a->w, a->row_bytes, a->n_out, xq, a->B, a->n_in, a->y, a->n_out, a->acc)) != 0)
+        for (size_t i = 0; i < (size_t)a->B * a->n_out; i++)
+            a->y[i] = NAN; /* no memory: visible, never silent */
+    if (xq != stack)
+        free(xq);
+}
+
 void krn_cpu_matmul(const krn_cpu_matmul_args *a)
 {
+    if (a->x8) {
+        matmul_x8(a);
+        return;
+    }
     if (a->xt != KRN_F32) { /* widen a 16-bit x once (exact), then the f32 product: the same bits */
         const size_t nx = (size_t)a->B * a->n_in;
         float *xf = malloc(nx * sizeof(float));

@@ -19,6 +19,7 @@ typedef struct krn_cpu_rmsnorm_args { void *y; const float *x, *w; int B, n; flo
 /* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W rows of type `type` (row_bytes each); x of type xt */
 typedef struct krn_cpu_matmul_args {
     float *y; const void *w; const void *x; int type, n_out, n_in, B; size_t row_bytes; int acc; int xt;
+    int x8; /* 1: the fast mode (x quantized to int8 blocks, krn_x8_gemm); only for krn_x8_type_ok types, n_in % 32 == 0 */
 } krn_cpu_matmul_args;
 /* y (B, n) += bias (n,) */
 typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;
@@ -56,7 +57,9 @@ typedef struct krn_cpu_embed_rows_args {
 
 /* ---- pure kernels (run on the calling thread) ---- */
 void krn_cpu_rmsnorm(const krn_cpu_rmsnorm_args *a);
-/* A 16-bit x is widened into a malloc'd f32 copy first (exact); if that malloc fails y gets NaN rows. */
+/* Exact mode: a 16-bit x is widened into a malloc'd f32 copy first (exact). Fast mode (x8): x is quantized
+ * once into a buffer of B * krn_x8_row_bytes(n_in) bytes (on the stack up to 16 KiB, else malloc'd). If a
+ * malloc fails y gets NaN rows. */
 void krn_cpu_matmul(const krn_cpu_matmul_args *a);
 void krn_cpu_add_bias(const krn_cpu_add_bias_args *a);
 void krn_cpu_rope(const krn_cpu_rope_args *a);
