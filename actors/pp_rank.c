@@ -65,6 +65,7 @@ typedef struct pp_wire_create {
     int32_t N, fence[ACT_PP_MAX_STAGES + 1];
     act_pp_config cfg;
     int32_t n_seq, n_ctx, max_rows, kv_type, act_type, batch_invariant, stamps;
+    int32_t matmul_x8;               /* rank 0's CPU matmul mode (dev_platform_matmul_x8): every rank computes alike */
     uint64_t model_bytes, model_sum; /* the file's size and the FNV-1a of its first PP_SUM_BYTES */
     char path[4096];
 } pp_wire_create;
@@ -221,6 +222,7 @@ int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p,
     c->act_type = rt->act_type;
     c->batch_invariant = rt->batch_invariant;
     c->stamps = rt->stamp_mode;
+    c->matmul_x8 = dev_platform_matmul_x8(rt->plat);
     int r = model_sum(model_path, &c->model_bytes, &c->model_sum, err);
     if (r == 0 && strlen(model_path) >= sizeof c->path)
         r = dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: model path longer than %zu bytes across MPI ranks",
@@ -940,6 +942,7 @@ static int serve_one(dev_platform *plat, const pp_wire_create *c, dev_err *err)
         p.batch_invariant = c->batch_invariant;
         p.stamps = c->stamps;
         p.feed = ACT_FEED_OFF;
+        dev_platform_set_matmul_x8(plat, c->matmul_x8); /* before the first launch, as rank 0 sets it */
         if (!(rt = act_pp_create(plat, c->path, &p, err)))
             r = err->code;
         else if (rt->N != c->N || memcmp(rt->fence, c->fence, (size_t)(c->N + 1) * sizeof(int)) != 0)

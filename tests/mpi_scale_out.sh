@@ -84,6 +84,14 @@ kill)
   [ -n "$r1" ] || { echo "FAIL: rank $victim's process not found"; exit 1; }
   t0=$(date +%s%N)
   kill -"$sig" "$r1"
+  i=0 # bounded: a launch that outlives every rank's 5 s by far is a failure, never a hang of the suite
+  while kill -0 "$mpid" 2> /dev/null && [ $i -lt 300 ]; do i=$((i + 1)); sleep 0.1; done
+  if kill -0 "$mpid" 2> /dev/null; then
+    for p in $(procs); do echo "left: $p $(tr '\0' ' ' < /proc/"$p"/cmdline) state $(awk '{print $3}' /proc/"$p"/stat)"; done
+    cat "$tmp/err.txt"
+    kill -CONT "$r1" 2> /dev/null; kill -KILL "$mpid" $(procs) 2> /dev/null
+    echo "FAIL: mpirun still running 30 s after rank $victim got SIG$sig"; exit 1
+  fi
   rc=0
   wait "$mpid" || rc=$?
   mpid=
