@@ -19,26 +19,40 @@ struct bnd_boundary {
     int skip_rx_wait;     /* test hook (bnd_test_skip_rx_wait): sends skip the ev_rx wait (producer only) */
 };
 
-bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err)
+/* The boundary's host part: K empty slots and event arrays of `kind` between src and dst, or NULL + err (the
+ * message names `what`: "boundary" or "MPI boundary"). The caller fills slot k and its two events. */
+static bnd_boundary *bnd_alloc(dev_device *src, dev_device *dst, bnd_transport kind, int n_slots, size_t slot_bytes,
+                               const char *what, dev_err *err)
 {
     if (n_slots < 1 || slot_bytes == 0) {
-        dev_err_set(err, MEMRA_E_INVAL, "boundary: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", n_slots,
+        dev_err_set(err, MEMRA_E_INVAL, "%s: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", what, n_slots,
                     slot_bytes);
         return NULL;
     }
     bnd_boundary *b = calloc(1, sizeof *b);
+    if (b) {
+        b->src = src;
+        b->dst = dst;
+        b->kind = kind;
+        b->n_slots = n_slots;
+        b->slot_bytes = slot_bytes;
+        b->slot = calloc((size_t)n_slots, sizeof *b->slot);
+        b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx);
+        b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx);
+    }
+    if (!b || !b->slot || !b->ev_tx || !b->ev_rx) {
+        dev_err_set(err, MEMRA_E_NOMEM, "%s: out of host memory", what);
+        bnd_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t slot_bytes, dev_err *err)
+{
+    bnd_boundary *b = bnd_alloc(src, dst, src == dst ? BND_DTOD : BND_PEER, n_slots, slot_bytes, "boundary", err);
     if (!b)
-        goto nomem;
-    b->src = src;
-    b->dst = dst;
-    b->kind = src == dst ? BND_DTOD : BND_PEER;
-    b->n_slots = n_slots;
-    b->slot_bytes = slot_bytes;
-    b->slot = calloc((size_t)n_slots, sizeof *b->slot);
-    b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx);
-    b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx);
-    if (!b->slot || !b->ev_tx || !b->ev_rx)
-        goto nomem;
+        return NULL;
     for (int k = 0; k < n_slots; k++) {
         if (!(b->slot[k] = dev_malloc(dst, slot_bytes, err)))
             goto fail;
@@ -47,8 +61,6 @@ bnd_boundary *bnd_create(dev_device *src, dev_device *dst, int n_slots, size_t s
             goto fail;
     }
     return b;
-nomem:
-    dev_err_set(err, MEMRA_E_NOMEM, "boundary: out of host memory");
 fail:
     bnd_destroy(b);
     return NULL;
@@ -56,24 +68,10 @@ fail:
 
 bnd_boundary *bnd_create_mpi(dev_device *local, int producer, int n_slots, size_t slot_bytes, dev_err *err)
 {
-    if (n_slots < 1 || slot_bytes == 0) {
-        dev_err_set(err, MEMRA_E_INVAL, "MPI boundary: %d slots of %zu bytes (need >= 1 slot, > 0 bytes)", n_slots,
-                    slot_bytes);
-        return NULL;
-    }
-    bnd_boundary *b = calloc(1, sizeof *b);
+    bnd_boundary *b = bnd_alloc(local, local, BND_MPI, n_slots, slot_bytes, "MPI boundary", err);
     if (!b)
-        goto nomem;
-    b->src = b->dst = local;
-    b->kind = BND_MPI;
+        return NULL;
     b->mpi_producer = producer;
-    b->n_slots = n_slots;
-    b->slot_bytes = slot_bytes;
-    b->slot = calloc((size_t)n_slots, sizeof *b->slot);
-    b->ev_tx = calloc((size_t)n_slots, sizeof *b->ev_tx);
-    b->ev_rx = calloc((size_t)n_slots, sizeof *b->ev_rx);
-    if (!b->slot || !b->ev_tx || !b->ev_rx)
-        goto nomem;
     for (int k = 0; k < n_slots; k++) {
         if (!(b->slot[k] = dev_host_alloc(dev_device_platform(local), BND_MPI_HDR + slot_bytes, err)))
             goto fail;
@@ -82,8 +80,6 @@ bnd_boundary *bnd_create_mpi(dev_device *local, int producer, int n_slots, size_
             goto fail;
     }
     return b;
-nomem:
-    dev_err_set(err, MEMRA_E_NOMEM, "MPI boundary: out of host memory");
 fail:
     bnd_destroy(b);
     return NULL;
