@@ -147,8 +147,10 @@ exec ip netns exec memra-h1 sh -c "$*"
 EOF
   chmod +x "$tmp/agent.sh"
   mpi="ip netns exec memra-h0 $mpirun --oversubscribe"
+  # --bind-to none: both "hosts" share this machine's cores, and each daemon would bind its rank to core 0, so the
+  # two polling ranks would take turns on one core (milliseconds a message; real hosts have cores of their own)
   extra="--host 10.231.0.1:1,10.231.0.2:1 --mca plm_rsh_agent $tmp/agent.sh --mca plm_rsh_no_tree_spawn 1
-    --mca btl self,tcp --mca btl_tcp_if_include 10.231.0.0/30 --mca oob_tcp_if_include 10.231.0.0/30"
+    --mca btl self,tcp --mca btl_tcp_if_include 10.231.0.0/30 --mca oob_tcp_if_include 10.231.0.0/30 --bind-to none"
   # each rank sees its own "host"'s network only: the veth end and its address, nothing of this machine's
   timeout 120 $mpi $extra -np 2 ip -o -4 addr show > "$tmp/addr.out" 2>&1 || { cat "$tmp/addr.out"; exit 1; }
   cat "$tmp/addr.out"
