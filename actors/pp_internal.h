@@ -314,9 +314,11 @@ void pp_walk_begin(void *arg);
 void pp_walk_end(void *arg);
 /* The split counters of one completed per-stage walk of a step of `kind` (N >= 2). */
 void pp_count_split(act_pp *rt, act_step_kind kind);
-/* Liveness from a stamped step's device timestamps: busy time, walks, overlaps, split counters. Readback
- * actor only, after the step's completion event. */
-void pp_account_stamps(act_pp *rt, const pp_rec *rec);
+/* Liveness from a step's walk times in its pending's stamps (a stamped step's device timestamps, or under mpirun
+ * the ranks' walk times): busy time, walks, overlaps, split counters. Stages in `marked` (bit s) counted their
+ * walks with host markers already: only their overlaps with unmarked stages are counted here. Readback actor
+ * only, after the step's completion. */
+void pp_account_stamps(act_pp *rt, const pp_rec *rec, uint64_t marked);
 
 /* pp_head.c: the last stage's head, its logits ring and the feed's tokens */
 int pp_head_ring_init(act_pp *rt, dev_device *last, dev_err *err);

@@ -245,9 +245,7 @@ int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err)
     pp_rank *rk = rt->rank;
     const size_t bytes = pp_frame_bytes(rt, rt->max_rows);
     *out = NULL;
-    if (!rk)
-        return (*out = bnd_create(rt->stage[b].dev, rt->stage[b + 1].dev, rt->cfg.slots, bytes, err)) ? 0 : err->code;
-    const int mine0 = rk->owner[b] == rk->self, mine1 = rk->owner[b + 1] == rk->self;
+    const int mine0 = !rk || rk->owner[b] == rk->self, mine1 = !rk || rk->owner[b + 1] == rk->self;
     if (mine0 && mine1)
         *out = bnd_create(rt->stage[b].dev, rt->stage[b + 1].dev, rt->cfg.slots, bytes, err);
     else if (mine0)
@@ -274,16 +272,24 @@ static void over(pp_rank *rk, int status, const dev_err *e)
     pthread_mutex_unlock(&rk->lock);
 }
 
+/* Room for one more tracked send in rk->smalls: 0 or MEMRA_E_NOMEM. */
+static int smalls_reserve(pp_rank *rk, dev_err *err)
+{
+    if (rk->n_small < rk->cap_small)
+        return 0;
+    int cap = rk->cap_small ? 2 * rk->cap_small : 16;
+    pp_small *s = realloc(rk->smalls, (size_t)cap * sizeof *s);
+    if (!s)
+        return dev_err_set(err, MEMRA_E_NOMEM, "MPI transport: out of host memory");
+    rk->smalls = s;
+    rk->cap_small = cap;
+    return 0;
+}
+
 static int small_send(pp_rank *rk, int to, int tag, const void *bytes, size_t n, dev_err *err)
 {
-    if (rk->n_small == rk->cap_small) {
-        int cap = rk->cap_small ? 2 * rk->cap_small : 16;
-        pp_small *s = realloc(rk->smalls, (size_t)cap * sizeof *s);
-        if (!s)
-            return dev_err_set(err, MEMRA_E_NOMEM, "MPI transport: out of host memory");
-        rk->smalls = s;
-        rk->cap_small = cap;
-    }
+    if (smalls_reserve(rk, err) != 0)
+        return err->code;
     void *buf = malloc(n ? n : 1);
     if (!buf)
         return dev_err_set(err, MEMRA_E_NOMEM, "MPI transport: out of host memory");
@@ -473,7 +479,9 @@ static int step_in(pp_rank *rk, size_t n)
         const char *pl = (const char *)rk->rx + BND_MPI_HDR + (size_t)h.B * (size_t)rt->n_embd * sizeof(float);
         memcpy(rec->pos, pl, (size_t)h.B * sizeof(int32_t));
         memcpy(rec->seq, pl + (size_t)h.B * sizeof(int32_t), (size_t)h.B * sizeof(int32_t));
-        /* the slot's ready mark: the receive completed; the TOKEN below orders the stage's copy after it */
+        /* the slot is named by the header inside the message (one tag keeps the steps in order), so the bytes
+         * land in rx first: one host copy of the frame per hop. The slot's ready mark: the receive completed;
+         * the TOKEN below orders the stage's copy after it */
         memcpy(bnd_mpi_slot(rk->in, h.k), rk->rx, n);
     }
     for (int s = 0; s < rk->first; s++) {
@@ -704,13 +712,8 @@ static int tp_handle(act_actor *a, act_msg *m, void *ctx)
         memcpy(&res, m->payload, sizeof res);
         bnd_mpi_req *q;
         if (!rk->dead && bnd_mpi_isend(0, BND_TAG_RESULT, res.buf, res.n, &q, &rk->err) == 0) {
-            if (rk->n_small == rk->cap_small) {
-                int cap = rk->cap_small ? 2 * rk->cap_small : 16;
-                pp_small *s = realloc(rk->smalls, (size_t)cap * sizeof *s);
-                if (s)
-                    rk->smalls = s, rk->cap_small = cap;
-            }
-            if (rk->n_small < rk->cap_small) {
+            dev_err e = {0};
+            if (smalls_reserve(rk, &e) == 0) {
                 rk->smalls[rk->n_small++] = (pp_small){q, res.buf};
                 break;
             }
@@ -873,39 +876,13 @@ void pp_rank_account(act_pp *rt, const pp_rec *rec)
 {
     if (atomic_load(&rec->failed))
         return;
-    const uint64_t *t = rec->pending->stamps;
-    const int prime = rec->kind == ACT_STEP_PRIME || rec->kind == ACT_STEP_PRIME_BATCH;
-    /* "a stage began a walk while another was mid-walk", across processes: the ranks' CLOCK_MONOTONIC agree on
-     * one host; across hosts the count is approximate (the figures and the bits are not affected) */
-    for (int s = 0; s < rt->N; s++) {
-        const uint64_t b = t[2 * s], e = t[2 * s + 1] > b ? t[2 * s + 1] : b;
-        for (int o = 0; o < rt->N; o++)
-            for (int i = 0; o != s && (rt->rank->owner[s] != 0 || rt->rank->owner[o] != 0) && i < rt->n_recent[o];
-                 i++) { /* two stages of rank 0: its markers counted them */
-                const struct pp_interval *j = &rt->recent[o][i];
-                const int hit = (b > j->b && b < j->e) ? prime : (j->b > b && j->b < e) ? j->prime : -1;
-                if (hit >= 0) {
-                    atomic_fetch_add(&rt->ctr.pipe_overlaps, 1);
-                    if (hit)
-                        atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
-                }
-            }
-        /* the walks within this step (stage s-1's walk ends before stage s's begins) never overlap */
-        if (rt->rank->owner[s] != 0) { /* rank 0's own stages counted themselves (markers) */
-            pp_stage *st = &rt->stage[s];
-            atomic_fetch_add(&st->busy_ns, e - b);
-            atomic_fetch_add(&st->walks, 1);
-            atomic_fetch_add(&st->begins, 1);
-        }
-    }
-    const int k = (int)(rt->recent_next++ % 8);
-    for (int s = 0; s < rt->N; s++) {
-        rt->recent[s][k] = (struct pp_interval){t[2 * s], t[2 * s + 1], prime};
-        if (rt->n_recent[s] < 8)
-            rt->n_recent[s]++;
-    }
-    if (rt->N >= 2)
-        pp_count_split(rt, rec->kind);
+    uint64_t marked = 0; /* rank 0's own stages: their host markers counted their walks */
+    for (int s = 0; s < rt->N; s++)
+        if (rt->rank->owner[s] == 0)
+            marked |= 1ull << s;
+    /* the walk times of the other ranks' stages come from their CLOCK_MONOTONIC: one clock on one host, so the
+     * overlap count is exact there and approximate across hosts (the figures and the bits are not affected) */
+    pp_account_stamps(rt, rec, marked);
 }
 
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err)

@@ -309,7 +309,7 @@ int pp_readback_handle(act_actor *a, act_msg *m, void *ctx)
         r = dev_event_sync(p->ev_done, &e); /* the last stage's stream error, if any */
     /* ordered by ev_done: every stage's stamps of this step were written before it (the ev_tx chain) */
     if (r == 0 && rec->stamped)
-        pp_account_stamps(rt, rec);
+        pp_account_stamps(rt, rec, 0);
     if (act_trace_on())
         trace_step(rt, rec, r == 0);
     finish_step(rt, rec, r, &e);

@@ -118,15 +118,17 @@ void pp_count_split(act_pp *rt, act_step_kind kind)
     }
 }
 
-void pp_account_stamps(act_pp *rt, const pp_rec *rec)
+void pp_account_stamps(act_pp *rt, const pp_rec *rec, uint64_t marked)
 {
     const uint64_t *t = rec->pending->stamps;
     int prime = rec->kind == ACT_STEP_PRIME || rec->kind == ACT_STEP_PRIME_BATCH;
     for (int s = 0; s < rt->N; s++) {
         uint64_t b = t[2 * s], e = t[2 * s + 1] > b ? t[2 * s + 1] : b;
-        /* "a stage began a walk while another was mid-walk", in either order against the recent walks */
+        const int s_marked = (int)(marked >> s & 1);
+        /* "a stage began a walk while another was mid-walk", in either order against the recent walks; a pair of
+         * marked stages was counted by their markers */
         for (int o = 0; o < rt->N; o++)
-            for (int i = 0; o != s && i < rt->n_recent[o]; i++) {
+            for (int i = 0; o != s && !(s_marked && (marked >> o & 1)) && i < rt->n_recent[o]; i++) {
                 const struct pp_interval *j = &rt->recent[o][i];
                 int hit = (b > j->b && b < j->e) ? prime : (j->b > b && j->b < e) ? j->prime : -1;
                 if (hit >= 0) {
@@ -135,10 +137,12 @@ void pp_account_stamps(act_pp *rt, const pp_rec *rec)
                         atomic_fetch_add(&rt->ctr.prime_pipe_overlaps, 1);
                 }
             }
-        pp_stage *st = &rt->stage[s];
-        atomic_fetch_add(&st->busy_ns, e - b);
-        atomic_fetch_add(&st->walks, 1);
-        atomic_fetch_add(&st->begins, 1);
+        if (!s_marked) {
+            pp_stage *st = &rt->stage[s];
+            atomic_fetch_add(&st->busy_ns, e - b);
+            atomic_fetch_add(&st->walks, 1);
+            atomic_fetch_add(&st->begins, 1);
+        }
     }
     int k = rt->recent_next++ % 8; /* remember this step's walks: a ring of the last 8 stamped steps */
     for (int s = 0; s < rt->N; s++) {
