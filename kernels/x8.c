@@ -2,11 +2,11 @@
  * the CPU backend's op and the reference the CUDA kernel (kernels/cuda/krn_cuda_matmul_x8.cu) must equal
  * bit for bit. No shared state. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/krn.h"
+#include "kernels/quant_batch.h"
 
 size_t krn_x8_row_bytes(int n)
 {
@@ -95,17 +95,6 @@ static __attribute__((target("avx2"))) int quantize_block_avx2(int8_t *q, float 
     return 1;
 }
 
-static int x8_avx2_ok(void)
-{
-    static atomic_int ok = -1; /* same value from every thread */
-    int v = atomic_load_explicit(&ok, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") ? 1 : 0;
-        atomic_store_explicit(&ok, v, memory_order_relaxed);
-    }
-    return v;
-}
 #endif
 
 void krn_x8_quantize_host(void *xq, const float *x, int B, int n)
@@ -119,7 +108,7 @@ void krn_x8_quantize_t_host(void *xq, const void *x, int xt, int B, int n)
     if (!rb || !eb || B <= 0)
         return;
 #if defined(__x86_64__)
-    const int avx2 = x8_avx2_ok();
+    const int avx2 = krn_x8_path() != KRN_X8_GENERIC; /* one CPU-feature probe: the GEMM's path */
 #endif
     for (int b = 0; b < B; b++) {
         uint8_t *row = (uint8_t *)xq + (size_t)b * rb;

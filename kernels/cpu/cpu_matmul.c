@@ -12,8 +12,6 @@
 
 #define MATMUL_GROUP 64 /* rows of x per krn_dot_row_batch call (stack buffer) */
 
-/* y (B, n_out) = x (B, n_in) @ W^T (acc: y +=), W (n_out, n_in).
- * Loop o outer, b inner: weight row o is read from memory once for all B rows. */
 /* The fast mode: x (any activation type) quantized once, then the tiled int8 GEMM. */
 static void matmul_x8(const krn_cpu_matmul_args *a)
 {
@@ -28,6 +26,8 @@ static void matmul_x8(const krn_cpu_matmul_args *a)
         free(xq);
 }
 
+/* y (B, n_out) = x (B, n_in) @ W^T (acc: y +=), W (n_out, n_in).
+ * Loop o outer, b inner: weight row o is read from memory once for all B rows. */
 void krn_cpu_matmul(const krn_cpu_matmul_args *a)
 {
     if (a->x8) {
