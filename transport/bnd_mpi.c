@@ -8,6 +8,14 @@
 
 static int g_rank = 0, g_size = 1, g_on = 0;
 
+/* The world size the launcher announces (Open MPI's mpirun, or a PMI launcher: MPICH's, Slurm's), NULL when the
+ * process was not started by one. */
+static const char *launch_size(void)
+{
+    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    return ws ? ws : getenv("PMI_SIZE");
+}
+
 int bnd_mpi_rank(void) { return g_rank; }
 int bnd_mpi_size(void) { return g_size; }
 
@@ -31,7 +39,7 @@ static int mpi_fail(dev_err *err, int rc, const char *call, int peer)
 
 int bnd_mpi_init(int *argc, char ***argv, dev_err *err)
 {
-    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    const char *ws = launch_size();
     if (!ws || atoi(ws) <= 1) /* not launched by mpirun, or alone: a world of one */
         return 0;
     int provided = 0, rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
@@ -137,7 +145,7 @@ static int no_mpi(dev_err *err)
 int bnd_mpi_init(int *argc, char ***argv, dev_err *err)
 {
     (void)argc, (void)argv;
-    const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+    const char *ws = launch_size();
     if (ws && atoi(ws) > 1)
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "launched by mpirun with %s ranks, but this build has no MPI "
                            "(configure with -DMEMRA_MPI=ON and libopenmpi-dev installed)", ws);
