@@ -196,16 +196,21 @@ static int feed_wanted(act_pp *rt, int feed, dev_err *err)
     return feed == ACT_FEED_ON;
 }
 
-/* MEMRA_PP_LOAD_REPORT=1 (read by each process, whatever apply_env says: it changes nothing but stderr): one line
- * saying what this process holds of the model, for checking what each rank of an mpirun launch loads. */
-static int load_report(const act_pp *rt, int first, int last, dev_err *err)
+/* MEMRA_PP_LOAD_REPORT=1 (read by each process, whatever apply_env says: it changes nothing but stderr) into *on:
+ * after the load, one line saying what this process holds of the model, for checking what each rank of an mpirun
+ * launch loads. 0 or MEMRA_E_INVAL naming the value. */
+static int load_report_door(int *on, dev_err *err)
 {
     const char *v = getenv("MEMRA_PP_LOAD_REPORT");
-    if (!v || !strcmp(v, "0"))
-        return 0;
-    if (strcmp(v, "1"))
+    *on = v && !strcmp(v, "1");
+    if (v && strcmp(v, "0") && strcmp(v, "1"))
         return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_LOAD_REPORT=\"%s\": allowed 0 (default) or 1 (a stderr "
                            "line per process: the layers, head and weight bytes it holds)", v);
+    return 0;
+}
+
+static void load_report(const act_pp *rt, int first, int last)
+{
     const mdl_model *m = rt->model;
     const int L = mdl_model_hparams(m)->n_layer;
     int l0 = -1, l1 = -1; /* the held layers' span */
@@ -217,7 +222,6 @@ static int load_report(const act_pp *rt, int first, int last, dev_err *err)
     fprintf(stderr, "memra: load rank %d stages %d..%d layers %d of %d [%d, %d) head %d embeddings %d weight_bytes "
             "%zu\n", act_rank_self(), first, last, mdl_model_layers_held(m), L, l0 < 0 ? 0 : l0, l1 < 0 ? 0 : l1,
             mdl_model_head_device(m) != NULL, mdl_model_has_embeddings(m), mdl_model_weight_bytes(m));
-    return 0;
 }
 
 act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *params, dev_err *err)
@@ -248,6 +252,9 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: feed = %d (allowed ACT_FEED_OFF 0, ON 1, AUTO 2)", p.feed);
         goto fail;
     }
+    int report = 0;
+    if (load_report_door(&report, err) != 0)
+        goto fail;
     if (elem_type(p.kv_type, "kv_type", "MEMRA_KV_TYPE", mdl_kv_type_from_env, &rt->kv_type, err) != 0 ||
         elem_type(p.act_type, "act_type", "MEMRA_ACT_TYPE", mdl_act_type_from_env, &rt->act_type, err) != 0)
         goto fail;
@@ -333,8 +340,8 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
                           .progress = p.progress, .progress_ctx = p.progress_ctx};
     if (!(rt->model = p.synth ? mdl_model_synthesize(p.synth, &lp, err) : mdl_model_load(model_path, &lp, err)))
         goto fail;
-    if (load_report(rt, first, mine_last, err) != 0)
-        goto fail;
+    if (report)
+        load_report(rt, first, mine_last);
     const mdl_hparams *hp = mdl_model_hparams(rt->model);
     rt->n_embd = hp->n_embd;
     rt->n_vocab = hp->n_vocab;
