@@ -1,5 +1,6 @@
 /* PpNRt: create / destroy, submit, the unsplit reference arm, counters. See pp.h and pp_internal.h. */
 #include "actors/pp_internal.h"
+#include "actors/pp_rank.h"
 #include "model/repack.h"
 #include "kernels/krn.h"
 #include "model/gguf_synth.h"
@@ -195,6 +196,34 @@ static int feed_wanted(act_pp *rt, int feed, dev_err *err)
     return feed == ACT_FEED_ON;
 }
 
+/* MEMRA_PP_LOAD_REPORT=1 (read by each process, whatever apply_env says: it changes nothing but stderr) into *on:
+ * after the load, one line saying what this process holds of the model, for checking what each rank of an mpirun
+ * launch loads. 0 or MEMRA_E_INVAL naming the value. */
+static int load_report_door(int *on, dev_err *err)
+{
+    const char *v = getenv("MEMRA_PP_LOAD_REPORT");
+    *on = v && !strcmp(v, "1");
+    if (v && strcmp(v, "0") && strcmp(v, "1"))
+        return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_LOAD_REPORT=\"%s\": allowed 0 (default) or 1 (a stderr "
+                           "line per process: the layers, head and weight bytes it holds)", v);
+    return 0;
+}
+
+static void load_report(const act_pp *rt, int first, int last)
+{
+    const mdl_model *m = rt->model;
+    const int L = mdl_model_hparams(m)->n_layer;
+    int l0 = -1, l1 = -1; /* the held layers' span */
+    for (int il = 0; il < L; il++)
+        if (mdl_model_layer_device(m, il)) {
+            l0 = l0 < 0 ? il : l0;
+            l1 = il + 1;
+        }
+    fprintf(stderr, "memra: load rank %d stages %d..%d layers %d of %d [%d, %d) head %d embeddings %d weight_bytes "
+            "%zu\n", act_rank_self(), first, last, mdl_model_layers_held(m), L, l0 < 0 ? 0 : l0, l1 < 0 ? 0 : l1,
+            mdl_model_head_device(m) != NULL, mdl_model_has_embeddings(m), mdl_model_weight_bytes(m));
+}
+
 act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_params *params, dev_err *err)
 {
     act_pp_params p = params ? *params : act_pp_default_params();
@@ -223,6 +252,9 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: feed = %d (allowed ACT_FEED_OFF 0, ON 1, AUTO 2)", p.feed);
         goto fail;
     }
+    int report = 0;
+    if (load_report_door(&report, err) != 0)
+        goto fail;
     if (elem_type(p.kv_type, "kv_type", "MEMRA_KV_TYPE", mdl_kv_type_from_env, &rt->kv_type, err) != 0 ||
         elem_type(p.act_type, "act_type", "MEMRA_ACT_TYPE", mdl_act_type_from_env, &rt->act_type, err) != 0)
         goto fail;
@@ -285,6 +317,10 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     if (pp_rank_announce(rt, model_path, &p, err) != 0) /* under mpirun: rank 0 sends the configuration */
         goto fail;
 
+    /* under mpirun a rank loads only its stages' layers (rank 0 everything when whole_model asks for the unsplit
+     * arm), the head only with the last stage; the embedding table comes with layer 0 (stage 0, rank 0) */
+    int first = 0, mine_last = N - 1; /* this rank's stages */
+    const int partial = pp_rank_stages(rt, &first, &mine_last) && !(p.whole_model && act_rank_self() == 0);
     /* layer_engine: each stage's layers upload through its own device when sharding is on */
     if (!(layer_dev = calloc((size_t)n_layer, sizeof *layer_dev)))
         goto nomem;
@@ -293,10 +329,19 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         layer_dev[il] = (rt->cfg.shard || N == 1) ? dev_platform_device(plat, act_stage_device(&rt->cfg, s))
                                                   : rt->primary;
     }
-    mdl_load_params lp = {.platform = plat, .layer_dev = layer_dev, .head_dev = layer_dev[n_layer - 1],
+    dev_device *head_dev = layer_dev[n_layer - 1];
+    for (int il = 0; partial && il < n_layer; il++) {
+        const int s = act_stage_of(rt->fence, N, il);
+        if (s < first || s > mine_last)
+            layer_dev[il] = NULL; /* another rank's layer */
+    }
+    mdl_load_params lp = {.platform = plat, .layer_dev = layer_dev,
+                          .head_dev = partial && mine_last != N - 1 ? NULL : head_dev, .partial = partial,
                           .progress = p.progress, .progress_ctx = p.progress_ctx};
     if (!(rt->model = p.synth ? mdl_model_synthesize(p.synth, &lp, err) : mdl_model_load(model_path, &lp, err)))
         goto fail;
+    if (report)
+        load_report(rt, first, mine_last);
     const mdl_hparams *hp = mdl_model_hparams(rt->model);
     rt->n_embd = hp->n_embd;
     rt->n_vocab = hp->n_vocab;
@@ -422,6 +467,7 @@ void act_pp_destroy(act_pp *rt)
     free(rt);
 }
 
+int act_pp_check(act_pp *rt, dev_err *err) { return pp_rank_check(rt, err); }
 int act_pp_stages(const act_pp *rt) { return rt->N; }
 int act_pp_feeds(const act_pp *rt) { return rt->feed_on; }
 int act_pp_n_ctx(const act_pp *rt) { return rt->n_ctx; }

@@ -108,6 +108,11 @@ typedef struct act_pp_params {
                            * where a fed step could not run ahead; off on the CPU backend, whose stage workers
                            * are the CPU the host's turn runs on. ACT_FEED_OFF (0, default): no copy, no fed
                            * steps. */
+    int whole_model;      /* under mpirun, rank 0 only: 1 = load every layer and the head (what act_pp_run_unsplit,
+                           * the gates' reference arm, walks); 0 (default) = load only the layers of this rank's
+                           * stages, as every other rank does (the head on the last stage's rank, the embedding
+                           * table on rank 0), so a model larger than one host is served. A world of one always
+                           * loads the whole model. */
 } act_pp_params;
 
 enum { ACT_FEED_OFF = 0, ACT_FEED_ON = 1, ACT_FEED_AUTO = 2 };
@@ -250,5 +255,8 @@ void act_pp_inject_stage_failure_late(act_pp *rt, int s);
 /* Wait until every submitted step has completed (all stage streams and the readback stream idle). Returns 0
  * (step errors are reported by their pendings). */
 int act_pp_drain(act_pp *rt, dev_err *err);
+/* 0 while the runtime can run steps; under mpirun, once another rank is dead or silent (or an MPI call failed),
+ * the error every later step fails with (+ err). Never blocks. Any thread. */
+int act_pp_check(act_pp *rt, dev_err *err);
 
 #endif

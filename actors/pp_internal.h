@@ -380,5 +380,11 @@ void pp_rank_result(act_pp *rt, pp_rec *rec, int status, const dev_err *err);
 void pp_rank_account(act_pp *rt, const pp_rec *rec);
 /* The A/B seams run an unsplit body on the stage-owned KV: refused when stages live in other ranks. */
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err);
+/* This process's stages [*first, *last] (after pp_rank_announce): every stage in a world of one. Returns 1 under
+ * mpirun (the stages outside the range run in other processes), else 0. */
+int pp_rank_stages(const act_pp *rt, int *first, int *last);
+/* Rank 0: 0 while the transport runs, else the error it stopped on (a silent or dead rank, a failed MPI call),
+ * with which every later step fails. 0 in a world of one. Any thread. */
+int pp_rank_check(act_pp *rt, dev_err *err);
 
 #endif

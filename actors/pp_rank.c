@@ -20,7 +20,7 @@
  *
  * Shared state:
  *   pp_rank fields marked [tp]       the transport actor's thread only
- *   over, over_status, over_err      transport sets, the serve loop waits                 [lock]
+ *   over, over_status, over_err      transport sets, the serve loop waits, pp_rank_check reads [lock]
  *   owner[], first, last, in, out    written at create, read-only while actors run
  *   g_active                         main thread only (act_pp_create / destroy) */
 #include "actors/pp_internal.h"
@@ -319,10 +319,9 @@ static void die(pp_rank *rk)
         return;
     rk->dead = 1;
     act_pp *rt = rk->rt;
-    if (rk->self != 0) {
-        over(rk, rk->err.code ? rk->err.code : MEMRA_E_DEVICE, &rk->err);
+    over(rk, rk->err.code ? rk->err.code : MEMRA_E_DEVICE, &rk->err); /* rank 0: what pp_rank_check reports */
+    if (rk->self != 0)
         return;
-    }
     while (rk->f_len > 0) {
         pp_rec *rec = rk->fifo[rk->f_head];
         rk->f_head = (rk->f_head + 1) % rk->f_cap;
@@ -892,6 +891,27 @@ int pp_rank_refuse_sync(const act_pp *rt, dev_err *err)
     return dev_err_set(err, MEMRA_E_REFUSED, "an A/B seam (MEMRA_BATCH_PP=0, MEMRA_SPEC_PP=0, MEMRA_PRIME_PP=0) runs "
                        "the unsplit body on the stage-owned KV, which lives in %d processes: unset it under mpirun",
                        rt->rank->P);
+}
+
+int pp_rank_stages(const act_pp *rt, int *first, int *last)
+{
+    *first = rt->rank ? rt->rank->first : 0;
+    *last = rt->rank ? rt->rank->last : rt->N - 1;
+    return rt->rank != NULL;
+}
+
+int pp_rank_check(act_pp *rt, dev_err *err)
+{
+    pp_rank *rk = rt->rank;
+    if (!rk)
+        return 0;
+    pthread_mutex_lock(&rk->lock);
+    /* ordered by rk->lock: the transport sets over when it fails (die) */
+    const int r = rk->over ? rk->over_status : 0;
+    if (r && err)
+        *err = rk->over_err;
+    pthread_mutex_unlock(&rk->lock);
+    return r;
 }
 
 /* ---- ranks > 0 ---- */

@@ -99,6 +99,11 @@ static int ref_init(act_pp *rt, dev_err *err)
 static int run_on_primary(act_pp *rt, pp_rec *rec, int ranges, int own_kv, float *out, dev_err *err)
 {
     int r;
+    if (mdl_model_layers_held(rt->model) < rt->n_layer || !mdl_model_head_device(rt->model))
+        return dev_err_set(err, MEMRA_E_STATE, "unsplit arm: this process holds %d of the %d layers%s (under mpirun "
+                           "each rank loads only its stages'; act_pp_params.whole_model = 1 loads every layer on rank "
+                           "0)", mdl_model_layers_held(rt->model), rt->n_layer,
+                           mdl_model_head_device(rt->model) ? "" : " and not the head");
     if ((r = ref_init(rt, err)) != 0)
         return r;
     mdl_kv *kv = rt->kv;

@@ -287,6 +287,14 @@ const char *memra_runtime_last_error(const memra_runtime *rt)
     return rt ? api_errbox_read((api_errbox *)&rt->err) : "(null runtime)";
 }
 
+int memra_runtime_check(memra_runtime *rt)
+{
+    if (!rt)
+        return api_fail(NULL, MEMRA_E_INVAL, "memra_runtime_check: NULL runtime");
+    dev_err e = {0};
+    return act_pp_check(rt->pp, &e) != 0 ? api_fail_err(&rt->err, &e) : MEMRA_OK;
+}
+
 int memra_runtime_n_stages(const memra_runtime *rt) { return rt ? rt->N : 0; }
 int memra_runtime_n_seq(const memra_runtime *rt) { return rt ? rt->n_seq : 0; }
 int memra_runtime_n_ctx(const memra_runtime *rt) { return rt ? rt->n_ctx : 0; }

@@ -10,7 +10,7 @@
 static int has_planes(const mdl_model *m)
 {
     for (int il = 0; il < m->hp.n_layer; il++) {
-        const mdl_layer *L = &m->layers[il];
+        const mdl_layer *L = &m->layers[il]; /* a layer not held here (a partial load) has zeroed weights: BLOCKS */
         const krn_weight *ws[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
         for (int i = 0; i < 7; i++)
             if (ws[i]->layout == KRN_LAYOUT_PLANES)
@@ -209,6 +209,11 @@ int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, de
     if (keys < 0 || keys > kv->n_ctx)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: keys = %d; allowed 0 (no bound) or a "
                            "bound on the rows' positions in 1..%d (the KV cache's n_ctx)", keys, kv->n_ctx);
+    for (int il = l0; il < l1; il++)
+        if (!m->layers[il].dev || !kv->layer[il].c.k)
+            return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_layers_async: layer %d of [%d, %d) is not in this "
+                               "process (its %s left out by a partial load)", il, l0, l1,
+                               !m->layers[il].dev ? "weights were" : "KV cache was");
     for (int il = l0; il < l1; il++) {
         int rc = layer_forward(m, kv, sc, s, x, pos, seq, B, keys, il, err);
         if (rc)
@@ -226,6 +231,9 @@ int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, c
     if (B <= 0 || B > sc->max_rows)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: B = %d rows; allowed 1..%d (the "
                            "scratch's max_rows)", B, sc->max_rows);
+    if (!m->head_dev)
+        return dev_err_set(err, MEMRA_E_INVAL, "mdl_forward_head_async: the head (output_norm, lm_head) is not in "
+                           "this process (left out by a partial load)");
     const int il = m->hp.n_layer; /* named "layer n_layer" in messages: the head */
     void *xb = act_out(sc, sc->xb);
     ENQ(krn_rmsnorm_t_async(s, xb, sc->act_type, x, m->output_norm, B, m->hp.n_embd, m->hp.rms_eps), "output_norm");

@@ -33,13 +33,13 @@ static int kv_fits(const mdl_model *m, dev_device *const *layer_dev, size_t laye
 {
     const int n_layer = m->hp.n_layer;
     for (int il = 0; il < n_layer; il++) {
-        dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
+        dev_device *d = layer_dev[il];
         if (!d)
             continue;
         const int host = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CPU;
         int first = 1, layers = 0; /* count d's layers once, at d's first layer (host: every CPU device's) */
         for (int j = 0; j < n_layer; j++) {
-            dev_device *e = layer_dev ? layer_dev[j] : m->layers[j].dev;
+            dev_device *e = layer_dev[j];
             const int same = e == d || (host && e && dev_platform_kind(dev_device_platform(e)) == DEV_KIND_CPU);
             if (same && j < il)
                 first = 0;
@@ -81,23 +81,38 @@ mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_se
     kv->n_ctx = n_ctx;
     kv->kv_dim = hp->n_head_kv * hp->head_dim;
     const size_t bytes = (size_t)n_seq * n_ctx * kv->kv_dim * krn_kv_elem_bytes(type);
-    if (kv_fits(m, layer_dev, bytes, n_seq, n_ctx, type, err) != 0)
+    /* where each cache goes: NULL for a layer the model does not hold (a partial load), which gets none */
+    dev_device **dev = calloc((size_t)hp->n_layer, sizeof *dev);
+    if (!dev) {
+        dev_err_set(err, MEMRA_E_NOMEM, "mdl_kv_create: no host memory");
         goto fail;
-    for (int il = 0; il < hp->n_layer; il++) {
-        dev_device *d = layer_dev ? layer_dev[il] : m->layers[il].dev;
-        kv->layer[il].dev = d;
-        if (!d) {
-            dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: layer_dev[%d] is NULL", il);
-            goto fail;
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        dev[il] = !m->layers[il].dev ? NULL : layer_dev ? layer_dev[il] : m->layers[il].dev;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (m->layers[il].dev && !dev[il]) {
+            dev_err_set(err, MEMRA_E_INVAL, "mdl_kv_create: layer_dev[%d] is NULL (layer %d is held by the model: it "
+                        "needs a cache)", il, il);
+            goto fail_dev;
         }
+    if (kv_fits(m, dev, bytes, n_seq, n_ctx, type, err) != 0)
+        goto fail_dev;
+    for (int il = 0; il < hp->n_layer; il++) {
+        dev_device *d = dev[il];
+        kv->layer[il].dev = d;
+        if (!d)
+            continue;
         kv->layer[il].c.type = type;
         if (!(kv->layer[il].c.k = dev_malloc(d, bytes, err)) || !(kv->layer[il].c.v = dev_malloc(d, bytes, err))) {
             dev_err_wrap(err, "KV cache of layer %d (%d seq x %d ctx, %s, %zu B each for K and V) on %s", il, n_seq,
                          n_ctx, krn_type_name(type), bytes, dev_device_name(d));
-            goto fail;
+            goto fail_dev;
         }
     }
+    free(dev);
     return kv;
+fail_dev:
+    free(dev);
 fail:
     mdl_kv_destroy(kv);
     return NULL;
@@ -119,3 +134,4 @@ void mdl_kv_destroy(mdl_kv *kv)
 
 int mdl_kv_n_seq(const mdl_kv *kv) { return kv->n_seq; }
 int mdl_kv_n_ctx(const mdl_kv *kv) { return kv->n_ctx; }
+int mdl_kv_has_layer(const mdl_kv *kv, int il) { return il >= 0 && il < kv->n_layer && kv->layer[il].c.k != NULL; }

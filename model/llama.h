@@ -56,14 +56,21 @@ const char *mdl_arch_name(int arch);
 typedef struct mdl_load_params {
     dev_platform *platform;        /* where devices live (required) */
     dev_device *const *layer_dev;  /* n_layer entries: the device of each layer's weights; NULL = all on device 0 */
-    dev_device *head_dev;          /* output_norm + lm_head; NULL = layer_dev[n_layer-1] */
+    dev_device *head_dev;          /* output_norm + lm_head; NULL = layer_dev[n_layer-1] (partial: no head here) */
+    int partial;                   /* 0: every layer and the head load here, a NULL layer_dev[il] is refused; 1: this
+                                    * process holds only some (a pipeline rank, docs/scale-out.md): a NULL
+                                    * layer_dev[il] leaves layer il out (no weights, and mdl_kv_create gives it no
+                                    * cache), a NULL head_dev leaves the head out, and the host embedding table is
+                                    * copied only when layer 0 is here (its gather feeds layer 0; a tied lm_head is
+                                    * uploaded from the file, not from that copy). Needs layer_dev. */
     void (*progress)(float frac, void *ctx); /* called on the loading thread, frac in [0, 1]; may be NULL */
     void *progress_ctx;
 } mdl_load_params;
 
 /* Open the GGUF at path (mmapped while loading), read the hparams, build the tokenizer, upload each layer's
  * tensors (in their GGUF type, unconverted) to layer_dev[il] and the head to head_dev, and copy the embedding
- * table (what the host gather reads) into host memory the model owns; then unmap the file. A loaded model
+ * table (what the host gather reads) into host memory the model owns; then unmap the file. A partial load
+ * (p->partial) does each of these only for what this process holds. A loaded model
  * reads nothing from the file: truncating or overwriting it afterwards changes nothing. Cost of the copy:
  * n_vocab x row bytes of host memory, once (Llama 3 8B's q4_K table: 282 MiB). A file
  * whose size or mtime changed while it was read is refused (MEMRA_E_STATE).
@@ -99,10 +106,16 @@ int mdl_synth_parse(const char *name, const char *type, struct mdl_gguf_synth *s
 void mdl_model_free(mdl_model *m);
 
 const mdl_hparams *mdl_model_hparams(const mdl_model *m);
-/* Bytes of every layer matrix plus the lm_head: what one decode step of one row reads from device memory. */
+/* Bytes of every layer matrix plus the lm_head held by this process (a partial load counts only its layers, and
+ * the head when it holds it): what one decode step of one row reads from this process's device memory. */
 size_t mdl_model_weight_bytes(const mdl_model *m);
-dev_device *mdl_model_layer_device(const mdl_model *m, int il); /* NULL when il is out of range */
-dev_device *mdl_model_head_device(const mdl_model *m);
+/* NULL when il is out of range or layer il is not held here (a partial load) */
+dev_device *mdl_model_layer_device(const mdl_model *m, int il);
+dev_device *mdl_model_head_device(const mdl_model *m); /* NULL when the head is not held here (a partial load) */
+/* Layers this process holds: n_layer after a full load, fewer after a partial one. */
+int mdl_model_layers_held(const mdl_model *m);
+/* 1 when the host embedding table is here (mdl_embed_rows, mdl_embed_table_upload can run), else 0. */
+int mdl_model_has_embeddings(const mdl_model *m);
 /* Built from the GGUF's tokenizer.* keys; owned by the model. NULL when the file has no tokenizer.ggml.model
  * (weights-only test models); a tokenizer that is present but invalid fails the load instead. */
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m);
@@ -112,7 +125,8 @@ const char *mdl_model_arch_name(const mdl_model *m);
 const mdl_gguf_id *mdl_model_file_id(const mdl_model *m);
 
 /* Host-side gather: out (B, n_embd) host = rows tokens[0..B) of token_embd (the model's host copy,
- * dequantized per row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab). */
+ * dequantized per row). Synchronous. MEMRA_E_INVAL names the first token out of [0, n_vocab); MEMRA_E_STATE
+ * when a partial load left the table out. */
 int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out, dev_err *err);
 /* A copy of the embedding table on device d (n_vocab rows of n_embd elements of its GGUF type, blocks layout):
  * *out describes it (out->data device memory of d, dev_free it). For krn_embed_rows_async, which gives the
@@ -120,7 +134,8 @@ int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out,
 int mdl_embed_table_upload(const mdl_model *m, dev_device *d, krn_weight *out, dev_err *err);
 
 /* KV cache: per layer K and V (n_seq, n_ctx, n_head_kv*head_dim) of `type` (KRN_F32, KRN_F16 or KRN_BF16:
- * krn_kv_cache) on layer_dev[il] (NULL = the model's layer devices). Zero-filled. Destroy after every stream
+ * krn_kv_cache) on layer_dev[il] (NULL = the model's layer devices), for the layers the model holds only (a
+ * partial load's absent layers get none; layer_dev[il] is not read for them). Zero-filled. Destroy after every stream
  * using it has synced. MEMRA_E_INVAL names a type outside those three. */
 mdl_kv *mdl_kv_create(const mdl_model *m, dev_device *const *layer_dev, int n_seq, int n_ctx, int type,
                       dev_err *err);
@@ -132,6 +147,8 @@ int mdl_act_type_from_env(int *type, dev_err *err);
 void mdl_kv_destroy(mdl_kv *kv);
 int mdl_kv_n_seq(const mdl_kv *kv);
 int mdl_kv_n_ctx(const mdl_kv *kv);
+/* 1 when the cache holds layer il's K and V, else 0 (il out of range, or a layer a partial load left out). */
+int mdl_kv_has_layer(const mdl_kv *kv, int il);
 
 /* Per-stream activations for up to max_rows rows on device d (one allocation). A scratch is used by one
  * stream at a time: two streams sharing one would race (the CPU backend's checker reports it). */
@@ -152,7 +169,7 @@ void mdl_scratch_destroy(mdl_scratch *sc);
 int mdl_scratch_reserve_attention(mdl_scratch *sc, int n_ctx, dev_err *err);
 int mdl_scratch_max_rows(const mdl_scratch *sc);
 
-/* Enqueue layers [l0, l1) on s. x (B, n_embd) device, in/out (the residual stream); pos, seq (B,) int32
+/* Enqueue layers [l0, l1) on s (each held by this process: MEMRA_E_INVAL names one a partial load left out). x (B, n_embd) device, in/out (the residual stream); pos, seq (B,) int32
  * device: row b is token position pos[b] of sequence seq[b] (its K/V go to the cache there and it attends
  * over [0, pos[b]]). B <= the scratch's max_rows. keys: 0, or a bound on the rows' positions the caller
  * knows from its host copy, every pos[b] < keys <= n_ctx (krn_rope_store.keys: on CUDA attention's grid
@@ -162,7 +179,8 @@ int mdl_scratch_max_rows(const mdl_scratch *sc);
 int mdl_forward_layers_async(const mdl_model *m, mdl_kv *kv, mdl_scratch *sc, dev_stream *s, float *x,
                              const int32_t *pos, const int32_t *seq, int B, int keys, int l0, int l1, dev_err *err);
 
-/* Enqueue output_norm + lm_head: x (B, n_embd) device -> logits (B, n_vocab) device. x is not modified. */
+/* Enqueue output_norm + lm_head: x (B, n_embd) device -> logits (B, n_vocab) device. x is not modified.
+ * MEMRA_E_INVAL when a partial load left the head out. */
 int mdl_forward_head_async(const mdl_model *m, mdl_scratch *sc, dev_stream *s, const float *x, float *logits,
                            int B, dev_err *err);
 

@@ -10,7 +10,7 @@
 
 /* One transformer block's weights, all inside one dev_malloc block on dev. Shapes (n_out, n_in): */
 typedef struct mdl_layer {
-    dev_device *dev;
+    dev_device *dev;    /* NULL: not held by this process (a partial load); every field below is then empty */
     void *block;        /* the allocation holding every tensor below */
     float *attn_norm;   /* (n_embd,) */
     krn_weight wq;      /* (n_head*head_dim, n_embd) */
@@ -32,11 +32,12 @@ struct mdl_model {
     mdl_tokenizer *tok;
     dev_platform *platform;
     mdl_layer *layers;          /* n_layer */
-    dev_device *head_dev;
+    dev_device *head_dev;       /* NULL: the head is not held by this process (a partial load) */
     void *head_block;           /* on head_dev: output_norm + lm_head */
     float *output_norm;         /* (n_embd,) */
     krn_weight lm_head;         /* (n_vocab, n_embd): output.weight, or a copy of token_embd when tied */
-    const void *embd;           /* host: token_embd (n_vocab, n_embd) of type embd_type (= embd_owned) */
+    const void *embd;           /* host: token_embd (n_vocab, n_embd) of type embd_type (= embd_owned); NULL when a
+                                 * partial load left it out */
     void *embd_owned;           /* the host embedding table (malloc'd): copied from the file, or synthesized */
     int embd_type;
     size_t embd_row_bytes;

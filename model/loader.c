@@ -364,14 +364,22 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
         goto fail;
     m->embd_type = embd->type;
     m->embd_row_bytes = krn_row_bytes(embd->type, hp->n_embd);
-    /* the host gather reads the table for the model's life: an owned copy, so nothing at run time reads the
-     * file (truncating it would raise SIGBUS, overwriting it would change the text) */
-    if (!(m->embd_owned = malloc(embd->bytes))) {
-        dev_err_set(err, MEMRA_E_NOMEM, "no host memory for the embedding table copy (%zu bytes)", embd->bytes);
+    if (p->partial && !p->layer_dev) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_model_load: a partial load needs layer_dev (NULL entries: the layers "
+                    "left out)");
         goto fail;
     }
-    memcpy(m->embd_owned, embd->data, embd->bytes);
-    m->embd = m->embd_owned;
+    /* the host gather reads the table for the model's life: an owned copy, so nothing at run time reads the
+     * file (truncating it would raise SIGBUS, overwriting it would change the text). Only layer 0's process
+     * gathers; a tied lm_head is uploaded from the map by load_head, so a partial load without layer 0 skips it */
+    if (!p->partial || p->layer_dev[0]) {
+        if (!(m->embd_owned = malloc(embd->bytes))) {
+            dev_err_set(err, MEMRA_E_NOMEM, "no host memory for the embedding table copy (%zu bytes)", embd->bytes);
+            goto fail;
+        }
+        memcpy(m->embd_owned, embd->data, embd->bytes);
+        m->embd = m->embd_owned;
+    }
 
     /* a GGUF without tokenizer.* keys (tiny test models) loads with no tokenizer */
     if (mdl_gguf_find(m->gguf, "tokenizer.ggml.model") >= 0 && !(m->tok = mdl_tokenizer_from_gguf(m->gguf, err)))
@@ -389,18 +397,21 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
     }
     for (int il = 0; il < hp->n_layer; il++) {
         dev_device *d = p->layer_dev ? p->layer_dev[il] : dev0;
-        if (!d) {
-            dev_err_set(err, MEMRA_E_INVAL, "mdl_model_load: layer_dev[%d] is NULL", il);
+        if (!d && !p->partial) {
+            dev_err_set(err, MEMRA_E_INVAL, "mdl_model_load: layer_dev[%d] is NULL (allowed only in a partial load, "
+                        "mdl_load_params.partial = 1)", il);
             goto fail;
         }
-        if (load_layer(m, il, d, err))
+        if (d && load_layer(m, il, d, err)) /* a partial load's absent layer: an empty mdl_layer (dev NULL) */
             goto fail;
         if (p->progress)
             p->progress((float)(il + 1) / (float)(hp->n_layer + 1), p->progress_ctx);
     }
-    m->head_dev = p->head_dev ? p->head_dev : m->layers[hp->n_layer - 1].dev;
-    if (load_head(m, err))
+    m->head_dev = p->head_dev || p->partial ? p->head_dev : m->layers[hp->n_layer - 1].dev;
+    if (m->head_dev && load_head(m, err))
         goto fail;
+    if (!m->head_dev) /* what load_head learns from the tensor table, for a process without the head */
+        hp->tied_embeddings = mdl_gguf_tensor_find(m->gguf, "output.weight") == NULL;
     /* everything is copied out of the map: a file changed while it was read is refused, then it is unmapped */
     m->file_id = *mdl_gguf_identity(m->gguf);
     if (mdl_gguf_id_check_path(path, &m->file_id, "it was opened", err))
@@ -485,9 +496,11 @@ static size_t weight_bytes(const krn_weight *w) { return (size_t)w->n_out * krn_
 
 size_t mdl_model_weight_bytes(const mdl_model *m)
 {
-    size_t n = weight_bytes(&m->lm_head);
+    size_t n = m->head_dev ? weight_bytes(&m->lm_head) : 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const mdl_layer *L = &m->layers[il];
+        if (!L->dev) /* not held here (a partial load) */
+            continue;
         n += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
              weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down);
     }
@@ -497,6 +510,15 @@ const char *mdl_model_arch_name(const mdl_model *m) { return m->arch_name; }
 const mdl_gguf_id *mdl_model_file_id(const mdl_model *m) { return &m->file_id; }
 const mdl_tokenizer *mdl_model_tokenizer(const mdl_model *m) { return m->tok; }
 dev_device *mdl_model_head_device(const mdl_model *m) { return m->head_dev; }
+int mdl_model_has_embeddings(const mdl_model *m) { return m->embd != NULL; }
+
+int mdl_model_layers_held(const mdl_model *m)
+{
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        n += m->layers[il].dev != NULL;
+    return n;
+}
 
 dev_device *mdl_model_layer_device(const mdl_model *m, int il)
 {
@@ -507,6 +529,9 @@ int mdl_embed_rows(const mdl_model *m, const int32_t *tokens, int B, float *out,
 {
     if (!m || !tokens || !out || B <= 0)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_embed_rows: need a model, B > 0 tokens and an output");
+    if (!m->embd)
+        return dev_err_set(err, MEMRA_E_STATE, "mdl_embed_rows: the embedding table is not in this process (a "
+                           "partial load without layer 0)");
     for (int b = 0; b < B; b++)
         if (tokens[b] < 0 || tokens[b] >= m->hp.n_vocab)
             return dev_err_set(err, MEMRA_E_INVAL, "mdl_embed_rows: token %d (row %d) is outside [0, %d)",
@@ -521,6 +546,9 @@ int mdl_embed_table_upload(const mdl_model *m, dev_device *d, krn_weight *out, d
 {
     if (!m || !d || !out)
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_embed_table_upload: need a model, a device and an output");
+    if (!m->embd)
+        return dev_err_set(err, MEMRA_E_STATE, "mdl_embed_table_upload: the embedding table is not in this process "
+                           "(a partial load without layer 0)");
     const size_t bytes = (size_t)m->hp.n_vocab * m->embd_row_bytes;
     void *p = dev_malloc(d, bytes, err);
     if (!p)

@@ -150,12 +150,20 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
                     krn_type_name(t), (long long)E, (long long)F);
         goto fail;
     }
-    if (!(m->embd_owned = malloc(m->embd_row_bytes * (size_t)hp->n_vocab))) {
-        dev_err_set(err, MEMRA_E_NOMEM, "mdl_model_synthesize: no host memory for the embedding table");
+    if (p->partial && !p->layer_dev) {
+        dev_err_set(err, MEMRA_E_INVAL, "mdl_model_synthesize: a partial model needs layer_dev (NULL entries: the "
+                                        "layers left out)");
         goto fail;
     }
-    krn_fill_host_range(&ep, m->embd_owned, 0, krn_fill_units(&ep));
-    m->embd = m->embd_owned;
+    /* only layer 0's process gathers (a partial model without layer 0 has no table; the head is its own tensor) */
+    if (!p->partial || p->layer_dev[0]) {
+        if (!(m->embd_owned = malloc(m->embd_row_bytes * (size_t)hp->n_vocab))) {
+            dev_err_set(err, MEMRA_E_NOMEM, "mdl_model_synthesize: no host memory for the embedding table");
+            goto fail;
+        }
+        krn_fill_host_range(&ep, m->embd_owned, 0, krn_fill_units(&ep));
+        m->embd = m->embd_owned;
+    }
     dev_device *dev0 = dev_platform_device(p->platform, 0);
     if (!(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
         dev_err_set(err, MEMRA_E_NOMEM, "mdl_model_synthesize: no memory for %d layers", hp->n_layer);
@@ -173,8 +181,11 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
         };
         mdl_layer *L = &m->layers[il];
         L->dev = d;
+        if (!d && p->partial)
+            continue; /* not held by this process: an empty mdl_layer */
         if (!d) {
-            dev_err_set(err, MEMRA_E_INVAL, "mdl_model_synthesize: layer %d has no device", il);
+            dev_err_set(err, MEMRA_E_INVAL, "mdl_model_synthesize: layer %d has no device (allowed only in a partial "
+                                            "model, mdl_load_params.partial = 1)", il);
             goto fail;
         }
         if (!(L->block = synth_block(d, ts, 9, sp->seed + (uint64_t)il * 64u, err)))
@@ -190,7 +201,12 @@ mdl_model *mdl_model_synthesize(const mdl_gguf_synth *sp, const mdl_load_params 
         if (p->progress)
             p->progress((float)(il + 1) / (float)(hp->n_layer + 1), p->progress_ctx);
     }
-    m->head_dev = p->head_dev ? p->head_dev : m->layers[hp->n_layer - 1].dev;
+    m->head_dev = p->head_dev || p->partial ? p->head_dev : m->layers[hp->n_layer - 1].dev;
+    if (!m->head_dev) { /* a partial model without the head */
+        if (p->progress)
+            p->progress(1.0f, p->progress_ctx);
+        return m;
+    }
     syn_tensor head[2] = {{KRN_F32, 1, E, 0.05f, 1.0f, 0}, {t, hp->n_vocab, E, 1.0f / sqrtf((float)E), 0, 0}};
     if (!(m->head_block = synth_block(m->head_dev, head, 2, sp->seed ^ 0x4EADull, err)))
         goto fail;

@@ -25,10 +25,22 @@ if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
                  MEMRA_PP_STAGES=5 MEMRA_PP_DEVICES=0,1,0,1,0)
   memra_mpi_test(mpi_two_ranks_greedy_text_equals_one_process run ${_a} 2)
   memra_mpi_test(mpi_four_ranks_greedy_text_equals_one_process run ${_a} 4)
+  memra_mpi_test(mpi_two_ranks_each_load_only_their_layers load ${_a} 2)
+  memra_mpi_test(mpi_four_ranks_each_load_only_their_layers load ${_a} 4)
   memra_mpi_test(mpi_dead_rank_ends_every_rank_within_5s kill ${_a} KILL 1)
   memra_mpi_test(mpi_stuck_rank_ends_every_rank_within_5s kill ${_a} STOP 1)
   memra_mpi_test(mpi_stuck_rank_0_ends_every_rank_within_5s kill ${_a} STOP 0)
   memra_mpi_test(mpi_ctrl_c_on_mpirun_ends_every_rank kill ${_a} INT mpirun)
   memra_mpi_test(mpi_rank_with_another_model_file_refuses refuse ${_a})
   memra_mpi_test(mpi_two_hosts_over_veth_gates_pass netns ${_a})
+  # memra-server with its stage 1 in rank 1: the openai client's greedy chat = the one-process server's, SIGTERM on
+  # rank 0 ends every process (tests/server_test.py mpi; exit 77 without the openai package)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(TARGET memra-server AND Python3_Interpreter_FOUND)
+    add_test(NAME mpi_two_ranks_server_chat_equals_one_process
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/server_test.py mpi
+                     $<TARGET_FILE:memra-server> ${MEMRA_MPIRUN} ${MEMRA_MODEL_PATH})
+    set_tests_properties(mpi_two_ranks_server_chat_equals_one_process PROPERTIES LABELS model TIMEOUT 600
+                         SKIP_RETURN_CODE 77 RUN_SERIAL TRUE ENVIRONMENT "MEMRA_BACKEND=cpu")
+  endif()
 endif()

@@ -4,6 +4,10 @@
 #   gate ARM P [VAR=VALUE...]  memra-gate ARM under mpirun -np P (the doors given exported to every rank) passes
 #                  (bit-identical to the unsplit arm, its counter advanced) and says it ran over P ranks
 #   run P          memra-run --temp 0 under mpirun -np P prints the text of the single-process run, byte for byte
+#   load P         memra-run under mpirun -np P with MEMRA_PP_LOAD_REPORT=1: each rank holds only its stages' layers
+#                  (strictly fewer weight bytes than the whole model), the ranks' layers and bytes sum to the
+#                  single-process load's, the head is on the last rank only, the embedding table on rank 0 only,
+#                  and the text is the single-process text
 #   kill SIG R     mpirun -np 2 memra-run mid-generation, rank R gets SIG (KILL: dead; STOP: stuck): every process
 #                  ends, non-zero, within 5 s, with an error on stderr; R = mpirun: mpirun gets SIG (INT: Ctrl-C)
 #   refuse         rank 1 finds another file under the model's path: it refuses with a message naming the
@@ -63,6 +67,35 @@ run)
   cat "$tmp/many.txt"
   cmp "$tmp/one.txt" "$tmp/many.txt" || { echo "FAIL: the text differs from the single-process run:"; cat "$tmp/one.txt"; exit 1; }
   echo "PASS: mpirun -np $np prints the single-process text"
+  ;;
+load)
+  np=$1
+  set -- -m "$model" -p "The capital of France is" -n 16 --temp 0
+  export MEMRA_PP_LOAD_REPORT=1
+  "$bin/memra-run" "$@" > "$tmp/one.txt" 2> "$tmp/one.err" || { cat "$tmp/one.err"; echo "FAIL: memra-run"; exit 1; }
+  timeout 300 $mpi -np "$np" -x MEMRA_PP_LOAD_REPORT "$bin/memra-run" "$@" > "$tmp/many.txt" 2> "$tmp/many.err" ||
+    { cat "$tmp/many.err"; echo "FAIL: memra-run under mpirun -np $np"; exit 1; }
+  grep "^memra: load rank" "$tmp/one.err" > "$tmp/one.load" || true
+  grep "^memra: load rank" "$tmp/many.err" | sort -n -k4 > "$tmp/many.load" || true
+  cat "$tmp/one.load" "$tmp/many.load"
+  # memra: load rank R stages A..B layers N of L [a, b) head H embeddings E weight_bytes W
+  awk -v np="$np" '
+    FNR == NR { whole = $18; L = $10; n1 = $8; h1 = $14; e1 = $16; one++; next }
+    { if ($4 != seen) bad = bad " rank " $4 " out of order;"; seen++
+      if ($18 >= whole) bad = bad " rank " $4 " holds " $18 " of " whole " bytes;"
+      if ($8 >= L) bad = bad " rank " $4 " holds every layer;"
+      if ($14 != ($4 == np - 1)) bad = bad " rank " $4 " head " $14 ";"
+      if ($16 != ($4 == 0)) bad = bad " rank " $4 " embeddings " $16 ";"
+      bytes += $18; layers += $8; ranks++ }
+    END { if (one != 1 || n1 != L || h1 != 1 || e1 != 1) bad = bad " the single-process load is not the whole model;"
+          if (ranks != np) bad = bad " " ranks " load lines for " np " ranks;"
+          if (bytes != whole) bad = bad " the ranks hold " bytes " bytes, the whole model " whole ";"
+          if (layers != L) bad = bad " the ranks hold " layers " layers of " L ";"
+          if (bad != "") { print "FAIL:" bad; exit 1 }
+          print "each of " np " ranks holds its own layers: " bytes " bytes in all, as one process" }
+  ' "$tmp/one.load" "$tmp/many.load" || exit 1
+  cmp "$tmp/one.txt" "$tmp/many.txt" || { echo "FAIL: the text differs from the single-process run"; exit 1; }
+  echo "PASS: mpirun -np $np loads each rank's layers only, the single-process text"
   ;;
 kill)
   sig=$1 victim=$2 other=

@@ -10,6 +10,11 @@
                                                  tokenizer: the sanitizer legs run it on a tiny one), with --trace
   server_test.py curl SERVER MODEL               curl: SSE framing, a 400's JSON error, a plain answer
   server_test.py load SERVER LOAD MODEL C S      C concurrent clients for S seconds (tests/server_load.py)
+  server_test.py mpi SERVER MPIRUN MODEL         mpirun -np 2 memra-server --stages 2 (stage 1 in rank 1): a
+                                                 greedy chat through the openai client = the one-process server's,
+                                                 each rank loads only its layers, SIGTERM on rank 0 ends every
+                                                 process with status 0, a stuck rank 1 ends them all non-zero
+                                                 naming it (exit 77 without mpirun or openai)
 
 Each mode starts memra-server on port 0 with 2 stages, reads the port it prints, and ends it with SIGTERM
 (exit status 0 asked). Exit 77 (skip) when the openai package is missing."""
@@ -38,9 +43,9 @@ def check(cond, msg):
 
 
 class Server:
-    def __init__(self, binary, model, *extra):
-        env = dict(os.environ, MEMRA_BACKEND="cpu")
-        self.p = subprocess.Popen([binary, "-m", model, "--port", "0", "--stages", "2", *extra],
+    def __init__(self, binary, model, *extra, launcher=(), env_extra=None):
+        env = dict(os.environ, MEMRA_BACKEND="cpu", **(env_extra or {}))
+        self.p = subprocess.Popen([*launcher, binary, "-m", model, "--port", "0", "--stages", "2", *extra],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
         line = self.p.stdout.readline()
         m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
@@ -471,6 +476,114 @@ def mode_http(server, model):
     print("http: ok")
 
 
+def procs_of(binary):
+    """PID -> MPI rank (None outside mpirun) of every process running binary (from /proc: no procps needed)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv[0].decode(errors="replace") != binary:
+                continue
+            with open("/proc/%s/environ" % d, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue  # ended meanwhile
+        r = env.get(b"OMPI_COMM_WORLD_RANK", env.get(b"PMI_RANK"))
+        out[int(d)] = int(r) if r is not None else None
+    return out
+
+
+def mode_mpi(server, mpirun, model):
+    try:
+        import openai
+    except ImportError:
+        print("SKIP: the openai Python package is missing (scripts/setup installs it)")
+        sys.exit(77)
+    if not (os.path.isfile(mpirun) and os.access(mpirun, os.X_OK)):
+        print("SKIP: no mpirun at %s" % mpirun)
+        sys.exit(77)
+    check(not procs_of(server), "a memra-server of this build is already running")
+    msgs = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Name a color."}]
+
+    def chat(srv):
+        cl = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", timeout=240, max_retries=0)
+        a = cl.chat.completions.create(model="m", messages=msgs, max_tokens=24, temperature=0)
+        check(a.choices[0].message.content, "empty chat answer %r" % a.choices[0])
+        return a.choices[0].message.content, a.usage.completion_tokens
+
+    one = Server(server, model)
+    try:
+        want = chat(one)
+    finally:
+        if one.p.poll() is None:
+            one.stop()
+    # as root in containers, more ranks than cores, no cross-memory attach (tests/mpi_scale_out.sh)
+    launcher = (mpirun, "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none", "-np", "2",
+                "-x", "MEMRA_BACKEND", "-x", "MEMRA_PP_LOAD_REPORT")
+    srv = Server(server, model, launcher=launcher,
+                 env_extra={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                            "MEMRA_PP_LOAD_REPORT": "1"})
+    try:
+        ranks = procs_of(server)
+        check(sorted(ranks.values()) == [0, 1], "under mpirun -np 2 the server processes are ranks %r" % ranks)
+        got = chat(srv)
+        check(got == want, "chat under mpirun -np 2 %r != the one-process server's %r" % (got, want))
+        rank0 = [pid for pid, r in ranks.items() if r == 0][0]
+        os.kill(rank0, signal.SIGTERM)  # the user's stop: on rank 0, as a service manager sends it
+        try:
+            rc = srv.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("mpirun did not end within 30 s of SIGTERM on rank 0 (processes: %r)" % procs_of(server))
+        err = srv.p.stderr.read()
+        check(rc == 0, "mpirun exited %d after SIGTERM on rank 0 (stderr: %s)" % (rc, err))
+        check("SIGTERM: stopping" in err, "rank 0's stderr does not say it stops on SIGTERM: %s" % err)
+        loads = sorted(re.findall(r"memra: load rank (\d+) stages \d+\.\.\d+ layers (\d+) of (\d+) .*head (\d)", err))
+        check(len(loads) == 2 and [int(l[0]) for l in loads] == [0, 1], "not one load line per rank: %s" % err)
+        check(all(0 < int(l[1]) < int(l[2]) for l in loads) and sum(int(l[1]) for l in loads) == int(loads[0][2]),
+              "the ranks do not split the layers: %r" % loads)
+        check([int(l[3]) for l in loads] == [0, 1], "the head is not on rank 1 only: %r" % loads)
+        t_end = time.monotonic() + 5
+        while procs_of(server) and time.monotonic() < t_end:
+            time.sleep(0.1)
+        check(not procs_of(server), "processes left after mpirun ended: %r" % procs_of(server))
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+        for pid in procs_of(server):
+            os.kill(pid, signal.SIGKILL)
+    # a stuck rank 1 (SIGSTOP): rank 0 finds it silent, stops serving and ends every process, non-zero, naming it
+    srv = Server(server, model, launcher=launcher,
+                 env_extra={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    try:
+        ranks = procs_of(server)
+        check(sorted(ranks.values()) == [0, 1], "under mpirun -np 2 the server processes are ranks %r" % ranks)
+        t0 = time.monotonic()
+        os.kill([pid for pid, r in ranks.items() if r == 1][0], signal.SIGSTOP)
+        try:
+            rc = srv.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("the server did not end within 30 s of rank 1 stopping (processes: %r)" % procs_of(server))
+        took = time.monotonic() - t0
+        err = srv.p.stderr.read()
+        check(rc != 0, "mpirun exited 0 with rank 1 stuck (stderr: %s)" % err)
+        check(re.search(r"memra-server: .*rank 1 silent.*: stopping", err),
+              "rank 0's stderr does not name the silent rank: %s" % err)
+        check(took < 10, "the server took %.1f s to end with rank 1 stuck (at most 10 s asked)" % took)
+        t_end = time.monotonic() + 5
+        while procs_of(server) and time.monotonic() < t_end:
+            time.sleep(0.1)
+        check(not procs_of(server), "processes left after mpirun ended: %r" % procs_of(server))
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+        for pid in procs_of(server):
+            os.kill(pid, signal.SIGKILL)
+    print("mpi: ok: %r; a stuck rank ended the server in %.1f s" % (want, took))
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "openai" and len(sys.argv) == 5:
         mode_openai(*sys.argv[2:])
@@ -482,6 +595,8 @@ if __name__ == "__main__":
         mode_curl(*sys.argv[2:])
     elif len(sys.argv) >= 2 and sys.argv[1] == "load" and len(sys.argv) == 7:
         mode_load(*sys.argv[2:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "mpi" and len(sys.argv) == 5:
+        mode_mpi(*sys.argv[2:])
     else:
         print(__doc__)
         sys.exit(2)

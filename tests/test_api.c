@@ -207,6 +207,9 @@ static void test_a_bad_door_is_refused_and_a_good_door_overrides_the_params(void
     assert_int_equal(a, 2);
     assert_int_equal(b, 4);
     assert_int_equal(memra_runtime_stage_layers(rt, 2, &a, &b), MEMRA_E_INVAL);
+    assert_int_equal(memra_runtime_check(rt), MEMRA_OK); /* one process: no rank to lose */
+    assert_int_equal(memra_runtime_check(NULL), MEMRA_E_INVAL);
+    api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, "NULL runtime");
     memra_runtime_free(rt);
     p.apply_env = 0; /* doors ignored */
     rt = memra_runtime_create(api_tiny_model, &p);

@@ -603,6 +603,108 @@ static void test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_
     unlink(tm.path);
 }
 
+/* A partial load (mdl_load_params.partial) holds only its layers, and the head only when asked: rank A holds
+ * [0, a) and the embedding table, rank B [a, L) and the head. Each holds strictly fewer weight bytes, the two sum
+ * to the full model's, the KV cache has only the held layers, what is absent is refused by name, and walking A
+ * then B gives the full model's logits bit for bit (tied: B's lm_head comes from the file, not a table copy). */
+static void test_a_partial_load_holds_only_its_layers_and_two_halves_equal_the_whole_model(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied <= 1; tied++) {
+        tiny tm;
+        make_tiny(&tm, "llama", KRN_Q8_0, tied, 43 + (unsigned)tied);
+        float want[T * V], got[T * V];
+        dev_err err = { 0 };
+        dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
+        assert_non_null(p);
+        dev_device *d = dev_platform_device(p, 0);
+        mdl_model *whole = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p }, &err);
+        assert_non_null(whole);
+        {
+            rig r;
+            rig_open(&r, tm.path, 1, NULL, 1);
+            run_prompt(&r, k_whole, want);
+            rig_close(&r);
+        }
+        const int a = 1;
+        dev_device *la[L] = { d, NULL, NULL }, *lb[L] = { NULL, d, d };
+        /* without partial a NULL layer device is refused, naming it */
+        assert_null(mdl_model_load(tm.path, &(mdl_load_params){ .platform = p, .layer_dev = la }, &err));
+        assert_int_equal(err.code, MEMRA_E_INVAL);
+        if (!strstr(err.msg, "layer_dev[1] is NULL"))
+            fail_msg("the refusal does not name the layer: %s", err.msg);
+        dev_err_clear(&err);
+        mdl_model *ma = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p, .layer_dev = la, .partial = 1 },
+                                       &err);
+        mdl_model *mb = mdl_model_load(tm.path, &(mdl_load_params){ .platform = p, .layer_dev = lb, .head_dev = d,
+                                                                     .partial = 1 }, &err);
+        assert_non_null(ma);
+        assert_non_null(mb);
+        assert_int_equal(mdl_model_layers_held(whole), L);
+        assert_int_equal(mdl_model_layers_held(ma), a);
+        assert_int_equal(mdl_model_layers_held(mb), L - a);
+        assert_ptr_equal(mdl_model_layer_device(ma, 0), d);
+        assert_null(mdl_model_layer_device(ma, a));
+        assert_null(mdl_model_layer_device(mb, 0));
+        assert_null(mdl_model_head_device(ma));
+        assert_ptr_equal(mdl_model_head_device(mb), d);
+        assert_true(mdl_model_has_embeddings(ma) && !mdl_model_has_embeddings(mb));
+        assert_int_equal(mdl_model_hparams(mb)->tied_embeddings, tied);
+        assert_int_equal(mdl_model_hparams(ma)->tied_embeddings, tied);
+        const size_t wa = mdl_model_weight_bytes(ma), wb = mdl_model_weight_bytes(mb), ww = mdl_model_weight_bytes(whole);
+        assert_true(wa > 0 && wb > 0 && wa < ww && wb < ww);
+        assert_int_equal(wa + wb, ww);
+        /* the KV cache: only the held layers, even when layer_dev names a device for every layer */
+        dev_device *all[L] = { d, d, d };
+        mdl_kv *ka = mdl_kv_create(ma, all, 1, CTX, KRN_F32, &err), *kb = mdl_kv_create(mb, NULL, 1, CTX, KRN_F32, &err);
+        assert_true(ka && kb);
+        for (int il = 0; il < L; il++) {
+            assert_int_equal(mdl_kv_has_layer(ka, il), il < a);
+            assert_int_equal(mdl_kv_has_layer(kb, il), il >= a);
+        }
+        mdl_scratch *sa = mdl_scratch_create(ma, d, T, &err), *sb = mdl_scratch_create(mb, d, T, &err);
+        dev_stream *s = dev_stream_create(d, "stages", &err);
+        float *x = dev_malloc(d, sizeof(float) * T * E, &err), *lg = dev_malloc(d, sizeof(float) * T * V, &err);
+        int32_t *ps = dev_malloc(d, sizeof(int32_t) * 2 * T, &err);
+        assert_true(sa && sb && s && x && lg && ps);
+        int32_t possq[2 * T];
+        for (int t = 0; t < T; t++) {
+            possq[t] = t;     /* pos */
+            possq[T + t] = 0; /* seq */
+        }
+        float x_h[T * E];
+        assert_int_equal(mdl_embed_rows(mb, k_prompt, T, x_h, &err), MEMRA_E_STATE);
+        assert_int_equal(mdl_embed_rows(ma, k_prompt, T, x_h, &err), 0);
+        /* what a process does not hold is refused by name, before anything is enqueued */
+        dev_err_clear(&err);
+        assert_int_equal(mdl_forward_layers_async(ma, ka, sa, s, x, ps, ps + T, T, 0, 0, L, &err), MEMRA_E_INVAL);
+        if (!strstr(err.msg, "layer 1 of [0, 3) is not in this process"))
+            fail_msg("the refusal does not name the layer: %s", err.msg);
+        assert_int_equal(mdl_forward_head_async(ma, sa, s, x, lg, T, &err), MEMRA_E_INVAL);
+        assert_int_equal(dev_copy_h2d_async(s, x, x_h, sizeof x_h), 0);
+        assert_int_equal(dev_copy_h2d_async(s, ps, possq, sizeof possq), 0);
+        assert_int_equal(mdl_forward_layers_async(ma, ka, sa, s, x, ps, ps + T, T, 0, 0, a, &err), 0);
+        assert_int_equal(mdl_forward_layers_async(mb, kb, sb, s, x, ps, ps + T, T, 0, a, L, &err), 0);
+        assert_int_equal(mdl_forward_head_async(mb, sb, s, x, lg, T, &err), 0);
+        assert_int_equal(dev_copy_d2h_async(s, got, lg, sizeof got), 0);
+        assert_int_equal(dev_stream_sync(s, &err), 0);
+        assert_memory_equal(want, got, sizeof got);
+        dev_stream_destroy(s);
+        dev_free(d, x);
+        dev_free(d, lg);
+        dev_free(d, ps);
+        mdl_scratch_destroy(sa);
+        mdl_scratch_destroy(sb);
+        mdl_kv_destroy(ka);
+        mdl_kv_destroy(kb);
+        mdl_model_free(ma);
+        mdl_model_free(mb);
+        mdl_model_free(whole);
+        dev_platform_close(p);
+        unlink(tm.path);
+    }
+}
+
 /* Two stage streams on one device sharing the hidden state x: with the event wait the checker is silent;
  * without it, stage 1's first kernel (rmsnorm reading x) is reported against stage 0's last write of x:
  * the kernels' access lists are what make the missing wait visible. In the no-wait round a semaphore
@@ -747,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_prefill_in_one_chunk_equals_token_by_token_bitwise),
         cmocka_unit_test(test_a_batch_of_sequences_equals_each_sequence_run_alone_bitwise),
         cmocka_unit_test(test_two_stages_on_two_devices_equal_one_device_with_no_race_and_no_remote_reads),
+        cmocka_unit_test(test_a_partial_load_holds_only_its_layers_and_two_halves_equal_the_whole_model),
         cmocka_unit_test(test_a_stage_that_skips_its_event_wait_is_reported_as_a_race),
         cmocka_unit_test(test_scratch_reserves_the_attention_workspace_once),
         cmocka_unit_test(test_a_kv_cache_larger_than_the_free_memory_is_refused_naming_bytes_wanted_and_free),

@@ -107,6 +107,81 @@ static void test_a_synthetic_model_runs_and_splits_bit_identically(void **state)
     dev_platform_close(plat);
 }
 
+/* A partial synthetic model holds what it is given a device for, as a partial load does: two halves hold the
+ * whole model's weight bytes between them, each strictly fewer; the embedding table only with layer 0; and each
+ * half's layers carry the same weights as the whole model's (the same seeds), so the halves' forward walks give
+ * the whole model's logits bit for bit. */
+static void test_a_partial_synthetic_model_holds_its_layers_and_halves_equal_the_whole(void **state)
+{
+    (void)state;
+    dev_err e = {0};
+    dev_platform *plat = dev_platform_open(DEV_KIND_CPU, 1, &e);
+    dev_device *d = dev_platform_device(plat, 0);
+    mdl_gguf_synth shape;
+    assert_int_equal(mdl_synth_named("tiny", KRN_Q8_0, &shape), 0);
+    const int L = shape.n_layer, a = 3, B = 2, E = shape.n_embd, V = shape.n_vocab;
+    dev_device *la[64] = {0}, *lb[64] = {0};
+    for (int il = 0; il < L; il++)
+        (il < a ? la : lb)[il] = d;
+    mdl_model *whole = mdl_model_synthesize(&shape, &(mdl_load_params){.platform = plat}, &e);
+    mdl_model *ma = mdl_model_synthesize(&shape, &(mdl_load_params){.platform = plat, .layer_dev = la, .partial = 1}, &e);
+    mdl_model *mb = mdl_model_synthesize(&shape, &(mdl_load_params){.platform = plat, .layer_dev = lb, .head_dev = d,
+                                                                     .partial = 1}, &e);
+    assert_true(whole && ma && mb);
+    assert_int_equal(mdl_model_layers_held(ma), a);
+    assert_int_equal(mdl_model_layers_held(mb), L - a);
+    assert_null(mdl_model_head_device(ma));
+    assert_true(mdl_model_has_embeddings(ma) && !mdl_model_has_embeddings(mb));
+    const size_t wa = mdl_model_weight_bytes(ma), wb = mdl_model_weight_bytes(mb), ww = mdl_model_weight_bytes(whole);
+    assert_true(wa < ww && wb < ww);
+    assert_int_equal(wa + wb, ww);
+    mdl_kv *kw = mdl_kv_create(whole, NULL, 1, 8, KRN_F32, &e), *ka = mdl_kv_create(ma, NULL, 1, 8, KRN_F32, &e),
+           *kb = mdl_kv_create(mb, NULL, 1, 8, KRN_F32, &e);
+    mdl_scratch *sw = mdl_scratch_create(whole, d, B, &e), *sa = mdl_scratch_create(ma, d, B, &e),
+                *sb = mdl_scratch_create(mb, d, B, &e);
+    dev_stream *s = dev_stream_create(d, "walk", &e);
+    float *x = dev_malloc(d, sizeof(float) * B * E, &e), *lg = dev_malloc(d, sizeof(float) * B * V, &e);
+    int32_t *ps = dev_malloc(d, sizeof(int32_t) * 2 * B, &e);
+    assert_true(kw && ka && kb && sw && sa && sb && s && x && lg && ps);
+    assert_true(mdl_kv_has_layer(ka, a - 1) && !mdl_kv_has_layer(ka, a) && mdl_kv_has_layer(kb, a));
+    const int32_t tok[2] = {5, 77}, possq[4] = {0, 1, 0, 0};
+    float *xh = malloc(sizeof(float) * B * E), *want = malloc(sizeof(float) * B * V), *got = malloc(sizeof(float) * B * V);
+    assert_true(xh && want && got);
+    assert_int_equal(mdl_embed_rows(ma, tok, B, xh, &e), 0);
+    for (int arm = 0; arm < 2; arm++) { /* 0: the whole model, 1: the two halves */
+        assert_int_equal(dev_copy_h2d_async(s, x, xh, sizeof(float) * B * E), 0);
+        assert_int_equal(dev_copy_h2d_async(s, ps, possq, sizeof possq), 0);
+        if (arm == 0) {
+            assert_int_equal(mdl_forward_layers_async(whole, kw, sw, s, x, ps, ps + B, B, 0, 0, L, &e), 0);
+            assert_int_equal(mdl_forward_head_async(whole, sw, s, x, lg, B, &e), 0);
+        } else {
+            assert_int_equal(mdl_forward_layers_async(ma, ka, sa, s, x, ps, ps + B, B, 0, 0, a, &e), 0);
+            assert_int_equal(mdl_forward_layers_async(mb, kb, sb, s, x, ps, ps + B, B, 0, a, L, &e), 0);
+            assert_int_equal(mdl_forward_head_async(mb, sb, s, x, lg, B, &e), 0);
+        }
+        assert_int_equal(dev_copy_d2h_async(s, arm ? got : want, lg, sizeof(float) * B * V), 0);
+        assert_int_equal(dev_stream_sync(s, &e), 0);
+    }
+    assert_memory_equal(want, got, sizeof(float) * B * V);
+    free(xh);
+    free(want);
+    free(got);
+    dev_stream_destroy(s);
+    dev_free(d, x);
+    dev_free(d, lg);
+    dev_free(d, ps);
+    mdl_scratch_destroy(sw);
+    mdl_scratch_destroy(sa);
+    mdl_scratch_destroy(sb);
+    mdl_kv_destroy(kw);
+    mdl_kv_destroy(ka);
+    mdl_kv_destroy(kb);
+    mdl_model_free(whole);
+    mdl_model_free(ma);
+    mdl_model_free(mb);
+    dev_platform_close(plat);
+}
+
 /* The cost a balanced cut reads (MEMRA_PP_SPLITS=weights) is the same whether it comes from a GGUF's tensor
  * table or from the synthetic shape that wrote it, on both backends' cost models; the head is counted. */
 static void test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape(void **state)
@@ -144,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_fill_is_deterministic_and_any_split_gives_the_same_bytes),
         cmocka_unit_test(test_fill_on_a_cpu_stream_writes_the_host_bytes),
         cmocka_unit_test(test_a_synthetic_model_runs_and_splits_bit_identically),
+        cmocka_unit_test(test_a_partial_synthetic_model_holds_its_layers_and_halves_equal_the_whole),
         cmocka_unit_test(test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

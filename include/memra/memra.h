@@ -280,6 +280,10 @@ MEMRA_API int memra_runtime_reload_doors(memra_runtime *rt);
 MEMRA_API void memra_runtime_free(memra_runtime *rt);
 /* Like memra_model_last_error, for failures of calls on rt and on its sequences and pendings. */
 MEMRA_API const char *memra_runtime_last_error(const memra_runtime *rt);
+/* MEMRA_OK while rt can run steps. Under mpirun (docs/scale-out.md), once another rank is dead or silent for 2.5 s
+ * or an MPI call failed, the error every later step fails with (memra_runtime_last_error(rt) names the rank): a
+ * long-running program (memra-server) polls it to end itself. MEMRA_E_INVAL for NULL. Never blocks; thread-safe. */
+MEMRA_API int memra_runtime_check(memra_runtime *rt);
 
 /* What was built (after the doors). 0 for a NULL rt. Thread-safe. */
 MEMRA_API int memra_runtime_n_stages(const memra_runtime *rt); /* N, 1 when the door is shut */

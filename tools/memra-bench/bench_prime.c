@@ -59,6 +59,7 @@ int bench_prime(int argc, char **argv)
     p.max_rows = C;
     p.n_seq = 1;
     p.n_ctx = P;
+    p.whole_model = 1; /* the unsplit walk needs every layer here (under mpirun: on rank 0) */
     act_pp *rt = plat ? act_pp_create(plat, model, &p, &err) : NULL;
     if (!rt) {
         fprintf(stderr, "memra-bench prime: %s\n", err.msg);

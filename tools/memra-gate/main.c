@@ -146,6 +146,7 @@ static int gate_main(int argc, char **argv)
         pp.max_rows = rows;
     if (pp.n_seq < gp.seqs)
         pp.n_seq = gp.seqs;
+    pp.whole_model = 1; /* under mpirun the reference arm walks every layer on rank 0 */
     gp.log = verbose ? stdout : NULL;
 
     dev_err err = {0};

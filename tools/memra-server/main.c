@@ -1,8 +1,12 @@
 /* memra-server: an OpenAI-compatible HTTP server on the serving scheduler (memra_server).
  *   memra-server -m MODEL.gguf [--host 127.0.0.1] [--port 8080] [--stages N] ...
+ *   mpirun -np P memra-server -m MODEL.gguf --stages N ...   (stages in P processes: docs/scale-out.md)
  * stdout: "listening on http://HOST:PORT" once it serves; errors go to stderr. Exit: 0 after SIGINT/SIGTERM
  * (stops accepting, cancels the requests in flight, frees everything), 1 on a start-up failure, 2 bad usage.
- * SIGINT and SIGTERM are blocked in every thread and taken by main with sigwait. docs/server.md. */
+ * SIGINT and SIGTERM are blocked in every thread and taken by main with sigtimedwait. Under mpirun rank 0 serves
+ * HTTP and every other rank serves its stages (memra_mpi_serve) until rank 0's memra_mpi_finish, which a clean
+ * stop sends with status 0 and a failure with its status (ending every rank); rank 0 also stops, exit 1, when
+ * another rank is dead or silent (memra_runtime_check, polled each 250 ms). docs/server.md. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -132,17 +136,35 @@ static int parse_args(int argc, char **argv, srv_opts *o)
 int main(int argc, char **argv)
 {
     static srv_app app; /* shared with the handler threads until srv_http_stop returns */
-    int rc = parse_args(argc, argv, &app.opt);
-    if (rc)
-        return rc == 1 ? 0 : rc;
-
-    /* SIGINT/SIGTERM go to main's sigwait only; a write to a closed socket is an error, not a signal */
+    /* SIGINT/SIGTERM go to main's sigwait only (blocked before MPI and the HTTP start their threads, which
+     * inherit the mask); a write to a closed socket is an error, not a signal */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    /* under mpirun: rank 0 is the server, every other rank serves its stages (docs/scale-out.md); a rank > 0
+     * keeps SIGINT/SIGTERM blocked: mpirun turns Ctrl-C into SIGTERM to every rank, and rank 0's clean stop
+     * (memra_mpi_finish) ends the others */
+    const int rank = memra_mpi_init(&argc, &argv);
+    if (rank < 0) {
+        fprintf(stderr, "memra-server: %s\n", memra_last_error());
+        return 2;
+    }
+    if (rank > 0) {
+        int sr = memra_mpi_serve();
+        if (sr != MEMRA_OK)
+            fprintf(stderr, "memra-server (rank %d): %s\n", rank, memra_last_error());
+        memra_mpi_finish(sr);
+        return sr != MEMRA_OK;
+    }
+    int rc = parse_args(argc, argv, &app.opt);
+    if (rc) {
+        memra_mpi_finish(MEMRA_OK); /* the other ranks leave their serve loop; the exit status says the rest */
+        return rc == 1 ? 0 : rc;
+    }
 
     srv_opts *o = &app.opt;
     rc = 1;
@@ -186,16 +208,26 @@ int main(int argc, char **argv)
             memra_runtime_n_seq(app.rt), memra_runtime_n_ctx(app.rt));
     if (srv_http_start(&app))
         goto out;
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "memra-server: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    /* a signal, or (under mpirun) another rank dead or silent: every later step would fail, so stop serving */
+    int sig = -1;
+    while (sig < 0) {
+        const struct timespec tick = {0, 250000000};
+        sig = sigtimedwait(&sigs, NULL, &tick);
+        if (sig < 0 && memra_runtime_check(app.rt) != MEMRA_OK)
+            break;
+    }
+    if (sig < 0)
+        fprintf(stderr, "memra-server: %s: stopping\n", memra_runtime_last_error(app.rt));
+    else
+        fprintf(stderr, "memra-server: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_http_stop(&app);
-    rc = 0;
+    rc = sig < 0;
 out:
     memra_server_free(app.srv);
     if (o->trace && app.rt && memra_runtime_trace_stop(app.rt) != MEMRA_OK) /* every step drained first */
         fprintf(stderr, "memra-server: --trace %s: %s\n", o->trace, memra_last_error()), rc = rc ? rc : 1;
     memra_runtime_free(app.rt);
     memra_model_free(app.model);
+    memra_mpi_finish(rc); /* under mpirun: every rank leaves with rc (a failure ends them all) */
     return rc;
 }
