@@ -27,6 +27,7 @@
 #include "actors/ring.h"
 #include "actors/pp_rank.h"
 #include "transport/bnd_mpi.h"
+#include "model/gguf_synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,9 @@ typedef struct pp_wire_create {
     int32_t n_seq, n_ctx, max_rows, kv_type, act_type, batch_invariant, stamps;
     int32_t matmul_x8;               /* rank 0's CPU matmul mode (dev_platform_matmul_x8): every rank computes alike */
     uint64_t model_bytes, model_sum; /* the file's size and the FNV-1a of its first PP_SUM_BYTES */
+    int32_t synth;                   /* 1: every rank synthesizes `shape` (its strings in arch, pre), no file */
+    mdl_gguf_synth shape;            /* its pointers are rank 0's: a receiver points them at arch and pre */
+    char arch[64], pre[64];
     char path[4096];
 } pp_wire_create;
 
@@ -134,9 +138,6 @@ int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err)
     if (g_active)
         return dev_err_set(err, MEMRA_E_STATE, "act_pp_create: a runtime already spans the %d MPI ranks (one at a time)",
                            P);
-    if (p->synth)
-        return dev_err_set(err, MEMRA_E_UNSUPPORTED, "act_pp_create: a synthetic model across MPI ranks (every rank "
-                           "loads the same model file: give a GGUF path)");
     if (P > ACT_PP_MAX_STAGES || P > 256)
         return dev_err_set(err, MEMRA_E_INVAL, "mpirun -np %d: at most %d ranks", P, ACT_PP_MAX_STAGES);
     if (cfg->stages < 2)
@@ -223,12 +224,24 @@ int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p,
     c->batch_invariant = rt->batch_invariant;
     c->stamps = rt->stamp_mode;
     c->matmul_x8 = dev_platform_matmul_x8(rt->plat);
-    int r = model_sum(model_path, &c->model_bytes, &c->model_sum, err);
-    if (r == 0 && strlen(model_path) >= sizeof c->path)
-        r = dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: model path longer than %zu bytes across MPI ranks",
-                        sizeof c->path - 1);
-    if (r == 0)
-        snprintf(c->path, sizeof c->path, "%s", model_path);
+    int r = 0;
+    if (p->synth) { /* every rank generates the same weights from the shape and its seed */
+        const char *arch = p->synth->arch ? p->synth->arch : "", *pre = p->synth->pre ? p->synth->pre : "";
+        c->synth = 1;
+        c->shape = *p->synth;
+        if (strlen(arch) >= sizeof c->arch || strlen(pre) >= sizeof c->pre)
+            r = dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: a synthetic shape's arch and pre names are at most %zu "
+                            "bytes across MPI ranks", sizeof c->arch - 1);
+        snprintf(c->arch, sizeof c->arch, "%s", arch);
+        snprintf(c->pre, sizeof c->pre, "%s", pre);
+    } else {
+        r = model_sum(model_path, &c->model_bytes, &c->model_sum, err);
+        if (r == 0 && strlen(model_path) >= sizeof c->path)
+            r = dev_err_set(err, MEMRA_E_INVAL, "act_pp_create: model path longer than %zu bytes across MPI ranks",
+                            sizeof c->path - 1);
+        if (r == 0)
+            snprintf(c->path, sizeof c->path, "%s", model_path);
+    }
     /* the main thread: no transport actor runs yet, so this is the only MPI caller */
     for (int q = 1; r == 0 && q < P; q++)
         r = bnd_mpi_send(q, BND_TAG_CREATE, c, sizeof *c, err);
@@ -921,8 +934,11 @@ static int serve_one(dev_platform *plat, const pp_wire_create *c, dev_err *err)
     pp_wire_ready rd = {0};
     act_pp *rt = NULL;
     uint64_t bytes = 0, sum = 0;
-    int r = model_sum(c->path, &bytes, &sum, err);
-    if (r == 0 && (bytes != c->model_bytes || sum != c->model_sum))
+    mdl_gguf_synth shape = c->shape;
+    shape.arch = c->arch[0] ? c->arch : NULL;
+    shape.pre = c->pre[0] ? c->pre : NULL;
+    int r = c->synth ? 0 : model_sum(c->path, &bytes, &sum, err);
+    if (r == 0 && !c->synth && (bytes != c->model_bytes || sum != c->model_sum))
         r = dev_err_set(err, MEMRA_E_INVAL, "rank %d: the model %s differs from rank 0's (%llu bytes, header "
                         "checksum %016llx; rank 0: %llu bytes, %016llx): every rank needs the same file", bnd_mpi_rank(),
                         c->path, (unsigned long long)bytes, (unsigned long long)sum,
@@ -939,8 +955,9 @@ static int serve_one(dev_platform *plat, const pp_wire_create *c, dev_err *err)
         p.batch_invariant = c->batch_invariant;
         p.stamps = c->stamps;
         p.feed = ACT_FEED_OFF;
+        p.synth = c->synth ? &shape : NULL;
         dev_platform_set_matmul_x8(plat, c->matmul_x8); /* before the first launch, as rank 0 sets it */
-        if (!(rt = act_pp_create(plat, c->path, &p, err)))
+        if (!(rt = act_pp_create(plat, c->synth ? NULL : c->path, &p, err)))
             r = err->code;
         else if (rt->N != c->N || memcmp(rt->fence, c->fence, (size_t)(c->N + 1) * sizeof(int)) != 0)
             r = dev_err_set(err, MEMRA_E_INVAL, "rank %d: the split differs from rank 0's (N %d vs %d)", bnd_mpi_rank(),

@@ -23,6 +23,9 @@ if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
                  MEMRA_PP_STAGES=4 MEMRA_PP_OVERLAP=1)
   memra_mpi_test(mpi_five_stages_on_three_ranks_batch_is_bit_identical gate ${_a} batch 3
                  MEMRA_PP_STAGES=5 MEMRA_PP_DEVICES=0,1,0,1,0)
+  # a synthetic shape travels in CREATE: every rank generates the same weights (its own layers only)
+  memra_mpi_test(mpi_two_ranks_synthetic_model_replay_is_bit_identical gate ${MEMRA_MPIRUN} ${PROJECT_BINARY_DIR}
+                 synthetic:tiny:q4_1 replay 2)
   memra_mpi_test(mpi_two_ranks_greedy_text_equals_one_process run ${_a} 2)
   memra_mpi_test(mpi_four_ranks_greedy_text_equals_one_process run ${_a} 4)
   memra_mpi_test(mpi_two_ranks_each_load_only_their_layers load ${_a} 2)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Stages in several processes (docs/scale-out.md), as a user launches them: mpirun -np P with stage s on rank s.
 # Usage: mpi_scale_out.sh MODE MPIRUN BIN_DIR MODEL [ARGS]
+#   MODEL          a GGUF path, or synthetic:SHAPE:TYPE (gate only): every rank generates that shape's weights
 #   gate ARM P [VAR=VALUE...]  memra-gate ARM under mpirun -np P (the doors given exported to every rank) passes
 #                  (bit-identical to the unsplit arm, its counter advanced) and says it ran over P ranks
 #   run P          memra-run --temp 0 under mpirun -np P prints the text of the single-process run, byte for byte
@@ -29,7 +30,10 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-[ -r "$model" ] || { echo "no model at $model (scripts/setup fetches it)"; exit 1; }
+case "$model" in
+synthetic:*) s=${model#synthetic:}; margs="--synthetic ${s%%:*} --type ${s#*:}" ;;
+*) margs="-m $model"; [ -r "$model" ] || { echo "no model at $model (scripts/setup fetches it)"; exit 1; } ;;
+esac
 
 # procs: the PIDs running this build's memra-run (from /proc: no procps needed)
 procs() {
@@ -43,7 +47,7 @@ extra= wrap= # mpirun options and a program prefix (netns)
 gate() { # gate ARM P
   arm=$1 np=$2
   rc=0
-  timeout 300 $mpi $extra -np "$np" $wrap "$bin/memra-gate" "$arm" -m "$model" > "$tmp/gate.out" 2>&1 || rc=$?
+  timeout 300 $mpi $extra -np "$np" $wrap "$bin/memra-gate" "$arm" $margs > "$tmp/gate.out" 2>&1 || rc=$?
   cat "$tmp/gate.out"
   [ "$rc" = 0 ] || { echo "FAIL: memra-gate $arm under mpirun -np $np exited $rc"; exit 1; }
   grep -q "ranks $np" "$tmp/gate.out" || { echo "FAIL: the gate did not run over $np ranks"; exit 1; }
