@@ -339,7 +339,7 @@ static int side_of(int b, dev_device *d, pp_wire_side *w, dev_err *err)
  * build this rank's half. The consumer sends its side (pp_wire_side), the producer picks (bnd_pick_remote, with the
  * MEMRA_PP_NCCL door every rank has from CREATE), makes the communicator's id for BND_NCCL and sends both back
  * (pp_wire_pick); then both build their half (bnd_create_nccl is collective: it returns once both joined). The
- * producer prints the pick on stderr when a stage of the pair is on a GPU. Blocking MPI calls: rank r waits only
+ * producer prints the pick and its reason on stderr. Blocking MPI calls: rank r waits only
  * on boundary first-1's producer (rank < r) and then on boundary last's consumer, and every rank builds its
  * boundaries in index order, so the waits form a chain from rank 0 up and cannot deadlock. */
 static int remote_boundary(act_pp *rt, int b, int producer, bnd_boundary **out, dev_err *err)
@@ -381,10 +381,10 @@ static int remote_boundary(act_pp *rt, int b, int producer, bnd_boundary **out, 
             snprintf(pk.msg, sizeof pk.msg, "rank %d: boundary %d: %s (MEMRA_PP_NCCL=0 keeps it host-staged)",
                      rk->self, b, e.msg);
         }
-        if (mine.gpu || theirs.gpu) /* one line per boundary: which transport and why */
-            fprintf(stderr, "memra: boundary %d (stage %d on rank %d, %s [%s] -> stage %d on rank %d, %s [%s]): %s (%s)\n",
-                    b, b, rk->self, mine.name, mine.where, b + 1, peer, theirs.name, theirs.where,
-                    pk.kind == BND_NCCL ? "NCCL" : "host-staged MPI", why);
+        /* one line per boundary and runtime: which transport and why (a CUDA boundary never falls back silently) */
+        fprintf(stderr, "memra: boundary %d (stage %d on rank %d, %s [%s] -> stage %d on rank %d, %s [%s]): %s (%s)\n",
+                b, b, rk->self, mine.name, mine.where, b + 1, peer, theirs.name, theirs.where,
+                pk.kind == BND_NCCL ? "NCCL" : "host-staged MPI", why);
         if ((r = bnd_mpi_send(peer, BND_TAG_PICK, &pk, sizeof pk, err)) != 0)
             return r;
         if (pk.status != 0)

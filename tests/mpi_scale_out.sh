@@ -15,6 +15,11 @@
 #                  difference, rank 0's create fails with it, every process ends non-zero
 #   netns          two network namespaces joined by a veth pair stand in for two hosts: mpirun over TCP between
 #                  them only; the gates pass (skips, exit 77, without the rights to make namespaces)
+#   pick BACKEND DEVICES NCCL P [VAR=VALUE...]  memra-gate replay under mpirun -np P on BACKEND (cpu, cuda) with
+#                  MEMRA_PP_DEVICES=DEVICES (stage s on device DEVICES[s] of its rank; - leaves it unset) passes, and
+#                  every boundary's line on stderr names the transport it must take: NCCL between two GPUs with NCCL
+#                  built (NCCL=1) and the door open, else host-staged MPI with its reason; on cuda it skips (77)
+#                  with fewer GPUs than DEVICES names
 # mpirun runs as root in CI containers (OMPI_ALLOW_RUN_AS_ROOT*), oversubscribed (2 cores, P ranks), and without
 # the shared-memory single-copy mechanism containers often forbid.
 set -eu
@@ -198,6 +203,37 @@ EOF
     gate "$arm" 2
   done
   ;;
+pick)
+  backend=$1 devs=$2 built=$3 np=$4
+  shift 4
+  export MEMRA_BACKEND="$backend"
+  need=$(echo "$devs" | tr ',' '\n' | sort -u | wc -l)
+  if [ "$backend" = cuda ]; then
+    have=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ' || true)
+    [ "$have" -gt 0 ] || have=$(ls /dev/nvidia[0-9]* 2> /dev/null | wc -l)
+    [ "$have" -ge "$need" ] || { echo "SKIP: MEMRA_PP_DEVICES=$devs needs $need GPU(s), $have visible"; exit 77; }
+  fi
+  [ "$devs" = - ] || export MEMRA_PP_STAGES="$np" MEMRA_PP_DEVICES="$devs"
+  for kv in "$@"; do export "$kv"; done
+  if [ "${MEMRA_PP_NCCL:-auto}" = 0 ]; then want="host-staged MPI (MEMRA_PP_NCCL=0"
+  elif [ "$backend" != cuda ]; then want="host-staged MPI (a stage of the pair is not on a GPU"
+  elif [ "$built" != 1 ]; then want="host-staged MPI (NCCL is not built on both ranks"
+  elif [ "$need" = 1 ]; then want="host-staged MPI (both stages are on one GPU"
+  else want="NCCL (two GPUs"
+  fi
+  gate replay "$np"
+  b=0
+  while [ "$b" -lt $((np - 1)) ]; do # boundary b's producer rank prints it (rank b: one stage per rank)
+    line=$(grep "^memra: boundary $b (stage $b on rank $b," "$tmp/gate.out" | head -n 1)
+    [ -n "$line" ] || { echo "FAIL: no line on stderr saying which transport boundary $b takes"; exit 1; }
+    case "$line" in *"): $want"*) ;; *) echo "FAIL: boundary $b should say '$want'"; exit 1 ;; esac
+    b=$((b + 1))
+  done
+  if grep "^memra: boundary " "$tmp/gate.out" | grep -vF "): $want"; then # every runtime the gate made
+    echo "FAIL: a boundary line above does not say '$want'"; exit 1
+  fi
+  echo "PASS: the $((np - 1)) boundaries say '$want', the gate bit-identical"
+  ;;
 *)
-  echo "usage: mpi_scale_out.sh gate|run|kill|netns MPIRUN BIN_DIR MODEL [ARGS]"; exit 2 ;;
+  echo "usage: mpi_scale_out.sh gate|run|kill|refuse|netns|pick MPIRUN BIN_DIR MODEL [ARGS]"; exit 2 ;;
 esac
