@@ -363,7 +363,8 @@ int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err);
 /* After the cuts (rt->N, rt->fence): rank 0 sends the configuration to every rank; every rank learns which stages
  * are its own. */
 int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p, dev_err *err);
-/* Boundary b: a local boundary, the local half of an MPI one, or NULL when neither stage is in this rank. */
+/* Boundary b: a local boundary, the local half of an MPI or NCCL one (picked with the other rank; blocking MPI on
+ * the main thread, b in index order on every rank), or NULL when neither stage is in this rank. */
 int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err);
 /* Before the actors start: the transport actor stands in for every remote stage; rank 0 waits for every rank's
  * READY (the error of one that refused) and starts the transport. */

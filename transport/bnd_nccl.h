@@ -29,8 +29,9 @@
  * costs overlap at worst: the producer's next walk begins once the receive has begun.
  * Communicators. One per boundary pair: a two-rank communicator (ranks 0 and 1: the pair's own ranks, not
  * the MPI world's) built from an id that one side makes with bnd_nccl_unique_id and ships to the other
- * (the MPI layer broadcasts it). rank == peer == 0 makes a one-rank communicator that sends to itself
- * (one process, one GPU: tests and benchmarks), whose hops go through bnd_nccl_hop_async.
+ * (under mpirun the producer's rank sends it to the consumer's at create, actors/pp_rank.c). rank == peer == 0
+ * makes a one-rank communicator that sends to itself (one process, one GPU: tests and benchmarks), whose hops
+ * go through bnd_nccl_hop_async.
  * Threads: a bnd_nccl is used by one host thread at a time (its stage actor); create and destroy by the
  * runtime when no stage runs. bnd_nccl_abort may be called from another thread (see there).
  * Builds without NCCL (MEMRA_NCCL=OFF, or AUTO without NCCL found) keep this API: every call that would
