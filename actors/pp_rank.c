@@ -126,7 +126,7 @@ struct pp_rank {
     int self, P;
     int owner[ACT_PP_MAX_STAGES];
     int first, last;                 /* this rank's stages */
-    bnd_boundary *in, *out;          /* the MPI or NCCL halves: boundary first-1 (consumer), boundary last (producer) */
+    bnd_boundary *in, *out;          /* MPI or NCCL halves: boundary first-1 (consumer), boundary last (producer) */
     int in_peer, out_peer;           /* their other ranks, -1 when none */
     int in_nccl, out_nccl;           /* 1: that half is BND_NCCL (the header travels alone) */
     void *hdr[ACT_PP_MAX_SLOTS];     /* out_nccl: slot k's header message [pp_wire_step | pos | seq], read by its
@@ -852,6 +852,12 @@ static int poll_once(pp_rank *rk)
     }
     if (now - rk->last_beat >= PP_BEAT_NS) {
         rk->last_beat = now;
+        /* NCCL's own failure (a broken connection while the peer's process still beats): a stream waiting in
+         * NCCL would wait for ever, so it stops the runtime like a silent rank */
+        if (bnd_check(rk->in, &rk->err) != 0 || bnd_check(rk->out, &rk->err) != 0) {
+            die(rk);
+            return 1;
+        }
         for (int q = 0; q < rk->P; q++) {
             if (q == rk->self)
                 continue;

@@ -124,6 +124,10 @@ dev_event *bnd_wire_ready(bnd_boundary *b, int k)
 }
 
 int bnd_abort(bnd_boundary *b) { return b && b->kind == BND_NCCL && b->nccl ? bnd_nccl_abort(b->nccl) : 0; }
+int bnd_check(bnd_boundary *b, dev_err *err)
+{
+    return b && b->kind == BND_NCCL && b->nccl ? bnd_nccl_check(b->nccl, err) : 0;
+}
 
 bnd_transport bnd_pick_remote(int producer_gpu, int consumer_gpu, int nccl_built, int same_gpu, int door_off,
                               const char **why)

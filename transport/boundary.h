@@ -73,6 +73,9 @@ dev_event *bnd_wire_ready(bnd_boundary *b, int k);
 /* BND_NCCL: abort the communicator (bnd_nccl_abort), from any thread, so a stream waiting in NCCL on a dead peer
  * ends. 0 and nothing done for other kinds. */
 int bnd_abort(bnd_boundary *b);
+/* BND_NCCL: NCCL's asynchronous error of the communicator (bnd_nccl_check; a watchdog may call it from another
+ * thread), 0 while healthy; 0 for other kinds. Cheap: poll it while a stream may wait in NCCL. */
+int bnd_check(bnd_boundary *b, dev_err *err);
 
 /* The transport of a boundary between two ranks, from what both sides know: each stage's device is a GPU, both
  * ranks' builds have NCCL, both stages are on one GPU (same host and bus id), the MEMRA_PP_NCCL door (ACT_NCCL_*:
