@@ -163,6 +163,10 @@ void bnd_destroy(bnd_boundary *b)
             if (b->ev_wire[k])
                 dev_event_destroy(b->ev_wire[k]);
         free(b->ev_wire);
+        /* every stream that used it is synced, so nothing is in flight: the abort frees it locally, where NCCL's
+         * destroy would finalize with the peer and wait for it (a rank whose create fails after its boundaries
+         * would then wait for a peer that waits for its READY) */
+        bnd_nccl_abort(b->nccl);
         bnd_nccl_destroy(b->nccl);
         for (int k = 0; b->ev_tx && b->ev_rx && k < b->n_slots; k++)
             b->ev_tx[k] = b->ev_rx[k] = NULL;

@@ -84,7 +84,8 @@ int bnd_check(bnd_boundary *b, dev_err *err);
 bnd_transport bnd_pick_remote(int producer_gpu, int consumer_gpu, int nccl_built, int same_gpu, int door_off,
                               const char **why);
 
-/* Frees slots and events; every stream that used them must have been synced. */
+/* Frees slots and events; every stream that used them must have been synced. BND_NCCL: the communicator is
+ * aborted, a local teardown that waits for no peer. */
 void bnd_destroy(bnd_boundary *b);
 
 bnd_transport bnd_transport_kind(const bnd_boundary *b);
