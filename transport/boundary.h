@@ -48,7 +48,9 @@ typedef enum bnd_transport { BND_DTOD = 0, BND_PEER = 1, BND_MPI = 2, BND_NCCL =
  *   producer rank: the credit for k reaches the producer stage once the credit message arrived AND the header send
  *     completed. The producer's send into slot k needs no wait on ev_rx[k]: the credit orders it, and NCCL's own
  *     flow control keeps its buffers. Both sides post one operation per token in token order (TOKENs and credits
- *     keep it), which NCCL's in-order matching of the pair's sends and receives needs. */
+ *     keep it), which NCCL's in-order matching of the pair's sends and receives needs. So every TOKEN(k) with k >= 0
+ *     needs its receive: a consumer stage that drops one (its queue out of host memory) leaves the producer's send
+ *     unmatched, and the pair stalls until the rank's transport stops. */
 
 typedef struct bnd_boundary bnd_boundary;
 
