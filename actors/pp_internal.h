@@ -379,6 +379,10 @@ void pp_rank_free(act_pp *rt);
 void pp_rank_result(act_pp *rt, pp_rec *rec, int status, const dev_err *err);
 /* Rank 0's readback actor, a step back from another rank: the split counters and the walks' overlaps. */
 void pp_rank_account(act_pp *rt, const pp_rec *rec);
+/* The same-device refusal's question, asked per process: do two stage streams of one process share a device?
+ * In a world of one act_pp_multi_stream_same_device of the config; under mpirun, two stages of one rank on one
+ * device ordinal (stages of different ranks are different processes, on one GPU or not). */
+int pp_rank_streams_share_device(const act_pp *rt);
 /* The A/B seams run an unsplit body on the stage-owned KV: refused when stages live in other ranks. */
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err);
 /* This process's stages [*first, *last] (after pp_rank_announce): every stage in a world of one. Returns 1 under
