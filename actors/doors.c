@@ -431,6 +431,17 @@ int act_stage_device(const act_pp_config *c, int s)
     return (c->stages >= 2 && c->n_devices) ? c->devices[s] : 0;
 }
 
+int act_pp_streams_share_device(const act_pp_config *c, int n, const int *owner)
+{
+    if (!owner)
+        return act_pp_multi_stream_same_device(c);
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (owner[a] == owner[b] && act_stage_device(c, a) == act_stage_device(c, b))
+                return 1;
+    return 0;
+}
+
 int act_pp_multi_stream_same_device(const act_pp_config *c)
 {
     if (c->stages < 2)

@@ -127,6 +127,10 @@ int act_stage_device(const act_pp_config *cfg, int s);
 /* 1 iff the door is open and two or more stage streams share one device (the seed's
  * pp_multi_stream_same_device): no placement, or a placement with a repeated device. */
 int act_pp_multi_stream_same_device(const act_pp_config *cfg);
+/* The same question per process: do two of the n stages that one process runs share a device ordinal? owner[s] is
+ * the process (MPI rank) of stage s, each with its own platform; owner NULL: every stage in this one process
+ * (act_pp_multi_stream_same_device). */
+int act_pp_streams_share_device(const act_pp_config *cfg, int n, const int *owner);
 
 /* 1 iff the door is open, the placement spans 2+ distinct devices and sharding is on (the seed's
  * pp_sharded_cross_device): some layers' weights live on a device other than the primary. */

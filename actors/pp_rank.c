@@ -1105,14 +1105,7 @@ void pp_rank_account(act_pp *rt, const pp_rec *rec)
 
 int pp_rank_streams_share_device(const act_pp *rt)
 {
-    const pp_rank *rk = rt->rank;
-    if (!rk)
-        return act_pp_multi_stream_same_device(&rt->cfg);
-    for (int a = 0; a < rt->N; a++) /* each rank opens its own platform: one ordinal of one rank is one device */
-        for (int b = a + 1; b < rt->N; b++)
-            if (rk->owner[a] == rk->owner[b] && act_stage_device(&rt->cfg, a) == act_stage_device(&rt->cfg, b))
-                return 1;
-    return 0;
+    return act_pp_streams_share_device(&rt->cfg, rt->N, rt->rank ? rt->rank->owner : NULL);
 }
 
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err)

@@ -102,6 +102,24 @@ static void test_env_overrides_the_config_field_by_field(void **state)
     assert_false(act_pp_sharded_cross_device(&c));
 }
 
+/* Under mpirun each rank is its own process: stages of different ranks on one ordinal share no stream's device
+ * state, stages of one rank on one ordinal do. */
+static void test_stages_share_a_device_only_within_one_process(void **state)
+{
+    (void)state;
+    act_pp_config c = act_pp_config_default();
+    c.stages = 4;
+    const int one_per_rank[4] = {0, 1, 2, 3}, two_per_rank[4] = {0, 0, 1, 1};
+    assert_true(act_pp_streams_share_device(&c, 4, NULL)); /* no placement, one process: all on the primary */
+    assert_false(act_pp_streams_share_device(&c, 4, one_per_rank)); /* each rank's device 0 */
+    assert_true(act_pp_streams_share_device(&c, 4, two_per_rank));
+    c.n_devices = 4, c.devices[0] = 0, c.devices[1] = 1, c.devices[2] = 0, c.devices[3] = 1;
+    assert_false(act_pp_streams_share_device(&c, 4, two_per_rank)); /* each rank: its devices 0 and 1 */
+    assert_true(act_pp_streams_share_device(&c, 4, NULL)); /* one process: stages 0 and 2 share device 0 */
+    c.devices[1] = 0;
+    assert_true(act_pp_streams_share_device(&c, 4, two_per_rank)); /* rank 0: stages 0 and 1 on its device 0 */
+}
+
 static void test_seams_read_per_call_with_defaults(void **state)
 {
     act_pp_seams s = act_pp_seams_default();
@@ -452,6 +470,7 @@ int main(void)
         cmocka_unit_test_setup(test_seams_pack_into_one_word_and_only_zero_or_one_is_allowed, clear_env),
         cmocka_unit_test_setup(test_config_same_names_the_first_structural_difference, clear_env),
         cmocka_unit_test_setup(test_nccl_door_is_auto_by_default_and_reads_auto_or_0, clear_env),
+        cmocka_unit_test_setup(test_stages_share_a_device_only_within_one_process, clear_env),
         cmocka_unit_test_setup(test_every_invalid_spelling_is_refused_with_its_exact_error, clear_env),
         cmocka_unit_test_setup(test_weight_balanced_cuts_count_the_head_on_the_last_stage, clear_env),
         cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),
