@@ -494,7 +494,8 @@ static void die(pp_rank *rk)
     rk->dead = 1;
     act_pp *rt = rk->rt;
     /* NCCL halves first: a stage stream waiting in ncclSend/ncclRecv on a dead peer ends, so the syncs below and
-     * the runtime's drain end too (bnd_nccl_abort may run while the stage actor waits on its stream) */
+     * the runtime's drain end too (ordered by each half's lock against a stage actor's enqueue; later ones are
+     * refused and their steps fail) */
     bnd_abort(rk->in);
     bnd_abort(rk->out);
     over(rk, rk->err.code ? rk->err.code : MEMRA_E_DEVICE, &rk->err); /* rank 0: what pp_rank_check reports */

@@ -76,8 +76,9 @@ bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], 
  * After bnd_nccl_abort, frees what is left. NULL is a no-op. */
 void bnd_nccl_destroy(bnd_nccl *b);
 
-/* Abort the communicator (ncclCommAbort) from any thread, while the owning thread is not inside another
- * bnd_nccl call (it may be waiting on a stream): NCCL operations waiting for a peer that is gone end, so
+/* Abort the communicator (ncclCommAbort) from any thread, also while the owning thread enqueues a send or a
+ * receive (that enqueue finishes first: both hold the side's lock) or waits on a stream; not during create,
+ * destroy or bnd_nccl_hop_async. NCCL operations waiting for a peer that is gone end, so
  * their streams can be synced and the runtime torn down. Every later send/receive/hop is refused
  * (MEMRA_E_STATE). Idempotent. Returns 0, or MEMRA_E_DEVICE (NCCL refused). */
 int bnd_nccl_abort(bnd_nccl *b);
