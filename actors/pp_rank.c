@@ -30,8 +30,10 @@
  * Shared state:
  *   pp_rank fields marked [tp]       the transport actor's thread only
  *   over, over_status, over_err      transport sets, the serve loop waits, pp_rank_check reads [lock]
- *   owner[], first, last, in, out,   written at create (main thread), read-only while actors run; in/out's NCCL
- *   hdr[], hdr_cap                   communicators are aborted by the transport (die), used by the stage actors
+ *   owner[], first, last, in, out,   written at create (main thread), read-only while actors run (ordered by
+ *   in_nccl, out_nccl, hdr[],        the actors' start); in/out's NCCL communicators: used by the stage actors,
+ *   hdr_cap                          aborted by the transport (die; each half's lock orders the two); hdr[k]'s
+ *                                    bytes: the transport's, between its send and that send's completion
  *   g_active                         main thread only (act_pp_create / destroy) */
 #include "actors/pp_internal.h"
 #include "actors/ring.h"
