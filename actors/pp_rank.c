@@ -41,6 +41,7 @@
 #include "transport/bnd_mpi.h"
 #include "model/gguf_synth.h"
 #include "transport/bnd_nccl.h"
+#include "transport/bnd_shm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ typedef struct pp_wire_ready {
 typedef struct pp_wire_side {
     uint32_t magic;
     int32_t b, gpu, nccl;  /* the boundary; its device is a GPU; the rank's build has NCCL */
+    int32_t emu;           /* MEMRA_TEST_NCCL_EMU=1 on this rank (the test stand-in, transport/bnd_shm.h) */
     char where[160];       /* "host bus-id" of the device (dev_device_bus_id): one GPU names itself alike */
     char name[16];         /* the device's name on its rank ("cuda:1") */
 } pp_wire_side;
@@ -328,6 +330,7 @@ static int side_of(int b, dev_device *d, pp_wire_side *w, dev_err *err)
     w->b = b;
     w->gpu = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CUDA;
     w->nccl = bnd_nccl_built();
+    w->emu = bnd_shm_wanted();
     if (gethostname(host, sizeof host - 1) != 0)
         snprintf(host, sizeof host, "?");
     if (dev_device_bus_id(d, bus, sizeof bus, err) != 0)
@@ -375,10 +378,19 @@ static int remote_boundary(act_pp *rt, int b, int producer, bnd_boundary **out, 
         const char *why;
         pk.magic = PP_WIRE_MAGIC;
         pk.b = b;
-        pk.kind = (int32_t)bnd_pick_remote(mine.gpu, theirs.gpu, mine.nccl && theirs.nccl,
-                                           !strcmp(mine.where, theirs.where), rt->cfg.nccl == ACT_NCCL_OFF, &why);
+        /* the test stand-in on both ranks: every boundary is BND_NCCL moved through shared memory (the door still
+         * shuts it) */
+        const int emu = mine.emu && theirs.emu;
+        pk.kind = (int32_t)bnd_pick_remote(emu || mine.gpu, emu || theirs.gpu, emu || (mine.nccl && theirs.nccl),
+                                           !emu && !strcmp(mine.where, theirs.where), rt->cfg.nccl == ACT_NCCL_OFF,
+                                           &why);
+        if (emu && pk.kind == BND_NCCL)
+            why = "MEMRA_TEST_NCCL_EMU=1: the shared-memory stand-in for NCCL, a test hook";
         dev_err e = {0};
-        if (pk.kind == BND_NCCL && bnd_nccl_unique_id(pk.id, &e) != 0) {
+        if (pk.kind == BND_NCCL && emu && bnd_shm_make_id(pk.id, rt->cfg.slots, bytes, &e) != 0) {
+            pk.status = e.code;
+            snprintf(pk.msg, sizeof pk.msg, "rank %d: boundary %d: %s", rk->self, b, e.msg);
+        } else if (pk.kind == BND_NCCL && !emu && bnd_nccl_unique_id(pk.id, &e) != 0) {
             pk.status = e.code;
             snprintf(pk.msg, sizeof pk.msg, "rank %d: boundary %d: %s (MEMRA_PP_NCCL=0 keeps it host-staged)",
                      rk->self, b, e.msg);

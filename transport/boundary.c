@@ -4,6 +4,7 @@
  * stage's actor (send or receive) and aborted from any thread (bnd_abort; bnd_nccl.h says how). */
 #include "transport/boundary.h"
 #include "transport/bnd_nccl.h"
+#include "transport/bnd_shm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ struct bnd_boundary {
     int mpi_producer;     /* BND_MPI, BND_NCCL: 1 = this process holds the producer's half */
     bnd_nccl *nccl;       /* BND_NCCL: this side of the pair's communicator; ev_tx/ev_rx are its events */
     dev_event **ev_wire;  /* BND_NCCL producer: recorded before each ncclSend of slot k (bnd_wire_ready) */
+    bnd_shm *shm;         /* BND_NCCL under MEMRA_TEST_NCCL_EMU: the stand-in for nccl; ev_tx/ev_rx are ours */
     uint64_t next;        /* overlap step counter (producer actor only) */
     int skip_rx_wait;     /* test hook (bnd_test_skip_rx_wait): sends skip the ev_rx wait (producer only) */
 };
@@ -101,6 +103,15 @@ bnd_boundary *bnd_create_nccl(dev_device *local, int producer, const uint8_t *id
         dev_err_set(err, MEMRA_E_NOMEM, "NCCL boundary: out of host memory");
         goto fail;
     }
+    if (bnd_shm_is_id(id)) { /* the test stand-in (bnd_shm.h): events of our own */
+        if (!(b->shm = bnd_shm_open(id, producer, err)))
+            goto fail;
+        for (int k = 0; k < n_slots; k++)
+            if (!(b->ev_tx[k] = dev_event_create(local, err)) || !(b->ev_rx[k] = dev_event_create(local, err)) ||
+                (producer && !(b->ev_wire[k] = dev_event_create(local, err))))
+                goto fail;
+        return b;
+    }
     /* collective with the other rank's bnd_create_nccl (the caller orders the pairs: pp_rank_boundary) */
     if (!(b->nccl = bnd_nccl_create(local, id, producer ? 0 : 1, producer ? 1 : 0, n_slots, slot_bytes, err)))
         goto fail;
@@ -123,7 +134,12 @@ dev_event *bnd_wire_ready(bnd_boundary *b, int k)
     return b->kind == BND_MPI ? b->ev_tx[k] : b->kind == BND_NCCL && b->ev_wire ? b->ev_wire[k] : NULL;
 }
 
-int bnd_abort(bnd_boundary *b) { return b && b->kind == BND_NCCL && b->nccl ? bnd_nccl_abort(b->nccl) : 0; }
+int bnd_abort(bnd_boundary *b)
+{
+    if (b && b->kind == BND_NCCL && b->shm)
+        bnd_shm_abort(b->shm);
+    return b && b->kind == BND_NCCL && b->nccl ? bnd_nccl_abort(b->nccl) : 0;
+}
 int bnd_check(bnd_boundary *b, dev_err *err)
 {
     return b && b->kind == BND_NCCL && b->nccl ? bnd_nccl_check(b->nccl, err) : 0;
@@ -166,10 +182,13 @@ void bnd_destroy(bnd_boundary *b)
         /* every stream that used it is synced, so nothing is in flight: the abort frees it locally, where NCCL's
          * destroy would finalize with the peer and wait for it (a rank whose create fails after its boundaries
          * would then wait for a peer that waits for its READY) */
-        bnd_nccl_abort(b->nccl);
-        bnd_nccl_destroy(b->nccl);
-        for (int k = 0; b->ev_tx && b->ev_rx && k < b->n_slots; k++)
-            b->ev_tx[k] = b->ev_rx[k] = NULL;
+        if (b->nccl) {
+            bnd_nccl_abort(b->nccl);
+            bnd_nccl_destroy(b->nccl);
+            for (int k = 0; b->ev_tx && b->ev_rx && k < b->n_slots; k++)
+                b->ev_tx[k] = b->ev_rx[k] = NULL;
+        }
+        bnd_shm_close(b->shm); /* the stand-in's events are ours: freed below */
     }
     for (int k = 0; k < b->n_slots; k++) {
         if (b->slot && b->slot[k] && b->kind == BND_MPI)
@@ -215,6 +234,10 @@ int bnd_send_async(bnd_boundary *b, int k, dev_stream *producer, const void *src
         dev_err e = {0};
         if ((r = dev_event_record_async(b->ev_wire[k], producer)) != 0)
             return r;
+        if (b->shm) /* the test stand-in: the same two ops on the stream */
+            return (r = bnd_shm_send_async(b->shm, k, producer, src, bytes)) != 0
+                       ? r
+                       : dev_event_record_async(b->ev_tx[k], producer);
         if ((r = bnd_nccl_send_async(b->nccl, k, producer, src, bytes, &e)) != 0)
             fprintf(stderr, "memra: NCCL boundary, send of slot %d: %s\n", k, e.msg); /* the verb returns a code */
         return r;
@@ -248,6 +271,10 @@ int bnd_recv_async(bnd_boundary *b, int k, dev_stream *consumer, void *dst, size
          * NCCL matches the pair's n-th send with its n-th receive); the receive completes on our stream only once
          * the bytes are in dst, then ev_rx[k] */
         dev_err e = {0};
+        if (b->shm)
+            return (r = bnd_shm_recv_async(b->shm, k, consumer, dst, bytes)) != 0
+                       ? r
+                       : dev_event_record_async(b->ev_rx[k], consumer);
         if ((r = bnd_nccl_recv_async(b->nccl, k, consumer, dst, bytes, &e)) != 0)
             fprintf(stderr, "memra: NCCL boundary, receive of slot %d: %s\n", k, e.msg);
         return r;
