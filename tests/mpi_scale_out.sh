@@ -20,6 +20,8 @@
 #                  every boundary's line on stderr names the transport it must take: NCCL between two GPUs with NCCL
 #                  built (NCCL=1) and the door open, else host-staged MPI with its reason; on cuda it skips (77)
 #                  with fewer GPUs than DEVICES names
+# With MEMRA_TEST_NCCL_EMU=1 in the environment, gate, run, kill and pick also require every boundary between
+# ranks to have taken the shared-memory stand-in for NCCL (tests/mpi.cmake's mpi_nccl_stand_in_* tests).
 # mpirun runs as root in CI containers (OMPI_ALLOW_RUN_AS_ROOT*), oversubscribed (2 cores, P ranks), and without
 # the shared-memory single-copy mechanism containers often forbid.
 set -eu
@@ -48,6 +50,16 @@ procs() {
   done
 }
 
+# MEMRA_TEST_NCCL_EMU=1 (the shared-memory stand-in for NCCL, transport/bnd_shm.h) with the door open: every
+# boundary line in FILE says the boundary took it, so a run that passes without it fails
+emu_check() {
+  [ "${MEMRA_TEST_NCCL_EMU:-}" = 1 ] && [ "${MEMRA_PP_NCCL:-auto}" = auto ] || return 0
+  grep -q "^memra: boundary .*): NCCL (MEMRA_TEST_NCCL_EMU=1" "$1" || { echo "FAIL: no boundary took the NCCL stand-in"; exit 1; }
+  if grep "^memra: boundary " "$1" | grep -vF "): NCCL (MEMRA_TEST_NCCL_EMU=1"; then
+    echo "FAIL: a boundary above did not take the NCCL stand-in"; exit 1
+  fi
+}
+
 extra= wrap= # mpirun options and a program prefix (netns)
 gate() { # gate ARM P
   arm=$1 np=$2
@@ -57,6 +69,7 @@ gate() { # gate ARM P
   [ "$rc" = 0 ] || { echo "FAIL: memra-gate $arm under mpirun -np $np exited $rc"; exit 1; }
   grep -q "ranks $np" "$tmp/gate.out" || { echo "FAIL: the gate did not run over $np ranks"; exit 1; }
   grep -q "^PASS" "$tmp/gate.out" || { echo "FAIL: no PASS line"; exit 1; }
+  emu_check "$tmp/gate.out"
 }
 
 case "$mode" in
@@ -75,6 +88,7 @@ run)
   grep -q "$np stage(s)" "$tmp/many.err" || { cat "$tmp/many.err"; echo "FAIL: not $np stages"; exit 1; }
   cat "$tmp/many.txt"
   cmp "$tmp/one.txt" "$tmp/many.txt" || { echo "FAIL: the text differs from the single-process run:"; cat "$tmp/one.txt"; exit 1; }
+  emu_check "$tmp/many.err"
   echo "PASS: mpirun -np $np prints the single-process text"
   ;;
 load)
@@ -146,6 +160,7 @@ kill)
   cat "$tmp/err.txt"
   [ "$rc" != 0 ] || { echo "FAIL: exit status 0 after a rank was lost"; exit 1; }
   [ "$dt" -le 5000 ] || { echo "FAIL: took $dt ms (allowed 5000)"; exit 1; }
+  emu_check "$tmp/err.txt"
   if [ "$sig" = STOP ]; then # stuck, not dead: only our heartbeat can tell
     grep -q "rank $other: rank $victim silent" "$tmp/err.txt" || { echo "FAIL: no 'rank $victim silent' error"; exit 1; }
   elif [ "$victim" != mpirun ]; then
@@ -216,6 +231,7 @@ pick)
   [ "$devs" = - ] || export MEMRA_PP_STAGES="$np" MEMRA_PP_DEVICES="$devs"
   for kv in "$@"; do export "$kv"; done
   if [ "${MEMRA_PP_NCCL:-auto}" = 0 ]; then want="host-staged MPI (MEMRA_PP_NCCL=0"
+  elif [ "${MEMRA_TEST_NCCL_EMU:-}" = 1 ]; then want="NCCL (MEMRA_TEST_NCCL_EMU=1"
   elif [ "$backend" != cuda ]; then want="host-staged MPI (a stage of the pair is not on a GPU"
   elif [ "$built" != 1 ]; then want="host-staged MPI (NCCL is not built on both ranks"
   elif [ "$need" = 1 ]; then want="host-staged MPI (both stages are on one GPU"
