@@ -172,6 +172,17 @@ int act_doors_read_structural(act_pp_config *cfg_io, dev_err *err)
     if (r == 1)
         c.streams = (int)v;
 
+    const char *nccl = getenv("MEMRA_PP_NCCL"); /* the transport of a CUDA boundary between ranks */
+    if (nccl) {
+        if (!strcmp(nccl, "auto"))
+            c.nccl = ACT_NCCL_AUTO;
+        else if (!strcmp(nccl, "0"))
+            c.nccl = ACT_NCCL_OFF;
+        else
+            return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_PP_NCCL=%s: not allowed; expected auto (NCCL between two "
+                               "ranks' GPUs when it can, the default) or 0 (host-staged MPI)", nccl);
+    }
+
     int r2 = act_pp_config_check(&c, err);
     if (r2 != 0)
         return r2;
@@ -192,6 +203,9 @@ int act_pp_config_check(const act_pp_config *c, dev_err *err)
     if ((c->shard != 0 && c->shard != 1) || (c->streams != 0 && c->streams != 1))
         return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: shard=%d streams=%d, each allowed 0 or 1", c->shard,
                            c->streams);
+    if (c->nccl != ACT_NCCL_AUTO && c->nccl != ACT_NCCL_OFF)
+        return dev_err_set(err, MEMRA_E_INVAL, "pipeline config: nccl=%d, allowed %d (auto) or %d (off)", c->nccl,
+                           ACT_NCCL_AUTO, ACT_NCCL_OFF);
     if (c->stages < 2)
         return 0;
     if (c->balance && c->n_cuts)
@@ -307,6 +321,9 @@ int act_pp_config_same(const act_pp_config *a, const act_pp_config *b, char *wha
         DIFF("MEMRA_PP_SLOTS / slots: %d, the runtime has %d", a->slots, b->slots);
     if (a->streams != b->streams)
         DIFF("MEMRA_PP_STREAMS / streams: %d, the runtime has %d", a->streams, b->streams);
+    if (a->nccl != b->nccl)
+        DIFF("MEMRA_PP_NCCL / nccl: %s, the runtime has %s", a->nccl == ACT_NCCL_OFF ? "0" : "auto",
+             b->nccl == ACT_NCCL_OFF ? "0" : "auto");
 #undef DIFF
     return 1;
 }
@@ -412,6 +429,17 @@ int act_pp2_split(const act_pp_config *c, int n_layers)
 int act_stage_device(const act_pp_config *c, int s)
 {
     return (c->stages >= 2 && c->n_devices) ? c->devices[s] : 0;
+}
+
+int act_pp_streams_share_device(const act_pp_config *c, int n, const int *owner)
+{
+    if (!owner)
+        return act_pp_multi_stream_same_device(c);
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (owner[a] == owner[b] && act_stage_device(c, a) == act_stage_device(c, b))
+                return 1;
+    return 0;
 }
 
 int act_pp_multi_stream_same_device(const act_pp_config *c)

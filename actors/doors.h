@@ -2,7 +2,7 @@
  * meaning, default, valid values and when it is read). The configuration itself is act_pp_params (the API's
  * memra_runtime_params); the doors override it only where a runtime asks for them (apply_env). Two kinds
  * (docs/architecture.md "Who reads the doors"):
- *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS) are read ONCE, when a runtime is
+ *  - STRUCTURAL doors (STAGES, SPLITS/SPLIT, DEVICES, SHARD, SLOTS, STREAMS, NCCL) are read ONCE, when a runtime is
  *    created with apply_env, by the creating thread, and override the config field by field; a live runtime
  *    never changes them (act_pp_reload_doors refuses a changed one);
  *  - SEAMS (OVERLAP, BATCH_PP, ALLOW_UNSPLIT_BATCH, SPEC_PP, PRIME_PP, PRIME_PIPE, PDL, GRAPH, MARKERS,
@@ -35,9 +35,14 @@ typedef struct act_pp_config {
     int shard;                       /* 1 = each stage's weights on its device; 0 = all on the primary */
     int slots;                       /* K persistent slots per boundary, 1..ACT_PP_MAX_SLOTS (default 2) */
     int streams;                     /* 1 = per-stage streams/events; 0 = one-stream seam (single device) */
+    int nccl;                        /* MEMRA_PP_NCCL: ACT_NCCL_AUTO (0, the default: a CUDA boundary between two
+                                      * ranks' distinct GPUs uses NCCL when the build has it) or ACT_NCCL_OFF (1:
+                                      * every boundary between ranks is host-staged MPI); docs/scale-out-nccl.md */
     int stages_env;                  /* 1 = stages came from MEMRA_PP_STAGES (messages name the source) */
     int cuts_env;                    /* 1 = cuts came from MEMRA_PP_SPLITS / MEMRA_PP_SPLIT */
 } act_pp_config;
+
+enum { ACT_NCCL_AUTO = 0, ACT_NCCL_OFF = 1 }; /* act_pp_config.nccl */
 
 /* Per-step seams (1 = on; every seam is 0 or 1, so a runtime publishes them as one word: act_pp_seams_pack). */
 typedef struct act_pp_seams {
@@ -77,6 +82,7 @@ int act_door_parse_int(const char *s, size_t len, long lo, long hi, long *out);
 int act_doors_read_structural(act_pp_config *cfg, dev_err *err);
 
 /* Check a config whatever its source (API fields or doors): stages 0..64, slots 1..16, shard and streams 0/1,
+ * nccl ACT_NCCL_AUTO or ACT_NCCL_OFF,
  * cuts (N-1 of them, strictly increasing) and devices (N of them) when given, STREAMS=0 on one device.
  * Returns 0 or MEMRA_E_INVAL naming the field and what is allowed. */
 int act_pp_config_check(const act_pp_config *cfg, dev_err *err);
@@ -93,7 +99,7 @@ int act_pp_seams_check(const act_pp_seams *seams, dev_err *err);
 uint32_t act_pp_seams_pack(const act_pp_seams *seams);
 act_pp_seams act_pp_seams_unpack(uint32_t bits);
 
-/* 1 when two configs build the same pipeline (stage count, cuts or balance, placement, shard, slots, streams;
+/* 1 when two configs build the same pipeline (stage count, cuts or balance, placement, shard, slots, streams, nccl;
  * for a shut door only that it is shut), else 0 with the first difference named in what[0..cap) ("MEMRA_PP_STAGES /
  * stages: 3, the runtime has 2"). */
 int act_pp_config_same(const act_pp_config *a, const act_pp_config *b, char *what, size_t cap);
@@ -121,6 +127,10 @@ int act_stage_device(const act_pp_config *cfg, int s);
 /* 1 iff the door is open and two or more stage streams share one device (the seed's
  * pp_multi_stream_same_device): no placement, or a placement with a repeated device. */
 int act_pp_multi_stream_same_device(const act_pp_config *cfg);
+/* The same question per process: do two of the n stages that one process runs share a device ordinal? owner[s] is
+ * the process (MPI rank) of stage s, each with its own platform; owner NULL: every stage in this one process
+ * (act_pp_multi_stream_same_device). */
+int act_pp_streams_share_device(const act_pp_config *cfg, int n, const int *owner);
 
 /* 1 iff the door is open, the placement spans 2+ distinct devices and sharding is on (the seed's
  * pp_sharded_cross_device): some layers' weights live on a device other than the primary. */

@@ -365,7 +365,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     if (N > 1 && !(rt->bnd = calloc((size_t)(N - 1), sizeof *rt->bnd)))
         goto nomem;
     for (int b = 0; b + 1 < N; b++) {
-        if (pp_rank_boundary(rt, b, &rt->bnd[b], err) != 0) /* local, MPI half, or none (both stages remote) */
+        if (pp_rank_boundary(rt, b, &rt->bnd[b], err) != 0) /* local, MPI or NCCL half, or none */
             goto fail;
         rt->stage[b].out = rt->bnd[b];
         rt->stage[b + 1].in = rt->bnd[b];

@@ -363,7 +363,8 @@ int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err);
 /* After the cuts (rt->N, rt->fence): rank 0 sends the configuration to every rank; every rank learns which stages
  * are its own. */
 int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p, dev_err *err);
-/* Boundary b: a local boundary, the local half of an MPI one, or NULL when neither stage is in this rank. */
+/* Boundary b: a local boundary, the local half of an MPI or NCCL one (picked with the other rank; blocking MPI on
+ * the main thread, b in index order on every rank), or NULL when neither stage is in this rank. */
 int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err);
 /* Before the actors start: the transport actor stands in for every remote stage; rank 0 waits for every rank's
  * READY (the error of one that refused) and starts the transport. */
@@ -378,6 +379,10 @@ void pp_rank_free(act_pp *rt);
 void pp_rank_result(act_pp *rt, pp_rec *rec, int status, const dev_err *err);
 /* Rank 0's readback actor, a step back from another rank: the split counters and the walks' overlaps. */
 void pp_rank_account(act_pp *rt, const pp_rec *rec);
+/* The same-device refusal's question, asked per process: do two stage streams of one process share a device?
+ * In a world of one act_pp_multi_stream_same_device of the config; under mpirun, two stages of one rank on one
+ * device ordinal (stages of different ranks are different processes, on one GPU or not). */
+int pp_rank_streams_share_device(const act_pp *rt);
 /* The A/B seams run an unsplit body on the stage-owned KV: refused when stages live in other ranks. */
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err);
 /* This process's stages [*first, *last] (after pp_rank_announce): every stage in a world of one. Returns 1 under

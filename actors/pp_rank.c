@@ -3,7 +3,8 @@
  *
  * Every rank builds the same runtime (rank 0's configuration, the same model file) and runs the actors of its own
  * stages; a remote stage's actor pointer is the rank's transport actor, so what a local stage posts to it (TOKEN to
- * the next stage, CREDIT to the previous one) goes over MPI without the stage knowing. Across a rank boundary:
+ * the next stage, CREDIT to the previous one) goes over MPI without the stage knowing. A rank boundary is BND_MPI
+ * (below) or BND_NCCL (pp_rank_boundary picks; boundary.h has both ordering rules). Across a BND_MPI boundary:
  *   TOKEN(k) out:  the transport waits ev_tx[k] (the d2h copy into the slot's host buffer), writes the step's header
  *                  (pp_wire_step) in front of the payload and sends both in one message (tag BND_TAG_SLOT);
  *   step in:       the consumer's transport receives it, rebuilds the step's record (a shadow pp_rec with its own
@@ -12,6 +13,14 @@
  *                  producer's transport hands it to its stage once the send of slot k completed too;
  *   results:       the last stage's rank reads the step back as in one process, then sends [pp_wire_result | rows]
  *                  to rank 0, whose transport completes the step through its readback actor (PP_MSG_RESULT).
+ * Across a BND_NCCL boundary the slot bytes go GPU to GPU on the stage streams (ncclSend/ncclRecv) and only the
+ * header travels here:
+ *   TOKEN(k) out:  the transport waits ev_wire[k] (the walk ended; the stage enqueued its ncclSend behind it) and
+ *                  sends [pp_wire_step | pos (B,) | seq (B,)], never waiting for ev_tx[k] (the send completes only
+ *                  once the consumer's receive, which this header causes, is enqueued);
+ *   step in:       the shadow record as above; its TOKEN(k) makes the stage enqueue ncclRecv of the step's bytes;
+ *   CREDIT(k):     sent as soon as the consumer stage posts it (its receive is enqueued); handed to the producer
+ *                  stage once it arrived and the header's send completed.
  * Steps travel in one tag per direction, so MPI's non-overtaking order keeps them in step order. A failed step
  * travels as a header without payload and its slot's credit is never taken.
  * Liveness: every transport sends a beat to every rank each PP_BEAT_NS; a rank silent for PP_SILENT_NS, or an MPI
@@ -21,18 +30,24 @@
  * Shared state:
  *   pp_rank fields marked [tp]       the transport actor's thread only
  *   over, over_status, over_err      transport sets, the serve loop waits, pp_rank_check reads [lock]
- *   owner[], first, last, in, out    written at create, read-only while actors run
+ *   owner[], first, last, in, out,   written at create (main thread), read-only while actors run (ordered by
+ *   in_nccl, out_nccl, hdr[],        the actors' start); in/out's NCCL communicators: used by the stage actors,
+ *   hdr_cap                          aborted by the transport (die; each half's lock orders the two); hdr[k]'s
+ *                                    bytes: the transport's, between its send and that send's completion
  *   g_active                         main thread only (act_pp_create / destroy) */
 #include "actors/pp_internal.h"
 #include "actors/ring.h"
 #include "actors/pp_rank.h"
 #include "transport/bnd_mpi.h"
 #include "model/gguf_synth.h"
+#include "transport/bnd_nccl.h"
+#include "transport/bnd_shm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PP_WIRE_MAGIC 0x6d656d72u /* "memr" */
 #define PP_BEAT_NS 250000000ull   /* a beat to every rank each 250 ms */
@@ -79,6 +94,24 @@ typedef struct pp_wire_ready {
     char msg[DEV_ERR_MSG];
 } pp_wire_ready;
 
+/* At create, consumer -> producer of a cross-rank boundary: the consumer stage's device (tag BND_TAG_PICK). */
+typedef struct pp_wire_side {
+    uint32_t magic;
+    int32_t b, gpu, nccl;  /* the boundary; its device is a GPU; the rank's build has NCCL */
+    int32_t emu;           /* MEMRA_TEST_NCCL_EMU=1 on this rank (the test stand-in, transport/bnd_shm.h) */
+    char where[160];       /* "host bus-id" of the device (dev_device_bus_id): one GPU names itself alike */
+    char name[16];         /* the device's name on its rank ("cuda:1") */
+} pp_wire_side;
+
+/* At create, producer -> consumer: the transport picked (bnd_pick_remote) and, for BND_NCCL, the communicator's id;
+ * status != 0: the producer could not go on (msg), the consumer fails its create too. */
+typedef struct pp_wire_pick {
+    uint32_t magic;
+    int32_t b, kind, status;
+    uint8_t id[BND_NCCL_ID_BYTES];
+    char msg[DEV_ERR_MSG];
+} pp_wire_pick;
+
 #define PP_SUM_BYTES (4u << 20) /* the GGUF header, metadata and tensor table of a small model and more */
 
 typedef struct pp_small {   /* a small send in flight and the buffer it reads */
@@ -97,8 +130,12 @@ struct pp_rank {
     int self, P;
     int owner[ACT_PP_MAX_STAGES];
     int first, last;                 /* this rank's stages */
-    bnd_boundary *in, *out;          /* the MPI halves: boundary first-1 (consumer), boundary last (producer) */
+    bnd_boundary *in, *out;          /* MPI or NCCL halves: boundary first-1 (consumer), boundary last (producer) */
     int in_peer, out_peer;           /* their other ranks, -1 when none */
+    int in_nccl, out_nccl;           /* 1: that half is BND_NCCL (the header travels alone) */
+    void *hdr[ACT_PP_MAX_SLOTS];     /* out_nccl: slot k's header message [pp_wire_step | pos | seq], read by its
+                                      * send until send_req[k] completes; the credit for k waits for that */
+    size_t hdr_cap;
     act_actor *tp;                   /* the transport actor */
     /* [tp] */
     pp_out *outq;                    /* steps waiting for their ev_tx (in order) */
@@ -249,25 +286,163 @@ int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p,
     return r;
 }
 
-/* Each boundary's transport is chosen here. Between ranks: BND_MPI, the slot staged through host memory (the CPU
- * backend, and a CUDA build without NCCL). A CUDA boundary between GPUs of two ranks is where the NCCL transport
- * goes instead: ncclSend/ncclRecv enqueued on the two stage streams (so ev_tx/ev_rx keep their in-process meaning),
- * with pump_out/step_in carrying only the step's header and this wire keeping credits, results and beats. */
+/* Wait (main thread, no transport runs yet) for the message with tag from rank `from` and receive it into buf,
+ * which must be exactly cap bytes. Rank 0 also watches `from`'s READY: a rank that refused the runtime before this
+ * boundary answers READY instead, and rank 0 fails with its reason (ranks > 0 that wait on a peer that refused are
+ * ended by rank 0's exit). Bounded by PP_READY_NS (the peer may still be loading the model). */
+static int pick_wait(pp_rank *rk, int from, int tag, void *buf, size_t cap, const char *what, dev_err *err)
+{
+    const uint64_t until = now_ns() + PP_READY_NS;
+    for (;;) {
+        int src, got;
+        size_t n = 0;
+        if ((got = bnd_mpi_probe(from, tag, &src, &n, err)) < 0)
+            return got;
+        if (got == 1) {
+            if (n != cap)
+                return dev_err_set(err, MEMRA_E_FORMAT, "rank %d: %s from rank %d has %zu bytes (want %zu)", rk->self,
+                                   what, from, n, cap);
+            return bnd_mpi_recv(from, tag, buf, cap, err);
+        }
+        if (rk->self == 0 && (got = bnd_mpi_probe(from, BND_TAG_READY, &src, &n, err)) == 1) {
+            pp_wire_ready rd = {0};
+            if (bnd_mpi_recv(from, BND_TAG_READY, &rd, sizeof rd, err) != 0)
+                return err->code;
+            return dev_err_set(err, rd.status ? rd.status : MEMRA_E_STATE, "rank %d refused the runtime: %s", from,
+                               rd.status ? rd.msg : "READY before its boundary was built");
+        }
+        if (got < 0)
+            return got;
+        if (now_ns() >= until)
+            return dev_err_set(err, MEMRA_E_DEVICE, "rank %d: no %s from rank %d within %.0f s", rk->self, what, from,
+                               (double)PP_READY_NS / 1e9);
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* This side of boundary b's device: a GPU?, this build's NCCL, "host bus-id", its name. */
+static int side_of(int b, dev_device *d, pp_wire_side *w, dev_err *err)
+{
+    char host[64] = "", bus[64] = "";
+    memset(w, 0, sizeof *w);
+    w->magic = PP_WIRE_MAGIC;
+    w->b = b;
+    w->gpu = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CUDA;
+    w->nccl = bnd_nccl_built();
+    w->emu = bnd_shm_wanted();
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "?");
+    if (dev_device_bus_id(d, bus, sizeof bus, err) != 0)
+        return err->code;
+    snprintf(w->where, sizeof w->where, "%s %s", host, bus);
+    snprintf(w->name, sizeof w->name, "%s", dev_device_name(d));
+    return 0;
+}
+
+/* Boundary b between this rank and `peer` (main thread, before the transport starts): agree on its transport and
+ * build this rank's half. The consumer sends its side (pp_wire_side), the producer picks (bnd_pick_remote, with the
+ * MEMRA_PP_NCCL door every rank has from CREATE), makes the communicator's id for BND_NCCL and sends both back
+ * (pp_wire_pick); then both build their half (bnd_create_nccl is collective: it returns once both joined). The
+ * producer prints the pick and its reason on stderr. Blocking MPI calls: rank r waits only
+ * on boundary first-1's producer (rank < r) and then on boundary last's consumer, and every rank builds its
+ * boundaries in index order, so the waits form a chain from rank 0 up and cannot deadlock. */
+static int remote_boundary(act_pp *rt, int b, int producer, bnd_boundary **out, dev_err *err)
+{
+    pp_rank *rk = rt->rank;
+    const size_t bytes = pp_frame_bytes(rt, rt->max_rows);
+    const int peer = producer ? rk->owner[b + 1] : rk->owner[b];
+    dev_device *local = producer ? rt->stage[b].dev : rt->stage[b + 1].dev;
+    pp_wire_side mine, theirs;
+    pp_wire_pick pk;
+    int r;
+    memset(&pk, 0, sizeof pk);
+    if ((r = side_of(b, local, &mine, err)) != 0)
+        return r;
+    if (!producer) {
+        if ((r = bnd_mpi_send(peer, BND_TAG_PICK, &mine, sizeof mine, err)) != 0 ||
+            (r = pick_wait(rk, peer, BND_TAG_PICK, &pk, sizeof pk, "the boundary's transport", err)) != 0)
+            return r;
+        if (pk.magic != PP_WIRE_MAGIC || pk.b != b)
+            return dev_err_set(err, MEMRA_E_FORMAT, "rank %d: a malformed transport pick for boundary %d from rank %d",
+                               rk->self, b, peer);
+        if (pk.status != 0)
+            return dev_err_set(err, pk.status, "%s", pk.msg);
+    } else {
+        if ((r = pick_wait(rk, peer, BND_TAG_PICK, &theirs, sizeof theirs, "the consumer's device", err)) != 0)
+            return r;
+        if (theirs.magic != PP_WIRE_MAGIC || theirs.b != b)
+            return dev_err_set(err, MEMRA_E_FORMAT, "rank %d: a malformed device report for boundary %d from rank %d",
+                               rk->self, b, peer);
+        theirs.where[sizeof theirs.where - 1] = theirs.name[sizeof theirs.name - 1] = 0;
+        const char *why;
+        pk.magic = PP_WIRE_MAGIC;
+        pk.b = b;
+        /* the test stand-in on both ranks: every boundary is BND_NCCL moved through shared memory (the door still
+         * shuts it) */
+        const int emu = mine.emu && theirs.emu;
+        pk.kind = (int32_t)bnd_pick_remote(emu || mine.gpu, emu || theirs.gpu, emu || (mine.nccl && theirs.nccl),
+                                           !emu && !strcmp(mine.where, theirs.where), rt->cfg.nccl == ACT_NCCL_OFF,
+                                           &why);
+        if (emu && pk.kind == BND_NCCL)
+            why = "MEMRA_TEST_NCCL_EMU=1: the shared-memory stand-in for NCCL, a test hook";
+        dev_err e = {0};
+        if (pk.kind == BND_NCCL && emu && bnd_shm_make_id(pk.id, rt->cfg.slots, bytes, &e) != 0) {
+            pk.status = e.code;
+            snprintf(pk.msg, sizeof pk.msg, "rank %d: boundary %d: %s", rk->self, b, e.msg);
+        } else if (pk.kind == BND_NCCL && !emu && bnd_nccl_unique_id(pk.id, &e) != 0) {
+            pk.status = e.code;
+            snprintf(pk.msg, sizeof pk.msg, "rank %d: boundary %d: %s (MEMRA_PP_NCCL=0 keeps it host-staged)",
+                     rk->self, b, e.msg);
+        }
+        /* one line per boundary and runtime: which transport and why (a CUDA boundary never falls back silently) */
+        fprintf(stderr, "memra: boundary %d (stage %d on rank %d, %s [%s] -> stage %d on rank %d, %s [%s]): %s (%s)\n",
+                b, b, rk->self, mine.name, mine.where, b + 1, peer, theirs.name, theirs.where,
+                pk.kind == BND_NCCL ? "NCCL" : "host-staged MPI", why);
+        if ((r = bnd_mpi_send(peer, BND_TAG_PICK, &pk, sizeof pk, err)) != 0)
+            return r;
+        if (pk.status != 0)
+            return dev_err_set(err, pk.status, "%s", pk.msg);
+    }
+    if (pk.kind == BND_NCCL) {
+        /* collective with the peer's bnd_create_nccl, which it calls right after the pick crossed */
+        if (!(*out = bnd_create_nccl(local, producer, pk.id, rt->cfg.slots, bytes, err)))
+            return err->code;
+    } else if (!(*out = bnd_create_mpi(local, producer, rt->cfg.slots, bytes, err))) {
+        return err->code;
+    }
+    if (!producer) {
+        rk->in = *out;
+        rk->in_nccl = pk.kind == BND_NCCL;
+        return 0;
+    }
+    rk->out = *out;
+    rk->out_nccl = pk.kind == BND_NCCL;
+    if (rk->out_nccl) { /* the header messages: [pp_wire_step | pos (B,) | seq (B,)] of up to max_rows rows */
+        rk->hdr_cap = sizeof(pp_wire_step) + 2 * sizeof(int32_t) * (size_t)rt->max_rows;
+        for (int k = 0; k < rt->cfg.slots; k++)
+            if (!(rk->hdr[k] = calloc(1, rk->hdr_cap)))
+                return dev_err_set(err, MEMRA_E_NOMEM, "act_pp_create: out of host memory");
+    }
+    return 0;
+}
+
+/* Each boundary's transport is chosen here: in one rank d2d or peer (bnd_create); between ranks BND_NCCL when both
+ * stages are on GPUs, distinct ones, both builds have NCCL and MEMRA_PP_NCCL allows it, else BND_MPI, the slot
+ * staged through host memory (remote_boundary). act_pp_create calls it for b = 0, 1, .. on every rank. */
 int pp_rank_boundary(act_pp *rt, int b, bnd_boundary **out, dev_err *err)
 {
     pp_rank *rk = rt->rank;
     const size_t bytes = pp_frame_bytes(rt, rt->max_rows);
     *out = NULL;
     const int mine0 = !rk || rk->owner[b] == rk->self, mine1 = !rk || rk->owner[b + 1] == rk->self;
-    if (mine0 && mine1)
+    if (mine0 && mine1) {
         *out = bnd_create(rt->stage[b].dev, rt->stage[b + 1].dev, rt->cfg.slots, bytes, err);
-    else if (mine0)
-        *out = rk->out = bnd_create_mpi(rt->stage[b].dev, 1, rt->cfg.slots, bytes, err);
-    else if (mine1)
-        *out = rk->in = bnd_create_mpi(rt->stage[b + 1].dev, 0, rt->cfg.slots, bytes, err);
-    else
-        return 0; /* neither stage is ours */
-    return *out ? 0 : err->code;
+        return *out ? 0 : err->code;
+    }
+    if (mine0 || mine1)
+        return remote_boundary(rt, b, mine0, out, err);
+    return 0; /* neither stage is ours */
 }
 
 /* ---- the transport actor ---- */
@@ -332,6 +507,11 @@ static void die(pp_rank *rk)
         return;
     rk->dead = 1;
     act_pp *rt = rk->rt;
+    /* NCCL halves first: a stage stream waiting in ncclSend/ncclRecv on a dead peer ends, so the syncs below and
+     * the runtime's drain end too (ordered by each half's lock against a stage actor's enqueue; later ones are
+     * refused and their steps fail) */
+    bnd_abort(rk->in);
+    bnd_abort(rk->out);
     over(rk, rk->err.code ? rk->err.code : MEMRA_E_DEVICE, &rk->err); /* rank 0: what pp_rank_check reports */
     if (rk->self != 0)
         return;
@@ -346,7 +526,7 @@ static void die(pp_rank *rk)
         rk->oq_head = (rk->oq_head + 1) % rk->oq_cap;
         rk->oq_len--;
         if (o.k >= 0) /* its stream passed the step's markers before the record dies */
-            dev_event_sync(bnd_mpi_ev_tx(rk->out, o.k), NULL);
+            dev_event_sync(bnd_wire_ready(rk->out, o.k), NULL);
         fail_step0(rk, o.rec);
         if (o.k >= 0)
             pp_post(rt->stage[rk->last].actor, PP_MSG_CREDIT, &o.k, sizeof o.k);
@@ -420,20 +600,38 @@ static void step_left(pp_rank *rk, pp_rec *rec)
     pp_inflight_add(rk->rt, -1);
 }
 
-/* Steps leaving, in order, each once its d2h copy is done (ev_tx[k]). 1 if one left. */
+/* Steps leaving, in order, each once its wire mark is done (bnd_wire_ready: BND_MPI's d2h copy, BND_NCCL's walk
+ * end). 1 if one left. */
 static int pump_out(pp_rank *rk)
 {
     int moved = 0;
     while (rk->oq_len > 0 && !rk->dead) {
         pp_out o = rk->outq[rk->oq_head];
-        const int q = o.k >= 0 ? dev_event_query(bnd_mpi_ev_tx(rk->out, o.k)) : 1;
+        const int q = o.k >= 0 ? dev_event_query(bnd_wire_ready(rk->out, o.k)) : 1;
         if (q == 0)
             break;
+        if (q < 0 && rk->out_nccl) { /* its ncclSend may be enqueued: without the matching header the pair's order
+                                      * is lost, so the runtime stops */
+            dev_err_set(&rk->err, MEMRA_E_DEVICE, "rank %d: stage %d's stream failed before its NCCL send of step "
+                        "%llu", rk->self, rk->last, (unsigned long long)o.rec->id);
+            die(rk);
+            return 1;
+        }
         if (q < 0) /* the stage's stream failed before the copy: the step goes on as failed, its slot stays ours */
             pp_rec_fail(o.rec, MEMRA_E_DEVICE, "stage stream", NULL);
         pp_wire_step h;
         int r;
-        if (o.k >= 0 && q > 0) {
+        if (o.k >= 0 && q > 0 && rk->out_nccl) {
+            /* ordered by ev_wire[k]: the walk and its markers ran before it; the payload is the stage's ncclSend,
+             * enqueued behind it on its stream. hdr[k] is free: our credit for k waited for its previous send */
+            fill_step(rk, o.rec, o.k, &h);
+            char *m = rk->hdr[o.k];
+            const size_t rows = (size_t)o.rec->B * sizeof(int32_t);
+            memcpy(m, &h, sizeof h);
+            memcpy(m + sizeof h, o.rec->pos, rows);
+            memcpy(m + sizeof h + rows, o.rec->seq, rows);
+            r = bnd_mpi_isend(rk->out_peer, BND_TAG_SLOT, m, sizeof h + 2 * rows, &rk->send_req[o.k], &rk->err);
+        } else if (o.k >= 0 && q > 0) {
             /* ordered by ev_tx[k]: the copy into the slot's payload and the walk's markers ran before it */
             fill_step(rk, o.rec, o.k, &h);
             char *slot = bnd_mpi_slot(rk->out, o.k);
@@ -466,8 +664,10 @@ static int step_in(pp_rank *rk, size_t n)
         return -1;
     pp_wire_step h;
     memcpy(&h, rk->rx, sizeof h);
+    const size_t rows = h.B > 0 ? (size_t)h.B * sizeof(int32_t) : 0;
     if (n < sizeof h || h.magic != PP_WIRE_MAGIC || h.B < 1 || h.B > rt->max_rows || h.k >= bnd_slots(rk->in) ||
-        (h.k >= 0 && n < BND_MPI_HDR + pp_frame_bytes(rt, h.B)))
+        (h.k >= 0 && !rk->in_nccl && n < BND_MPI_HDR + pp_frame_bytes(rt, h.B)) ||
+        (h.k >= 0 && rk->in_nccl && n != sizeof h + 2 * rows))
         return dev_err_set(&rk->err, MEMRA_E_FORMAT, "rank %d: a malformed step from rank %d (%zu bytes)", rk->self,
                            rk->in_peer, n), -1;
     pp_rec *rec = calloc(1, sizeof *rec + (size_t)rt->N * sizeof(pp_mark));
@@ -487,7 +687,10 @@ static int step_in(pp_rank *rk, size_t n)
     rec->tokens = arr; /* read by stage 0 only, which is rank 0's */
     rec->seq = arr + h.B;
     rec->pos = arr + 2 * h.B;
-    if (h.k >= 0) { /* the frame's [x | pos | seq]: the record's positions and sequences (pp_keys, the head) */
+    if (h.k >= 0 && rk->in_nccl) { /* [header | pos | seq]: the frame itself comes by the stage's ncclRecv */
+        memcpy(rec->pos, (const char *)rk->rx + sizeof h, rows);
+        memcpy(rec->seq, (const char *)rk->rx + sizeof h + rows, rows);
+    } else if (h.k >= 0) { /* the frame's [x | pos | seq]: the record's positions and sequences (pp_keys, the head) */
         const char *pl = (const char *)rk->rx + BND_MPI_HDR + (size_t)h.B * (size_t)rt->n_embd * sizeof(float);
         memcpy(rec->pos, pl, (size_t)h.B * sizeof(int32_t));
         memcpy(rec->seq, pl + (size_t)h.B * sizeof(int32_t), (size_t)h.B * sizeof(int32_t));
@@ -514,7 +717,8 @@ static int step_in(pp_rank *rk, size_t n)
     }
     pp_inflight_add(rt, 1);
     struct { pp_rec *rec; int k; } tok = {rec, h.k};
-    /* ordered by the first stage's mailbox; the slot's bytes are in host memory before the post */
+    /* ordered by the first stage's mailbox; BND_MPI: the slot's bytes are in host memory before the post; BND_NCCL:
+     * the stage enqueues the receive of this step's bytes on TOKEN, after those of the steps before it */
     pp_post(rt->stage[rk->first].actor, PP_MSG_TOKEN, &tok, sizeof tok);
     return 0;
 }
@@ -587,16 +791,18 @@ static int poll_once(pp_rank *rk)
         if (done) {
             rk->send_req[k] = NULL;
             rk->credit_in[k] = 0;
-            /* credit: the consumer rank copied slot k out (ev_rx) and MPI no longer reads our slot k */
+            /* credit: the consumer rank copied slot k out (ev_rx; BND_NCCL: enqueued its receive) and MPI no longer
+             * reads our slot k (BND_NCCL: hdr[k]) */
             pp_post(rt->stage[rk->last].actor, PP_MSG_CREDIT, &k, sizeof k);
             moved = 1;
         }
     }
     for (int k = 0; rk->in && k < bnd_slots(rk->in); k++) /* consumer: our stage copied slot k out */
-        if (rk->credit_out[k] && dev_event_query(bnd_mpi_ev_rx(rk->in, k)) != 0) {
+        if (rk->credit_out[k] && (rk->in_nccl || dev_event_query(bnd_mpi_ev_rx(rk->in, k)) != 0)) {
             rk->credit_out[k] = 0;
             int32_t kk = k;
-            /* credit: ev_rx[k] completed, so slot k may be filled again */
+            /* credit: BND_MPI: ev_rx[k] completed, so slot k may be filled again; BND_NCCL: the stage posted it
+             * after enqueuing its ncclRecv of slot k, which is all the producer's next send of k needs */
             if (small_send(rk, rk->in_peer, BND_TAG_CREDIT, &kk, sizeof kk, &rk->err) != 0) {
                 die(rk);
                 return 1;
@@ -661,6 +867,12 @@ static int poll_once(pp_rank *rk)
     }
     if (now - rk->last_beat >= PP_BEAT_NS) {
         rk->last_beat = now;
+        /* NCCL's own failure (a broken connection while the peer's process still beats): a stream waiting in
+         * NCCL would wait for ever, so it stops the runtime like a silent rank */
+        if (bnd_check(rk->in, &rk->err) != 0 || bnd_check(rk->out, &rk->err) != 0) {
+            die(rk);
+            return 1;
+        }
         for (int q = 0; q < rk->P; q++) {
             if (q == rk->self)
                 continue;
@@ -699,7 +911,7 @@ static int tp_handle(act_actor *a, act_msg *m, void *ctx)
         if (rk->dead) {
             if (rk->self == 0) {
                 if (tok.k >= 0) {
-                    dev_event_sync(bnd_mpi_ev_tx(rk->out, tok.k), NULL); /* its stream passed the markers */
+                    dev_event_sync(bnd_wire_ready(rk->out, tok.k), NULL); /* its stream passed the markers */
                     pp_post(rt->stage[rk->last].actor, PP_MSG_CREDIT, &tok.k, sizeof tok.k);
                 }
                 fail_step0(rk, tok.rec);
@@ -790,24 +1002,31 @@ int pp_rank_start(act_pp *rt, dev_err *err)
     if (rk->self != 0)
         return 0; /* the serve loop sends READY, then starts the transport */
     const uint64_t until = now_ns() + PP_READY_NS;
-    int ready[256] = {0}, r = 0;
-    for (int q = 1; q < rk->P && r == 0; q++) { /* every rank's answer; the first refusal is the error */
-        int src, got;
+    int ready[256] = {0}, r = 0, n_ready = 0;
+    while (n_ready < rk->P - 1 && r == 0) { /* every rank's answer, from any rank: the first refusal is the error
+                                             * (a rank waiting on a peer that refused never answers) */
+        int src = -1, got;
         size_t n;
-        while ((got = bnd_mpi_probe(q, BND_TAG_READY, &src, &n, err)) == 0 && now_ns() < until) {
+        pp_wire_ready rd = {0};
+        if ((got = bnd_mpi_probe(-1, BND_TAG_READY, &src, &n, err)) == 0) {
+            if (now_ns() >= until) {
+                int q = 1;
+                while (q < rk->P && ready[q])
+                    q++;
+                r = dev_err_set(err, MEMRA_E_DEVICE, "act_pp_create: rank %d did not report READY within %.0f s", q,
+                                (double)PP_READY_NS / 1e9);
+                break;
+            }
             struct timespec nap = {0, 1000000};
             nanosleep(&nap, NULL);
+            continue;
         }
-        pp_wire_ready rd = {0};
-        if (got < 0 || (got == 1 && bnd_mpi_recv(q, BND_TAG_READY, &rd, sizeof rd, err) != 0))
+        if (got < 0 || src < 1 || src >= rk->P || bnd_mpi_recv(src, BND_TAG_READY, &rd, sizeof rd, err) != 0)
             r = err->code ? err->code : MEMRA_E_DEVICE;
-        else if (got == 0)
-            r = dev_err_set(err, MEMRA_E_DEVICE, "act_pp_create: rank %d did not report READY within %.0f s", q,
-                            (double)PP_READY_NS / 1e9);
         else if (rd.status != 0)
-            r = dev_err_set(err, rd.status, "rank %d refused the runtime: %s", q, rd.msg);
-        else
-            ready[q] = 1;
+            r = dev_err_set(err, rd.status, "rank %d refused the runtime: %s", src, rd.msg);
+        else if (!ready[src])
+            ready[src] = 1, n_ready++;
     }
     if (r) { /* the ranks that built it wait for the end: tell them (no transport runs here yet) */
         for (int q = 1; q < rk->P; q++)
@@ -844,6 +1063,8 @@ void pp_rank_free(act_pp *rt)
     for (int k = 0; k < ACT_PP_MAX_SLOTS; k++)
         if (rk->send_req[k])
             bnd_mpi_req_free(rk->send_req[k]);
+    for (int k = 0; k < ACT_PP_MAX_SLOTS; k++)
+        free(rk->hdr[k]);
     free(rk->outq);
     free(rk->fifo);
     free(rk->rx);
@@ -895,6 +1116,11 @@ void pp_rank_account(act_pp *rt, const pp_rec *rec)
     /* the walk times of the other ranks' stages come from their CLOCK_MONOTONIC: one clock on one host, so the
      * overlap count is exact there and approximate across hosts (the figures and the bits are not affected) */
     pp_account_stamps(rt, rec, marked);
+}
+
+int pp_rank_streams_share_device(const act_pp *rt)
+{
+    return act_pp_streams_share_device(&rt->cfg, rt->N, rt->rank ? rt->rank->owner : NULL);
 }
 
 int pp_rank_refuse_sync(const act_pp *rt, dev_err *err)

@@ -248,7 +248,7 @@ static void feed_note(act_pp *rt, const pp_rec *rec, int keep)
 
 static int same_device_refusal(const act_pp *rt, const act_pp_seams *seams)
 {
-    return rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && act_pp_multi_stream_same_device(&rt->cfg) &&
+    return rt->N > 1 && dev_platform_kind(rt->plat) == DEV_KIND_CUDA && pp_rank_streams_share_device(rt) &&
            !seams->same_device_pipe;
 }
 

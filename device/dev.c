@@ -157,6 +157,16 @@ dev_platform *dev_device_platform(const dev_device *d) { return d->plat; }
 int dev_device_ordinal(const dev_device *d) { return d->ordinal; }
 const char *dev_device_name(const dev_device *d) { return d->name; }
 
+int dev_device_bus_id(const dev_device *d, char *buf, size_t cap, dev_err *err)
+{
+    if (!buf || cap == 0)
+        return dev_err_set(err, MEMRA_E_INVAL, "dev_device_bus_id: no room for the id");
+    if (BE(d)->bus_id)
+        return BE(d)->bus_id(d, buf, cap, err);
+    snprintf(buf, cap, "%s", d->name);
+    return 0;
+}
+
 int dev_peer_grant(dev_device *accessor, dev_device *owner, dev_err *err)
 {
     if (!accessor || !owner || accessor->plat != owner->plat)

@@ -70,6 +70,11 @@ dev_device *dev_platform_device(dev_platform *p, int ordinal); /* NULL when out 
 dev_platform *dev_device_platform(const dev_device *d);
 int dev_device_ordinal(const dev_device *d);
 const char *dev_device_name(const dev_device *d); /* "cpu:1", "cuda:0" */
+/* The device's address on this host's bus into buf (cap bytes, NUL-terminated): the PCI bus id on CUDA
+ * ("0000:1b:00.0", cudaDeviceGetPCIBusId), "cpu:<ordinal>" on the CPU backend (each process emulates its own).
+ * Two processes of one host name one GPU alike whatever CUDA_VISIBLE_DEVICES renumbers, so it tells whether two
+ * ranks' devices are one (NCCL refuses two ranks on one GPU). Returns 0, or MEMRA_E_DEVICE + err (the call). */
+int dev_device_bus_id(const dev_device *d, char *buf, size_t cap, dev_err *err);
 
 /* Let `accessor`'s kernels read/write `owner`'s memory (cudaDeviceEnablePeerAccess + the default mempool's
  * access). Idempotent; granting a device to itself is a no-op. Host-synchronous. */

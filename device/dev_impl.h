@@ -50,6 +50,8 @@ typedef struct dev_backend {
     int (*capture_end)(dev_stream *s, dev_graph **out, dev_err *err);
     int (*graph_launch)(dev_graph *g, dev_stream *s);
     void (*graph_destroy)(dev_graph *g);
+    /* the device's bus address (dev_device_bus_id); may be NULL: "<name>" stands in */
+    int (*bus_id)(const dev_device *d, char *buf, size_t cap, dev_err *err);
 } dev_backend;
 
 struct dev_platform {

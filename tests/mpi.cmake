@@ -26,6 +26,31 @@ if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
   # a synthetic shape travels in CREATE: every rank generates the same weights (its own layers only)
   memra_mpi_test(mpi_two_ranks_synthetic_model_replay_is_bit_identical gate ${MEMRA_MPIRUN} ${PROJECT_BINARY_DIR}
                  synthetic:tiny:q4_1 replay 2)
+  # each boundary's transport, picked at create and printed by its producer's rank: host-staged MPI on the CPU
+  # backend; MEMRA_PP_NCCL=0, read by rank 0 only, reaches boundary 1's producer (rank 1) through CREATE
+  memra_mpi_test(mpi_three_ranks_on_the_cpu_say_each_boundary_is_host_staged_and_why pick ${_a} cpu - 0 3)
+  memra_mpi_test(mpi_the_nccl_door_shut_on_rank_0_reaches_every_producer_rank pick ${_a} cpu - 0 3 MEMRA_PP_NCCL=0)
+  # BND_NCCL's wiring without a GPU: MEMRA_TEST_NCCL_EMU=1 puts every boundary between ranks on the shared-memory
+  # stand-in for NCCL (transport/bnd_shm.h, NCCL's stream semantics): the create-time pick and id, the header-only
+  # wire, credits returned on enqueue, and a dying transport's abort of a stream waiting in a send; each test also
+  # requires every boundary's line to name the stand-in
+  function(memra_mpi_emu_test name)
+    memra_mpi_test(${name} ${ARGN})
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "MEMRA_BACKEND=cpu;MEMRA_TEST_NCCL_EMU=1")
+  endfunction()
+  foreach(arm eager replay batch prime prime-batch spec)
+    memra_mpi_emu_test(mpi_nccl_stand_in_two_ranks_gate_${arm}_is_bit_identical gate ${_a} ${arm} 2)
+  endforeach()
+  memra_mpi_emu_test(mpi_nccl_stand_in_four_ranks_gate_batch_is_bit_identical gate ${_a} batch 4)
+  memra_mpi_emu_test(mpi_nccl_stand_in_four_stages_on_two_ranks_overlapped_replay_is_bit_identical gate ${_a} replay 2
+                     MEMRA_PP_STAGES=4 MEMRA_PP_OVERLAP=1)
+  memra_mpi_emu_test(mpi_nccl_stand_in_five_stages_on_three_ranks_batch_is_bit_identical gate ${_a} batch 3
+                     MEMRA_PP_STAGES=5 MEMRA_PP_DEVICES=0,1,0,1,0)
+  memra_mpi_emu_test(mpi_nccl_stand_in_three_ranks_say_each_boundary_takes_it pick ${_a} cpu - 0 3)
+  memra_mpi_emu_test(mpi_nccl_stand_in_with_the_door_shut_stays_host_staged pick ${_a} cpu - 0 2 MEMRA_PP_NCCL=0)
+  memra_mpi_emu_test(mpi_nccl_stand_in_greedy_text_equals_one_process run ${_a} 2)
+  memra_mpi_emu_test(mpi_nccl_stand_in_dead_rank_ends_every_rank_within_5s kill ${_a} KILL 1)
+  memra_mpi_emu_test(mpi_nccl_stand_in_stuck_rank_ends_every_rank_within_5s kill ${_a} STOP 1)
   memra_mpi_test(mpi_two_ranks_greedy_text_equals_one_process run ${_a} 2)
   memra_mpi_test(mpi_four_ranks_greedy_text_equals_one_process run ${_a} 4)
   memra_mpi_test(mpi_two_ranks_each_load_only_their_layers load ${_a} 2)

@@ -15,6 +15,13 @@
 #                  difference, rank 0's create fails with it, every process ends non-zero
 #   netns          two network namespaces joined by a veth pair stand in for two hosts: mpirun over TCP between
 #                  them only; the gates pass (skips, exit 77, without the rights to make namespaces)
+#   pick BACKEND DEVICES NCCL P [VAR=VALUE...]  memra-gate replay under mpirun -np P on BACKEND (cpu, cuda) with
+#                  MEMRA_PP_DEVICES=DEVICES (stage s on device DEVICES[s] of its rank; - leaves it unset) passes, and
+#                  every boundary's line on stderr names the transport it must take: NCCL between two GPUs with NCCL
+#                  built (NCCL=1) and the door open, else host-staged MPI with its reason; on cuda it skips (77)
+#                  with fewer GPUs than DEVICES names
+# With MEMRA_TEST_NCCL_EMU=1 in the environment, gate, run, kill and pick also require every boundary between
+# ranks to have taken the shared-memory stand-in for NCCL (tests/mpi.cmake's mpi_nccl_stand_in_* tests).
 # mpirun runs as root in CI containers (OMPI_ALLOW_RUN_AS_ROOT*), oversubscribed (2 cores, P ranks), and without
 # the shared-memory single-copy mechanism containers often forbid.
 set -eu
@@ -43,6 +50,16 @@ procs() {
   done
 }
 
+# MEMRA_TEST_NCCL_EMU=1 (the shared-memory stand-in for NCCL, transport/bnd_shm.h) with the door open: every
+# boundary line in FILE says the boundary took it, so a run that passes without it fails
+emu_check() {
+  [ "${MEMRA_TEST_NCCL_EMU:-}" = 1 ] && [ "${MEMRA_PP_NCCL:-auto}" = auto ] || return 0
+  grep -q "^memra: boundary .*): NCCL (MEMRA_TEST_NCCL_EMU=1" "$1" || { echo "FAIL: no boundary took the NCCL stand-in"; exit 1; }
+  if grep "^memra: boundary " "$1" | grep -vF "): NCCL (MEMRA_TEST_NCCL_EMU=1"; then
+    echo "FAIL: a boundary above did not take the NCCL stand-in"; exit 1
+  fi
+}
+
 extra= wrap= # mpirun options and a program prefix (netns)
 gate() { # gate ARM P
   arm=$1 np=$2
@@ -52,6 +69,7 @@ gate() { # gate ARM P
   [ "$rc" = 0 ] || { echo "FAIL: memra-gate $arm under mpirun -np $np exited $rc"; exit 1; }
   grep -q "ranks $np" "$tmp/gate.out" || { echo "FAIL: the gate did not run over $np ranks"; exit 1; }
   grep -q "^PASS" "$tmp/gate.out" || { echo "FAIL: no PASS line"; exit 1; }
+  emu_check "$tmp/gate.out"
 }
 
 case "$mode" in
@@ -70,6 +88,7 @@ run)
   grep -q "$np stage(s)" "$tmp/many.err" || { cat "$tmp/many.err"; echo "FAIL: not $np stages"; exit 1; }
   cat "$tmp/many.txt"
   cmp "$tmp/one.txt" "$tmp/many.txt" || { echo "FAIL: the text differs from the single-process run:"; cat "$tmp/one.txt"; exit 1; }
+  emu_check "$tmp/many.err"
   echo "PASS: mpirun -np $np prints the single-process text"
   ;;
 load)
@@ -141,6 +160,7 @@ kill)
   cat "$tmp/err.txt"
   [ "$rc" != 0 ] || { echo "FAIL: exit status 0 after a rank was lost"; exit 1; }
   [ "$dt" -le 5000 ] || { echo "FAIL: took $dt ms (allowed 5000)"; exit 1; }
+  emu_check "$tmp/err.txt"
   if [ "$sig" = STOP ]; then # stuck, not dead: only our heartbeat can tell
     grep -q "rank $other: rank $victim silent" "$tmp/err.txt" || { echo "FAIL: no 'rank $victim silent' error"; exit 1; }
   elif [ "$victim" != mpirun ]; then
@@ -198,6 +218,38 @@ EOF
     gate "$arm" 2
   done
   ;;
+pick)
+  backend=$1 devs=$2 built=$3 np=$4
+  shift 4
+  export MEMRA_BACKEND="$backend"
+  need=$(echo "$devs" | tr ',' '\n' | sort -u | wc -l)
+  if [ "$backend" = cuda ]; then
+    have=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU ' || true)
+    [ "$have" -gt 0 ] || have=$(ls /dev/nvidia[0-9]* 2> /dev/null | wc -l)
+    [ "$have" -ge "$need" ] || { echo "SKIP: MEMRA_PP_DEVICES=$devs needs $need GPU(s), $have visible"; exit 77; }
+  fi
+  [ "$devs" = - ] || export MEMRA_PP_STAGES="$np" MEMRA_PP_DEVICES="$devs"
+  for kv in "$@"; do export "$kv"; done
+  if [ "${MEMRA_PP_NCCL:-auto}" = 0 ]; then want="host-staged MPI (MEMRA_PP_NCCL=0"
+  elif [ "${MEMRA_TEST_NCCL_EMU:-}" = 1 ]; then want="NCCL (MEMRA_TEST_NCCL_EMU=1"
+  elif [ "$backend" != cuda ]; then want="host-staged MPI (a stage of the pair is not on a GPU"
+  elif [ "$built" != 1 ]; then want="host-staged MPI (NCCL is not built on both ranks"
+  elif [ "$need" = 1 ]; then want="host-staged MPI (both stages are on one GPU"
+  else want="NCCL (two GPUs"
+  fi
+  gate replay "$np"
+  b=0
+  while [ "$b" -lt $((np - 1)) ]; do # boundary b's producer rank prints it (rank b: one stage per rank)
+    line=$(grep "^memra: boundary $b (stage $b on rank $b," "$tmp/gate.out" | head -n 1)
+    [ -n "$line" ] || { echo "FAIL: no line on stderr saying which transport boundary $b takes"; exit 1; }
+    case "$line" in *"): $want"*) ;; *) echo "FAIL: boundary $b should say '$want'"; exit 1 ;; esac
+    b=$((b + 1))
+  done
+  if grep "^memra: boundary " "$tmp/gate.out" | grep -vF "): $want"; then # every runtime the gate made
+    echo "FAIL: a boundary line above does not say '$want'"; exit 1
+  fi
+  echo "PASS: the $((np - 1)) boundaries say '$want', the gate bit-identical"
+  ;;
 *)
-  echo "usage: mpi_scale_out.sh gate|run|kill|netns MPIRUN BIN_DIR MODEL [ARGS]"; exit 2 ;;
+  echo "usage: mpi_scale_out.sh gate|run|kill|refuse|netns|pick MPIRUN BIN_DIR MODEL [ARGS]"; exit 2 ;;
 esac

@@ -1,7 +1,9 @@
 /* The real boundary (transport/boundary.c) on the CPU backend: tokens sent and received across its K slots on
  * one device (d2d) and across two (peer), with jittered stream workers; the slot of each send under overlap 0
  * (always slot 0) and 1 (rotating through K); refused arguments; and the ev_rx wait the boundary puts before
- * every send: dropped by its test hook, the race checker reports the overwritten slot, kept, nothing.
+ * every send: dropped by its test hook, the race checker reports the overwritten slot, kept, nothing. And the
+ * transport of a boundary between two ranks (bnd_pick_remote): NCCL only when every condition holds, each other
+ * case naming its reason; an NCCL half on a CPU device is refused.
  * Shared mutable state: g_consumer_done (an atomic: the consumer's stream worker sets it, the producer's reads
  * it). */
 #include <setjmp.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 
 #include "support/jitter.h"
+#include "transport/bnd_nccl.h"
 #include "transport/boundary.h"
 
 enum { W = 256, STEPS = 24, K = 3 };
@@ -201,6 +204,56 @@ static void test_dropping_the_rx_wait_is_reported_by_the_race_checker(void **sta
     }
 }
 
+/* Every combination of the five inputs: BND_NCCL exactly when both stages are on GPUs, both builds have NCCL, the
+ * GPUs differ and the door is auto; otherwise BND_MPI with the reason of the first condition that fails, in the
+ * order door, GPUs, build, one GPU. */
+static void test_a_remote_boundary_takes_nccl_only_between_two_gpus_with_nccl_and_the_door_open(void **state)
+{
+    (void)state;
+    int nccl = 0;
+    for (int bits = 0; bits < 32; bits++) {
+        const int pg = bits & 1, cg = bits >> 1 & 1, built = bits >> 2 & 1, same = bits >> 3 & 1, off = bits >> 4 & 1;
+        const char *why = NULL;
+        const bnd_transport t = bnd_pick_remote(pg, cg, built, same, off, &why);
+        assert_non_null(why);
+        const char *want = off ? "MEMRA_PP_NCCL=0"
+                           : !pg || !cg ? "not on a GPU"
+                           : !built ? "NCCL is not built on both ranks"
+                           : same ? "NCCL refuses two ranks on one GPU"
+                                  : "two GPUs, NCCL built on both ranks, MEMRA_PP_NCCL=auto";
+        if (!strstr(why, want))
+            fail_msg("producer gpu %d, consumer gpu %d, built %d, same %d, off %d: '%s' lacks '%s'", pg, cg, built,
+                     same, off, why, want);
+        assert_int_equal(t, pg && cg && built && !same && !off ? BND_NCCL : BND_MPI);
+        nccl += t == BND_NCCL;
+    }
+    assert_int_equal(nccl, 1); /* liveness: the one combination that takes NCCL was reached */
+    assert_int_equal(bnd_pick_remote(1, 1, 1, 0, 0, NULL), BND_NCCL); /* why is optional */
+}
+
+/* An NCCL half needs a GPU: on the CPU backend bnd_create_nccl refuses (a build without NCCL says so first), and
+ * the wire accessors answer NULL for kinds they do not serve. */
+static void test_an_nccl_half_on_a_cpu_device_is_refused(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r, 1, 2);
+    uint8_t id[BND_NCCL_ID_BYTES] = {0};
+    dev_err e = {0};
+    assert_null(bnd_create_nccl(r.src, 1, id, 2, 64, &e));
+    assert_true(e.code == MEMRA_E_UNSUPPORTED || e.code == MEMRA_E_INVAL);
+    if (bnd_nccl_built() == 0)
+        assert_non_null(strstr(e.msg, "no NCCL"));
+    assert_null(bnd_wire_ready(r.b, 0)); /* a local boundary: no wire */
+    assert_int_equal(bnd_abort(r.b), 0);
+    bnd_boundary *m = bnd_create_mpi(r.src, 1, 2, 64, &e);
+    assert_non_null(m);
+    assert_ptr_equal(bnd_wire_ready(m, 1), bnd_mpi_ev_tx(m, 1)); /* BND_MPI sends once the d2h copy is done */
+    assert_null(bnd_wire_ready(m, 2));
+    bnd_destroy(m);
+    rig_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +261,8 @@ int main(void)
         cmocka_unit_test(test_overlap_zero_keeps_slot_zero_and_one_rotates_through_k),
         cmocka_unit_test(test_bad_slots_and_sizes_are_refused),
         cmocka_unit_test(test_dropping_the_rx_wait_is_reported_by_the_race_checker),
+        cmocka_unit_test(test_a_remote_boundary_takes_nccl_only_between_two_gpus_with_nccl_and_the_door_open),
+        cmocka_unit_test(test_an_nccl_half_on_a_cpu_device_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

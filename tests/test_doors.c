@@ -16,7 +16,7 @@ static const char *all_doors[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_P
                                   "MEMRA_BATCH_PP", "MEMRA_PP_ALLOW_UNSPLIT_BATCH", "MEMRA_SPEC_PP",
                                   "MEMRA_PRIME_PP", "MEMRA_PRIME_PIPE", "MEMRA_PDL", "MEMRA_PP_GRAPH",
                                   "MEMRA_PP_SAME_DEVICE_PIPE", "MEMRA_PP_MARKERS", "MEMRA_PP_KEYS",
-                                  "MEMRA_PP_HEAD_RING", "MEMRA_BACKEND", "MEMRA_CPU_DEVICES"};
+                                  "MEMRA_PP_HEAD_RING", "MEMRA_BACKEND", "MEMRA_CPU_DEVICES", "MEMRA_PP_NCCL"};
 
 static int clear_env(void **state)
 {
@@ -102,6 +102,24 @@ static void test_env_overrides_the_config_field_by_field(void **state)
     assert_false(act_pp_sharded_cross_device(&c));
 }
 
+/* Under mpirun each rank is its own process: stages of different ranks on one ordinal share no stream's device
+ * state, stages of one rank on one ordinal do. */
+static void test_stages_share_a_device_only_within_one_process(void **state)
+{
+    (void)state;
+    act_pp_config c = act_pp_config_default();
+    c.stages = 4;
+    const int one_per_rank[4] = {0, 1, 2, 3}, two_per_rank[4] = {0, 0, 1, 1};
+    assert_true(act_pp_streams_share_device(&c, 4, NULL)); /* no placement, one process: all on the primary */
+    assert_false(act_pp_streams_share_device(&c, 4, one_per_rank)); /* each rank's device 0 */
+    assert_true(act_pp_streams_share_device(&c, 4, two_per_rank));
+    c.n_devices = 4, c.devices[0] = 0, c.devices[1] = 1, c.devices[2] = 0, c.devices[3] = 1;
+    assert_false(act_pp_streams_share_device(&c, 4, two_per_rank)); /* each rank: its devices 0 and 1 */
+    assert_true(act_pp_streams_share_device(&c, 4, NULL)); /* one process: stages 0 and 2 share device 0 */
+    c.devices[1] = 0;
+    assert_true(act_pp_streams_share_device(&c, 4, two_per_rank)); /* rank 0: stages 0 and 1 on its device 0 */
+}
+
 static void test_seams_read_per_call_with_defaults(void **state)
 {
     act_pp_seams s = act_pp_seams_default();
@@ -185,6 +203,29 @@ static void test_config_same_names_the_first_structural_difference(void **state)
     a.streams = 0;
     assert_false(act_pp_config_same(&a, &b, what, sizeof what));
     assert_string_equal(what, "MEMRA_PP_STREAMS / streams: 0, the runtime has 1");
+    a.streams = 1;
+    a.nccl = ACT_NCCL_OFF;
+    assert_false(act_pp_config_same(&a, &b, what, sizeof what));
+    assert_string_equal(what, "MEMRA_PP_NCCL / nccl: 0, the runtime has auto");
+}
+
+static void test_nccl_door_is_auto_by_default_and_reads_auto_or_0(void **state)
+{
+    (void)state;
+    act_pp_config c = act_pp_config_default();
+    dev_err e = {0};
+    assert_int_equal(c.nccl, ACT_NCCL_AUTO);
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.nccl, ACT_NCCL_AUTO); /* unset keeps the config's value */
+    setenv("MEMRA_PP_NCCL", "0", 1);
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.nccl, ACT_NCCL_OFF);
+    setenv("MEMRA_PP_NCCL", "auto", 1); /* the door overrides a config that says off */
+    assert_int_equal(act_doors_read_structural(&c, &e), 0);
+    assert_int_equal(c.nccl, ACT_NCCL_AUTO);
+    c.nccl = 7; /* an API config outside the two values */
+    assert_int_equal(act_pp_config_check(&c, &e), MEMRA_E_INVAL);
+    assert_string_equal(e.msg, "pipeline config: nccl=7, allowed 0 (auto) or 1 (off)");
 }
 
 struct bad {
@@ -244,6 +285,15 @@ static const struct bad bad_table[] = {
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_OVERLAP", "2"}}, /* a seam, refused at create too */
      "MEMRA_PP_OVERLAP=2: not allowed; expected 0 (off) or 1 (on)"},
     {{{"MEMRA_PRIME_PIPE", "01"}}, "MEMRA_PRIME_PIPE=01: not allowed; expected 0 (off) or 1 (on)"},
+    {{{"MEMRA_PP_NCCL", "1"}},
+     "MEMRA_PP_NCCL=1: not allowed; expected auto (NCCL between two ranks' GPUs when it can, the default) or 0 "
+     "(host-staged MPI)"},
+    {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_NCCL", "AUTO"}},
+     "MEMRA_PP_NCCL=AUTO: not allowed; expected auto (NCCL between two ranks' GPUs when it can, the default) or 0 "
+     "(host-staged MPI)"},
+    {{{"MEMRA_PP_NCCL", ""}},
+     "MEMRA_PP_NCCL=: not allowed; expected auto (NCCL between two ranks' GPUs when it can, the default) or 0 "
+     "(host-staged MPI)"},
     {{{"MEMRA_PP_STAGES", "2"}, {"MEMRA_PP_STREAMS", "0"}, {"MEMRA_PP_DEVICES", "0,1"}},
      "MEMRA_PP_STREAMS=0 is the one-stream, one-device seam but MEMRA_PP_DEVICES places stages on several devices: "
      "unset one of them"},
@@ -419,6 +469,8 @@ int main(void)
         cmocka_unit_test_setup(test_seams_read_per_call_with_defaults, clear_env),
         cmocka_unit_test_setup(test_seams_pack_into_one_word_and_only_zero_or_one_is_allowed, clear_env),
         cmocka_unit_test_setup(test_config_same_names_the_first_structural_difference, clear_env),
+        cmocka_unit_test_setup(test_nccl_door_is_auto_by_default_and_reads_auto_or_0, clear_env),
+        cmocka_unit_test_setup(test_stages_share_a_device_only_within_one_process, clear_env),
         cmocka_unit_test_setup(test_every_invalid_spelling_is_refused_with_its_exact_error, clear_env),
         cmocka_unit_test_setup(test_weight_balanced_cuts_count_the_head_on_the_last_stage, clear_env),
         cmocka_unit_test_setup(test_refuse_unsplit_names_path_and_alternative, clear_env),

@@ -8,10 +8,10 @@
  * the control messages that create and destroy runtimes) while none does. Errors return (MPI_ERRORS_RETURN on the
  * world communicator): a dead peer is an error message naming the call and the peer, never an abort here.
  *
- * Where a CUDA boundary across ranks goes: the MPI transport stages a slot through host memory (a d2h copy on
- * the producer's stream, the send, the h2d copy on the consumer's). Between GPUs the NCCL transport (its own
- * files) enqueues ncclSend/ncclRecv on the stage streams instead and keeps this wire for credits, results and
- * control only. */
+ * What crosses it per boundary: the MPI transport stages a slot through host memory (a d2h copy on the
+ * producer's stream, the send, the h2d copy on the consumer's). Between two ranks' GPUs the NCCL transport
+ * (transport/bnd_nccl.h, BND_NCCL in boundary.h) enqueues ncclSend/ncclRecv on the stage streams instead, and this
+ * wire carries the step headers, credits, results and control only. */
 #ifndef BND_MPI_H
 #define BND_MPI_H
 
@@ -29,6 +29,7 @@ enum {
     BND_TAG_RESULT = 6,  /* last stage's rank -> rank 0: a step's result */
     BND_TAG_FAILED = 7,  /* producer -> consumer: a failed step passed along (header only, no slot) */
     BND_TAG_BEAT = 8,    /* every transport -> every rank: alive */
+    BND_TAG_PICK = 9,    /* at create, a cross-rank boundary's two ranks: each side's device, the transport picked */
     BND_TAG_SLOT = 16,   /* + k */
 };
 

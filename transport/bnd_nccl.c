@@ -1,7 +1,8 @@
 /* The NCCL boundary transport (transport/bnd_nccl.h). Shared state: the communicator and the events are
  * used by the one host thread that owns the side (its stage actor); `aborted` is written by bnd_nccl_abort
- * from any thread and read by the enqueue calls (an atomic). The streams order the bytes: see the header's
- * ordering rule. */
+ * from any thread and read by the enqueue calls (an atomic); `lock` keeps an abort from freeing the
+ * communicator while the owner is inside an enqueue (each enqueue, and the abort, hold it). The streams order
+ * the bytes: see the header's ordering rule. */
 #include "transport/bnd_nccl.h"
 
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 
 #ifdef MEMRA_HAVE_NCCL
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -29,6 +31,8 @@ struct bnd_nccl {
     dev_event **ev_tx;    /* recorded after each send of slot k (producer stream) */
     dev_event **ev_rx;    /* recorded after each receive of slot k (consumer stream) */
     atomic_int aborted;   /* set by bnd_nccl_abort, any thread */
+    pthread_mutex_t lock; /* an enqueue (owner thread) vs bnd_nccl_abort (any thread) */
+    int lock_init;        /* lock was initialised (destroy after a failed create) */
 };
 
 int bnd_nccl_built(void) { return 1; }
@@ -225,6 +229,11 @@ bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], 
     b->n_slots = n_slots;
     b->slot_bytes = slot_bytes;
     atomic_init(&b->aborted, 0);
+    if (pthread_mutex_init(&b->lock, NULL) != 0) {
+        dev_err_set(err, MEMRA_E_NOMEM, "bnd_nccl_create: pthread_mutex_init failed");
+        goto fail;
+    }
+    b->lock_init = 1;
     for (int k = 0; k < n_slots; k++)
         if (!(b->ev_tx[k] = dev_event_create(dev, err)) || !(b->ev_rx[k] = dev_event_create(dev, err)))
             goto fail;
@@ -270,15 +279,21 @@ void bnd_nccl_destroy(bnd_nccl *b)
     }
     free(b->ev_tx);
     free(b->ev_rx);
+    if (b->lock_init)
+        pthread_mutex_destroy(&b->lock);
     free(b);
 }
 
 int bnd_nccl_abort(bnd_nccl *b)
 {
     int expect = 0;
-    if (!b || !b->comm || !atomic_compare_exchange_strong(&b->aborted, &expect, 1))
+    if (!b || !b->comm)
         return 0;
-    ncclResult_t rc = ncclCommAbort(b->comm);
+    pthread_mutex_lock(&b->lock); /* an enqueue in progress on the owner's thread finishes first */
+    ncclResult_t rc = ncclSuccess;
+    if (atomic_compare_exchange_strong(&b->aborted, &expect, 1))
+        rc = ncclCommAbort(b->comm);
+    pthread_mutex_unlock(&b->lock);
     return rc == ncclSuccess ? 0 : MEMRA_E_DEVICE;
 }
 
@@ -316,7 +331,17 @@ static int op_check(bnd_nccl *b, const char *what, int k, dev_stream *s, size_t 
 }
 
 /* send (dir 0) or receive (dir 1) of slot k on s, then its event. */
+static int one_way_locked(bnd_nccl *b, int dir, int k, dev_stream *s, void *buf, size_t bytes, dev_err *err);
+
 static int one_way(bnd_nccl *b, int dir, int k, dev_stream *s, void *buf, size_t bytes, dev_err *err)
+{
+    pthread_mutex_lock(&b->lock); /* bnd_nccl_abort waits for the enqueue; after it, op_check refuses */
+    const int r = one_way_locked(b, dir, k, s, buf, bytes, err);
+    pthread_mutex_unlock(&b->lock);
+    return r;
+}
+
+static int one_way_locked(bnd_nccl *b, int dir, int k, dev_stream *s, void *buf, size_t bytes, dev_err *err)
 {
     const char *what = dir ? "bnd_nccl_recv_async" : "bnd_nccl_send_async";
     int r;

@@ -29,8 +29,9 @@
  * costs overlap at worst: the producer's next walk begins once the receive has begun.
  * Communicators. One per boundary pair: a two-rank communicator (ranks 0 and 1: the pair's own ranks, not
  * the MPI world's) built from an id that one side makes with bnd_nccl_unique_id and ships to the other
- * (the MPI layer broadcasts it). rank == peer == 0 makes a one-rank communicator that sends to itself
- * (one process, one GPU: tests and benchmarks), whose hops go through bnd_nccl_hop_async.
+ * (under mpirun the producer's rank sends it to the consumer's at create, actors/pp_rank.c). rank == peer == 0
+ * makes a one-rank communicator that sends to itself (one process, one GPU: tests and benchmarks), whose hops
+ * go through bnd_nccl_hop_async.
  * Threads: a bnd_nccl is used by one host thread at a time (its stage actor); create and destroy by the
  * runtime when no stage runs. bnd_nccl_abort may be called from another thread (see there).
  * Builds without NCCL (MEMRA_NCCL=OFF, or AUTO without NCCL found) keep this API: every call that would
@@ -75,8 +76,9 @@ bnd_nccl *bnd_nccl_create(dev_device *dev, const uint8_t id[BND_NCCL_ID_BYTES], 
  * After bnd_nccl_abort, frees what is left. NULL is a no-op. */
 void bnd_nccl_destroy(bnd_nccl *b);
 
-/* Abort the communicator (ncclCommAbort) from any thread, while the owning thread is not inside another
- * bnd_nccl call (it may be waiting on a stream): NCCL operations waiting for a peer that is gone end, so
+/* Abort the communicator (ncclCommAbort) from any thread, also while the owning thread enqueues a send or a
+ * receive (that enqueue finishes first: both hold the side's lock) or waits on a stream; not during create,
+ * destroy or bnd_nccl_hop_async. NCCL operations waiting for a peer that is gone end, so
  * their streams can be synced and the runtime torn down. Every later send/receive/hop is refused
  * (MEMRA_E_STATE). Idempotent. Returns 0, or MEMRA_E_DEVICE (NCCL refused). */
 int bnd_nccl_abort(bnd_nccl *b);

@@ -474,6 +474,12 @@ static int cu_mem_info(dev_device *d, size_t *free_b, size_t *total_b, dev_err *
     return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaMemGetInfo on %s", d->name);
 }
 
+static int cu_bus_id(const dev_device *d, char *buf, size_t cap, dev_err *err)
+{
+    cudaError_t rc = cudaDeviceGetPCIBusId(buf, cap > 64 ? 64 : (int)cap, d->ordinal);
+    return rc == cudaSuccess ? 0 : CU_FAIL(err, rc, "cudaDeviceGetPCIBusId(%d)", d->ordinal);
+}
+
 static const dev_backend cuda_backend = {
     .name = "cuda",
     .platform_close = cu_platform_close,
@@ -502,6 +508,7 @@ static const dev_backend cuda_backend = {
     .capture_end = cu_capture_end,
     .graph_launch = cu_graph_launch,
     .graph_destroy = cu_graph_destroy,
+    .bus_id = cu_bus_id,
 };
 
 dev_platform *dev_cuda_open(dev_err *err)
