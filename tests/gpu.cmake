@@ -35,7 +35,7 @@ endif()
 # mpirun -np 2 is bit-identical, and the line boundary 0 prints names the transport it must take. On GPUs 0 and 1
 # with NCCL built: NCCL (skips with fewer than 2 GPUs); the same with MEMRA_PP_NCCL=0: host-staged MPI naming the
 # door; both ranks on GPU 0: host-staged MPI naming the one GPU (NCCL refuses two ranks on one GPU). Skips without
-# an MPI build or mpirun.
+# an MPI build or mpirun. The model is a synthetic shape (no file on a GPU machine): every rank generates it.
 if(MEMRA_HAVE_CUDA)
   if(MEMRA_HAVE_MPI)
     find_program(MEMRA_MPIRUN NAMES mpirun mpiexec)
@@ -48,7 +48,7 @@ if(MEMRA_HAVE_CUDA)
   function(memra_mpi_gpu_test name)
     if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
       add_test(NAME ${name} COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/mpi_scale_out.sh pick ${MEMRA_MPIRUN}
-               ${PROJECT_BINARY_DIR} ${MEMRA_MODEL_PATH} cuda ${ARGN})
+               ${PROJECT_BINARY_DIR} synthetic:tiny:bf16 cuda ${ARGN})
     else()
       add_test(NAME ${name} COMMAND sh -c "echo 'SKIP: this build has no MPI or no mpirun (MEMRA_MPI, openmpi-bin)'; exit 77")
     endif()
