@@ -240,6 +240,7 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
     pthread_cond_init(&rt->inflight_cv, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
     rt->cfg = p.config;
+    pp_rank_default_stages(&rt->cfg); /* under mpirun: one stage per rank unless a door says otherwise */
     if (p.apply_env && act_doors_read_structural(&rt->cfg, err) != 0)
         goto fail;
     if (p.n_seq < 1 || p.max_rows < 1 || p.n_ctx < 0) {

@@ -357,9 +357,13 @@ void pp_rec_fail(pp_rec *rec, int code, const char *what, const dev_err *err);
 void pp_jitter(pp_hooks *h);
 
 /* pp_rank.c: stages in several processes (MPI). Each is a no-op returning 0 in a world of one. */
-/* Before the cuts: the placement rules across ranks (stages default to the world's size; no synthetic model, no
+/* Before the cuts: the placement rules across ranks (stages default to the world's size; no
  * one-stream seam, no device feed). */
 int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err);
+/* Under mpirun -np P (P > 1), a configuration with the pipeline door shut opens it at P stages (one per rank)
+ * before the doors are read, so a door that needs the door open (MEMRA_PP_DEVICES) holds without MEMRA_PP_STAGES.
+ * Main thread, at create. */
+void pp_rank_default_stages(act_pp_config *cfg);
 /* After the cuts (rt->N, rt->fence): rank 0 sends the configuration to every rank; every rank learns which stages
  * are its own. */
 int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p, dev_err *err);

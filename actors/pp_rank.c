@@ -167,6 +167,13 @@ int act_rank_count(void) { return bnd_mpi_size(); }
 
 /* ---- act_pp_create hooks ---- */
 
+void pp_rank_default_stages(act_pp_config *cfg)
+{
+    const int P = bnd_mpi_size();
+    if (P > 1 && cfg->stages < 2)
+        cfg->stages = P;
+}
+
 int pp_rank_adjust(act_pp_config *cfg, act_pp_params *p, dev_err *err)
 {
     const int P = bnd_mpi_size();

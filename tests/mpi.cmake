@@ -23,6 +23,9 @@ if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
                  MEMRA_PP_STAGES=4 MEMRA_PP_OVERLAP=1)
   memra_mpi_test(mpi_five_stages_on_three_ranks_batch_is_bit_identical gate ${_a} batch 3
                  MEMRA_PP_STAGES=5 MEMRA_PP_DEVICES=0,1,0,1,0)
+  # MEMRA_PP_DEVICES without MEMRA_PP_STAGES: one stage per rank opens the door before the doors are read
+  memra_mpi_test(mpi_two_ranks_devices_without_stages_batch_is_bit_identical gate ${_a} batch 2
+                 MEMRA_PP_DEVICES=0,1)
   # a synthetic shape travels in CREATE: every rank generates the same weights (its own layers only)
   memra_mpi_test(mpi_two_ranks_synthetic_model_replay_is_bit_identical gate ${MEMRA_MPIRUN} ${PROJECT_BINARY_DIR}
                  synthetic:tiny:q4_1 replay 2)
