@@ -496,6 +496,22 @@ def procs_of(binary):
     return out
 
 
+def check_all_gone(server):
+    """Every process of this server build ends within 5 s of mpirun."""
+    t_end = time.monotonic() + 5
+    while procs_of(server) and time.monotonic() < t_end:
+        time.sleep(0.1)
+    check(not procs_of(server), "processes left after mpirun ended: %r" % procs_of(server))
+
+
+def kill_all(srv, server):
+    """Whatever a failed check left running: mpirun and every rank."""
+    if srv.p.poll() is None:
+        srv.p.kill()
+    for pid in procs_of(server):
+        os.kill(pid, signal.SIGKILL)
+
+
 def mode_mpi(server, mpirun, model):
     try:
         import openai
@@ -545,15 +561,9 @@ def mode_mpi(server, mpirun, model):
         check(all(0 < int(l[1]) < int(l[2]) for l in loads) and sum(int(l[1]) for l in loads) == int(loads[0][2]),
               "the ranks do not split the layers: %r" % loads)
         check([int(l[3]) for l in loads] == [0, 1], "the head is not on rank 1 only: %r" % loads)
-        t_end = time.monotonic() + 5
-        while procs_of(server) and time.monotonic() < t_end:
-            time.sleep(0.1)
-        check(not procs_of(server), "processes left after mpirun ended: %r" % procs_of(server))
+        check_all_gone(server)
     finally:
-        if srv.p.poll() is None:
-            srv.p.kill()
-        for pid in procs_of(server):
-            os.kill(pid, signal.SIGKILL)
+        kill_all(srv, server)
     # a stuck rank 1 (SIGSTOP): rank 0 finds it silent, stops serving and ends every process, non-zero, naming it
     srv = Server(server, model, launcher=launcher,
                  env_extra={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
@@ -572,15 +582,9 @@ def mode_mpi(server, mpirun, model):
         check(re.search(r"memra-server: .*rank 1 silent.*: stopping", err),
               "rank 0's stderr does not name the silent rank: %s" % err)
         check(took < 10, "the server took %.1f s to end with rank 1 stuck (at most 10 s asked)" % took)
-        t_end = time.monotonic() + 5
-        while procs_of(server) and time.monotonic() < t_end:
-            time.sleep(0.1)
-        check(not procs_of(server), "processes left after mpirun ended: %r" % procs_of(server))
+        check_all_gone(server)
     finally:
-        if srv.p.poll() is None:
-            srv.p.kill()
-        for pid in procs_of(server):
-            os.kill(pid, signal.SIGKILL)
+        kill_all(srv, server)
     print("mpi: ok: %r; a stuck rank ended the server in %.1f s" % (want, took))
 
 
