@@ -27,8 +27,8 @@ if(MEMRA_HAVE_MPI AND MEMRA_MPIRUN)
   memra_mpi_test(mpi_two_ranks_devices_without_stages_batch_is_bit_identical gate ${_a} batch 2
                  MEMRA_PP_DEVICES=0,1)
   # a synthetic shape travels in CREATE: every rank generates the same weights (its own layers only)
-  memra_mpi_test(mpi_two_ranks_synthetic_model_replay_is_bit_identical gate ${MEMRA_MPIRUN} ${PROJECT_BINARY_DIR}
-                 synthetic:tiny:q4_1 replay 2)
+  memra_mpi_test(mpi_two_ranks_synthetic_model_batch_is_bit_identical gate ${MEMRA_MPIRUN} ${PROJECT_BINARY_DIR}
+                 synthetic:tiny:q4_1 batch 2)
   # each boundary's transport, picked at create and printed by its producer's rank: host-staged MPI on the CPU
   # backend; MEMRA_PP_NCCL=0, read by rank 0 only, reaches boundary 1's producer (rank 1) through CREATE
   memra_mpi_test(mpi_three_ranks_on_the_cpu_say_each_boundary_is_host_staged_and_why pick ${_a} cpu - 0 3)
