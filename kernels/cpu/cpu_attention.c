@@ -7,6 +7,8 @@
 
 #define ATT_STACK_POS 4096 /* scores on the stack up to this many (group x positions) */
 #define ATT_TILE 256       /* positions of a 16-bit cache widened at a time */
+#define ATT_CHAINS 8       /* positions whose scores are summed side by side */
+#define ATT_OUT 16         /* output dims accumulated in registers over the positions */
 
 /* Keys or values t = 0..n_t-1 of one kv head, as f32 rows at base + t * stride: the cache itself (f32:
  * stride kv_dim), or (16-bit) the rows widened once into buf (stride head_dim, exact: the dequant row
@@ -48,14 +50,29 @@ static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float 
             size_t ks;
             const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
                                       hd, tbuf, &ks);
-            for (int j = 0; j < group; j++)
-                for (int t = 0; t < nt; t++) {
-                    const float *q = qg + (size_t)j * hd, *k = kg + (size_t)t * ks;
+            for (int j = 0; j < group; j++) {
+                const float *q = qg + (size_t)j * hd;
+                float *sj = sc + (size_t)j * n_t + t0;
+                int t = 0;
+                /* ATT_CHAINS positions at once: independent sums, each still over dims in order (the same
+                 * bits as one at a time), so the adds overlap instead of waiting on each other */
+                for (; t + ATT_CHAINS <= nt; t += ATT_CHAINS) {
+                    float d[ATT_CHAINS] = {0.0f};
+                    const float *k = kg + (size_t)t * ks;
+                    for (int i = 0; i < hd; i++)
+                        for (int u = 0; u < ATT_CHAINS; u++)
+                            d[u] += q[i] * k[(size_t)u * ks + i];
+                    for (int u = 0; u < ATT_CHAINS; u++)
+                        sj[t + u] = d[u] * scale;
+                }
+                for (; t < nt; t++) {
+                    const float *k = kg + (size_t)t * ks;
                     float d = 0.0f;
                     for (int i = 0; i < hd; i++)
                         d += q[i] * k[i];
-                    sc[(size_t)j * n_t + t0 + t] = d * scale;
+                    sj[t] = d * scale;
                 }
+            }
         }
         for (int j = 0; j < group; j++) { /* p_t = exp(s_t - max), unnormalized; o = 0 */
             float *s = sc + (size_t)j * n_t, mx = -INFINITY;
@@ -75,9 +92,24 @@ static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float 
             for (int j = 0; j < group; j++) {
                 const float *p = sc + (size_t)j * n_t + t0;
                 float *o = og + (size_t)j * hd;
+                int i0 = 0;
+                /* ATT_OUT dims at a time held in registers across the positions (each dim's sum still runs
+                 * over t in order: the bits of one dim at a time) */
+                for (; i0 + ATT_OUT <= hd; i0 += ATT_OUT) {
+                    float acc[ATT_OUT];
+                    for (int i = 0; i < ATT_OUT; i++)
+                        acc[i] = o[i0 + i];
+                    for (int t = 0; t < nt; t++) {
+                        const float *v = vg + (size_t)t * vs + i0;
+                        for (int i = 0; i < ATT_OUT; i++)
+                            acc[i] += p[t] * v[i];
+                    }
+                    for (int i = 0; i < ATT_OUT; i++)
+                        o[i0 + i] = acc[i];
+                }
                 for (int t = 0; t < nt; t++) {
                     const float *v = vg + (size_t)t * vs;
-                    for (int i = 0; i < hd; i++)
+                    for (int i = i0; i < hd; i++)
                         o[i] += p[t] * v[i];
                 }
             }
