@@ -338,8 +338,8 @@ static AI __attribute__((target(TGT_V512))) void tile_v512(const int t, const in
                 wc[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), u[p]);
         }
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
-            const __m512i xv = _mm512_permutexvar_epi64(
-                dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + (size_t)c * xrb + 32 * (size_t)j))));
+            const __m256i x2 = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * xrb + 32 * (size_t)j));
+            const __m512i xv = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(x2));
             const __m512 xd = _mm512_set1_ps(dx[c * nb + j]);
             __m512i xc = _mm512_setzero_si512(), xo = xv;
             if (t == KRN_Q4_0) /* 8 * sum4(x) */
