@@ -18,7 +18,8 @@ void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int 
  * order; every path and every tiling gives the same bits, and a row's result does not depend on B. Not the
  * exact mode's bits: x is rounded to 8 bits per 32-block (within half an x quantum per element). */
 
-/* The x8 kernels' paths: portable C, AVX2 (+F16C; maddubs + madd), AVX-512 VNNI on 256-bit vectors (dpbusd). */
+/* The x8 kernels' paths: portable C, AVX2 (+F16C; maddubs + madd), AVX-512 VNNI (dpbusd on 512-bit vectors
+ * holding two weight rows; 256-bit for a lone row). */
 enum { KRN_X8_GENERIC = 0, KRN_X8_AVX2 = 1, KRN_X8_VNNI = 2, KRN_X8_PATH_COUNT = 3 };
 int krn_x8_path(void);              /* the best path this CPU runs (picked once, at first use) */
 int krn_x8_path_available(int p);   /* 1 when path p can run on this CPU */

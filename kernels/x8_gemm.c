@@ -65,8 +65,8 @@ static AI void x_scales(const int R, const int C, int64_t nb, const float *dw, c
 {
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
-            float *s = sc + (size_t)(r * C + c) * nb;
-            const float *a = dw + r * nb, *b = dx + c * nb;
+            float *restrict s = sc + (size_t)(r * C + c) * nb;
+            const float *restrict a = dw + r * nb, *restrict b = dx + c * nb;
             for (int64_t j = 0; j < nb; j++)
                 s[j] = a[j] * b[j];
         }
@@ -275,6 +275,97 @@ static AI __attribute__((target(TGT_VNNI))) __m256i dot_vnni(__m256i u, __m256i 
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)                                                        \
         FINISH(t, a[r][c], mw + r * nb, sx + c * nb, nb, y + (size_t)c * ldy + r, acc);
 
+/* ---- VNNI on 512-bit vectors: two weight rows per vector ----
+ * One zmm holds the same block of weight rows r and r + 1, its 128-bit lanes [r elements 0-15, r + 1 elements
+ * 0-15, r elements 16-31, r + 1 elements 16-31] (q4: the bytes of both rows, then their high nibbles, one mask);
+ * the x block is loaded as [0-15, 0-15, 16-31, 16-31] to match. 32-bit lane k of a product is the 4-element
+ * sum p_l of row r (k in 0-3: l = k; 8-11: l = k - 4) or r + 1 (4-7: l = k - 4; 12-15: l = k - 8), so the
+ * float steps per lane are the 256-bit path's and the fold below hands each row its eight lanes in order.
+ * AVX-512 has no byte sign: the signed types shift the offset out of the unsigned operand instead, exactly:
+ *  - q4_0: w = nibble - 8, p = dpbusd(nibble, x) - 8 * sum4(x) (the correction per x block, shared by rows);
+ *  - q8_0: p = dpbusd(x + 128, w) - 128 * sum4(w) (x ^ 0x80 as unsigned; the correction per weight block).
+ * All terms are integers below 2^18: the same p_l as the other paths. */
+#define TGT_V512 TGT_VNNI
+
+static AI __attribute__((target(TGT_V512))) __m512i v512_w2(const int t, const uint8_t *q0, const uint8_t *q1)
+{
+    if (t == KRN_Q8_0) { /* [r 0-15, r+1 0-15, r 16-31, r+1 16-31] */
+        const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0));
+        const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q1));
+        return _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b);
+    }
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
+                                              _mm_loadu_si128((const __m128i *)q1), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+}
+
+/* Row r's (lo = 0) or r + 1's (lo = 1) eight lanes of a, in lane order. */
+static AI __attribute__((target(TGT_V512))) __m256 v512_row(__m512 a, int hi)
+{
+    const __m256 l = _mm512_castps512_ps256(a), h = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return hi ? _mm256_permute2f128_ps(l, h, 0x31) : _mm256_permute2f128_ps(l, h, 0x20);
+}
+
+static AI __attribute__((target(TGT_V512))) void tile_v512(const int t, const int R, const int C, const uint8_t *w,
+                                                          size_t rb, const uint8_t *xq, size_t xrb, int64_t n,
+                                                          float *y, int64_t ldy, int acc, float *scratch,
+                                                          const float *dx, const float *sx, const uint8_t *pf)
+{
+    const int64_t nb = n / 32;
+    const size_t bb = blk_bytes(t), qo = blk_qoff(t);
+    const float *dw = scratch, *mw = dw + X8_R * nb;
+    const int P = R / 2; /* row pairs */
+    __m512 a[X8_R / 2][X8_C];
+    _Pragma("GCC unroll 4") for (int p = 0; p < P; p++)
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+        a[p][c] = _mm512_setzero_ps();
+    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    for (int64_t j = 0; j < nb; j++) {
+        /* a later weight tile's same bytes: one prefetch per row every other block covers every line of the
+         * q4 rows (blocks of 18 and 20 bytes), one per block for q8_0 (34 bytes) */
+        if (pf && (t == KRN_Q8_0 || (j & 1) == 0))
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+                __builtin_prefetch(pf + (size_t)r * rb + (size_t)j * bb, 0, 3);
+        __m512i u[X8_R / 2], wc[X8_R / 2];
+        __m512 dv[X8_R / 2]; /* [dw of row 2p x 4, of row 2p + 1 x 4] twice: the pair's lanes */
+        _Pragma("GCC unroll 4") for (int p = 0; p < P; p++) {
+            dv[p] = _mm512_mask_broadcastss_ps(_mm512_set1_ps(dw[2 * p * nb + j]), 0xF0F0,
+                                               _mm_load_ss(dw + (2 * p + 1) * nb + j));
+            const uint8_t *q0 = w + (size_t)(2 * p) * rb + (size_t)j * bb + qo;
+            u[p] = v512_w2(t, q0, q0 + rb);
+            if (t == KRN_Q8_0) /* 128 * sum4(w) */
+                wc[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), u[p]);
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {
+            const __m256i x2 = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * xrb + 32 * (size_t)j));
+            const __m512i xv = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(x2));
+            const __m512 xd = _mm512_set1_ps(dx[c * nb + j]);
+            __m512i xc = _mm512_setzero_si512(), xo = xv;
+            if (t == KRN_Q4_0) /* 8 * sum4(x) */
+                xc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), xv);
+            if (t == KRN_Q8_0)
+                xo = _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80));
+            _Pragma("GCC unroll 4") for (int p = 0; p < P; p++) {
+                __m512i q;
+                if (t == KRN_Q8_0)
+                    q = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xo, u[p]), wc[p]);
+                else if (t == KRN_Q4_0)
+                    q = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p], xv), xc);
+                else
+                    q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p], xv);
+                const __m512 sv = _mm512_mul_ps(dv[p], xd); /* sc_j = dw_j * dx_j, lane by lane */
+                a[p][c] = _mm512_add_ps(a[p][c], _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv));
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int p = 0; p < P; p++)
+    _Pragma("GCC unroll 4") for (int c = 0; c < C; c++)
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+        finish_vnni(t, v512_row(a[p][c], h), mw + (2 * p + h) * nb, sx + c * nb, nb,
+                    y + (size_t)c * ldy + 2 * p + h, acc);
+}
+
 static AI __attribute__((target(TGT_AVX2))) void tile_avx2(const int t, const int R, const int C, const uint8_t *w,
                                                           size_t rb, const uint8_t *xq, size_t xrb, int64_t n,
                                                           float *y, int64_t ldy, int acc, float *scratch,
@@ -287,6 +378,10 @@ static AI __attribute__((target(TGT_VNNI))) void tile_vnni(const int t, const in
                                                           float *y, int64_t ldy, int acc, float *scratch,
                                                           const float *dx, const float *sx, const uint8_t *pf)
 {
+    if (R % 2 == 0) {
+        tile_v512(t, R, C, w, rb, xq, xrb, n, y, ldy, acc, scratch, dx, sx, pf);
+        return;
+    }
     TILE_BODY(unpack_vnni, dot_vnni, finish_vnni)
 }
 #endif

@@ -487,6 +487,68 @@ static void test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_p
     free(xq);
 }
 
+/* The integer sums at the ends of their ranges, where the paths compute them differently (the 512-bit VNNI
+ * path moves the q4_0 and q8_0 offsets into a correction term): weight bytes of -128 and 127 (q8_0), nibbles 0
+ * and 15, against x quants of -127 and 127, give every path the generic path's bits, which equal the exact sum
+ * (powers of two for d, so every float step is exact). Rows: 8 (two row pairs of the 4-row tile) + 1. */
+static void test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_path(void **state)
+{
+    (void)state;
+    enum { N = 64, NO = 9, B = 3 };
+    const size_t xrb = krn_x8_row_bytes(N);
+    static uint8_t xq[B * 128];
+    static float y[B * NO];
+    assert_true(xrb <= 128);
+    memset(xq, 0, sizeof xq);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < N; i++) {
+            ((int8_t *)xq)[b * xrb + i] = (int8_t)((i + b) % 3 == 0 ? -127 : 127);
+            const float ds[2] = {0.5f, 0.0f}; /* s = d * sum q is only read for q4_1 */
+            if (i % 32 == 0)
+                memcpy(xq + b * xrb + N + 8 * (i / 32), ds, sizeof ds);
+        }
+    const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
+    int checked = 0;
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        const size_t rb = krn_row_bytes(t, N), bb = rb / (N / 32), qo = t == KRN_Q4_1 ? 4 : 2;
+        uint8_t *w = calloc(NO, rb);
+        assert_non_null(w);
+        for (int o = 0; o < NO; o++)
+            for (int j = 0; j < N / 32; j++) {
+                uint8_t *blk = w + o * rb + j * bb;
+                blk[0] = 0x00, blk[1] = 0x3C; /* d = 1.0 (f16) */
+                if (t == KRN_Q4_1)
+                    blk[2] = 0x00, blk[3] = 0x00; /* m = 0 */
+                for (size_t i = 0; i < bb - qo; i++)
+                    blk[qo + i] = t == KRN_Q8_0 ? (uint8_t)((i + o) % 2 ? 0x80 : 0x7F)  /* -128, 127 */
+                                                : (uint8_t)((i + o) % 2 ? 0x0F : 0xF0); /* nibbles 15/0, 0/15 */
+            }
+        for (int p = 0; p < KRN_X8_PATH_COUNT; p++) {
+            if (!krn_x8_path_available(p))
+                continue;
+            assert_int_equal(krn_x8_gemm_path(p, t, w, rb, NO, xq, B, N, y, NO, 0), 0);
+            for (int b = 0; b < B; b++)
+                for (int o = 0; o < NO; o++) {
+                    double want = 0.0;
+                    for (int i = 0; i < N; i++) {
+                        const uint8_t *q = w + o * rb + (i / 32) * bb + qo;
+                        const int e = i % 32;
+                        const int wi = t == KRN_Q8_0 ? ((const int8_t *)q)[e]
+                                                     : (e < 16 ? q[e] & 0xF : q[e - 16] >> 4) - (t == KRN_Q4_0 ? 8 : 0);
+                        want += (double)wi * ((const int8_t *)xq)[b * xrb + i] * 0.5;
+                    }
+                    if (y[b * NO + o] != (float)want)
+                        fail_msg("%s path %d: y[%d][%d] = %g, the exact sum %g", krn_type_name(t), p, b, o,
+                                 y[b * NO + o], want);
+                    checked++;
+                }
+        }
+        free(w);
+    }
+    assert_true(checked >= 3 * B * NO * 2); /* the generic path and at least one SIMD path on x86 */
+}
+
 typedef struct dot_job {
     const void *row;
     const float *x;
@@ -542,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
         cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
         cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
+        cmocka_unit_test(test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_path),
         cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

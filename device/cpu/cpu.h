@@ -126,6 +126,7 @@ typedef struct cpu_stream {
     pthread_cond_t cv_work, cv_done;
     cpu_op *head, *tail;
     uint64_t enq, done;
+    uint64_t wake_at;             /* the smallest `done` a cpu_stream_sync waits for; UINT64_MAX: none waits */
     int stop;
     dev_err err;                  /* sticky: first failure */
     uint32_t slot;                /* clock slot */

@@ -131,8 +131,10 @@ static int submit(cpu_stream *s, cpu_op *op, const cpu_mark *join, cpu_mark *rec
         s->head = op;
     s->tail = op;
     s->enq++;
-    pthread_cond_signal(&s->cv_work); /* handoff to the worker: ordered by s->lock */
     pthread_mutex_unlock(&s->lock);
+    /* handoff to the worker: the op is in the queue (ordered by s->lock); the wake-up comes after the unlock, so
+     * a worker sharing the host's core does not wake only to block on the lock the host still holds */
+    pthread_cond_signal(&s->cv_work);
     return 0;
 }
 
@@ -328,8 +330,14 @@ static void *worker(void *arg)
         if (e.code)
             stream_fail__(s, e.code, e.msg);
         s->done++;
-        pthread_cond_broadcast(&s->cv_done); /* handoff to stream_sync: ordered by s->lock */
+        const int wake = s->done >= s->wake_at; /* a waiter's op is done: wake them, not on every op */
+        if (wake)
+            s->wake_at = UINT64_MAX; /* the waiters still short of their target set it again */
         pthread_mutex_unlock(&s->lock);
+        /* handoff to stream_sync: `done` is ordered by s->lock; the wake-up after the unlock, so a waiter sharing
+         * this core does not wake only to block on the lock */
+        if (wake)
+            pthread_cond_broadcast(&s->cv_done);
     }
     return NULL;
 }
@@ -361,6 +369,7 @@ dev_stream *cpu_stream_create(dev_device *d, const char *name, dev_err *err)
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
+    s->wake_at = UINT64_MAX;
     if (pthread_create(&s->th, NULL, worker, s)) {
         dev_err_set(err, MEMRA_E_DEVICE, "dev_stream_create on %s: pthread_create failed", d->name);
         pthread_mutex_lock(&p->vc_lock);
@@ -381,8 +390,11 @@ int cpu_stream_sync(dev_stream *bs, dev_err *err)
     cpu_platform *p = cpu_plat(bs->dev->plat);
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->enq;
-    while (s->done < target)
+    while (s->done < target) {
+        if (target < s->wake_at)
+            s->wake_at = target; /* the worker wakes the waiters once done reaches it */
         pthread_cond_wait(&s->cv_done, &s->lock);
+    }
     int code = s->err.code;
     if (code)
         dev_err_set(err, code, "%s", s->err.msg);

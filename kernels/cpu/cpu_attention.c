@@ -1,5 +1,7 @@
-/* CPU causal GQA attention over a KV cache (f32, f16 or bf16 elements). No shared state. */
+/* CPU causal GQA attention over a KV cache (f32, f16 or bf16 elements). Shared state: att_avx2's probe result
+ * (a relaxed atomic, written once per value). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/krn_cpu.h"
@@ -7,6 +9,8 @@
 
 #define ATT_STACK_POS 4096 /* scores on the stack up to this many (group x positions) */
 #define ATT_TILE 256       /* positions of a 16-bit cache widened at a time */
+#define ATT_CHAINS 8       /* positions whose scores are summed side by side */
+#define ATT_OUT 16         /* output dims accumulated in registers over the positions */
 
 /* Keys or values t = 0..n_t-1 of one kv head, as f32 rows at base + t * stride: the cache itself (f32:
  * stride kv_dim), or (16-bit) the rows widened once into buf (stride head_dim, exact: the dequant row
@@ -23,6 +27,38 @@ static const float *kv_rows(const void *cache, int type, size_t off, int n_t, in
     *stride = (size_t)hd;
     return buf;
 }
+
+#if defined(__x86_64__)
+#define ATT_WIDE 64 /* output dims per pass of att_pv_wide */
+/* o[0..63] += p[t] * v[t * vs + 0..63] for t = 0..nt-1 in order: the scalar loop's product then sum per element
+ * (no FMA: the build has no contraction), 64 sums in 8 AVX2 registers across the positions. */
+static __attribute__((target("avx2"))) void att_pv_wide(float *o, const float *p, const float *v, size_t vs, int nt)
+{
+    float acc[ATT_WIDE];
+    for (int i = 0; i < ATT_WIDE; i++)
+        acc[i] = o[i];
+    for (int t = 0; t < nt; t++) {
+        const float *vt = v + (size_t)t * vs, pt = p[t];
+        _Pragma("GCC unroll 8") for (int i = 0; i < ATT_WIDE; i++)
+            acc[i] += pt * vt[i];
+    }
+    for (int i = 0; i < ATT_WIDE; i++)
+        o[i] = acc[i];
+}
+
+/* The CPU has AVX2: probed at first use; threads racing to it store the same value (relaxed atomic). */
+static int att_avx2(void)
+{
+    static atomic_int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx2") ? 1 : 0;
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
+#endif
 
 /* For each row b, query head h (kv head h / (n_head / n_head_kv)), over t = 0..pos[b] of sequence seq[b]:
  *   s_t = q . k_t / sqrt(head_dim)      (f32, dims in order)
@@ -48,14 +84,29 @@ static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float 
             size_t ks;
             const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
                                       hd, tbuf, &ks);
-            for (int j = 0; j < group; j++)
-                for (int t = 0; t < nt; t++) {
-                    const float *q = qg + (size_t)j * hd, *k = kg + (size_t)t * ks;
+            for (int j = 0; j < group; j++) {
+                const float *q = qg + (size_t)j * hd;
+                float *sj = sc + (size_t)j * n_t + t0;
+                int t = 0;
+                /* ATT_CHAINS positions at once: independent sums, each still over dims in order (the same
+                 * bits as one at a time), so the adds overlap instead of waiting on each other */
+                for (; t + ATT_CHAINS <= nt; t += ATT_CHAINS) {
+                    float d[ATT_CHAINS] = {0.0f};
+                    const float *k = kg + (size_t)t * ks;
+                    for (int i = 0; i < hd; i++)
+                        for (int u = 0; u < ATT_CHAINS; u++)
+                            d[u] += q[i] * k[(size_t)u * ks + i];
+                    for (int u = 0; u < ATT_CHAINS; u++)
+                        sj[t + u] = d[u] * scale;
+                }
+                for (; t < nt; t++) {
+                    const float *k = kg + (size_t)t * ks;
                     float d = 0.0f;
                     for (int i = 0; i < hd; i++)
                         d += q[i] * k[i];
-                    sc[(size_t)j * n_t + t0 + t] = d * scale;
+                    sj[t] = d * scale;
                 }
+            }
         }
         for (int j = 0; j < group; j++) { /* p_t = exp(s_t - max), unnormalized; o = 0 */
             float *s = sc + (size_t)j * n_t, mx = -INFINITY;
@@ -75,9 +126,29 @@ static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float 
             for (int j = 0; j < group; j++) {
                 const float *p = sc + (size_t)j * n_t + t0;
                 float *o = og + (size_t)j * hd;
+                int i0 = 0;
+#if defined(__x86_64__)
+                if (att_avx2()) /* 64 dims per pass over the positions: a V row's lines read together */
+                    for (; i0 + ATT_WIDE <= hd; i0 += ATT_WIDE)
+                        att_pv_wide(o + i0, p, vg + i0, vs, nt);
+#endif
+                /* ATT_OUT dims at a time held in registers across the positions (each dim's sum still runs
+                 * over t in order: the bits of one dim at a time) */
+                for (; i0 + ATT_OUT <= hd; i0 += ATT_OUT) {
+                    float acc[ATT_OUT];
+                    for (int i = 0; i < ATT_OUT; i++)
+                        acc[i] = o[i0 + i];
+                    for (int t = 0; t < nt; t++) {
+                        const float *v = vg + (size_t)t * vs + i0;
+                        for (int i = 0; i < ATT_OUT; i++)
+                            acc[i] += p[t] * v[i];
+                    }
+                    for (int i = 0; i < ATT_OUT; i++)
+                        o[i0 + i] = acc[i];
+                }
                 for (int t = 0; t < nt; t++) {
                     const float *v = vg + (size_t)t * vs;
-                    for (int i = 0; i < hd; i++)
+                    for (int i = i0; i < hd; i++)
                         o[i] += p[t] * v[i];
                 }
             }
