@@ -7,8 +7,8 @@
  *  - per block the eight exact integer partial sums p_l = sum of w_i * q_i over i = 4l .. 4l+3 (w: q4_0
  *    nibble - 8, q4_1 nibble, q8_0 the int8), element i of a block in GGUF order (nibble i < 16: low nibble of
  *    byte i; else high nibble of byte i - 16);
- *  - sc_j = dw_j * dx_j (a rounded f32 product), then lane l: acc_l = acc_l + (float)p_l * sc_j (a rounded
- *    product, then a rounded sum; blocks in increasing j; the build has no FP contraction);
+ *  - sc_j = dw_j * dx_j (a rounded f32 product), then lane l: acc_l = fma((float)p_l, sc_j, acc_l) (one
+ *    fused multiply-add, one rounding: C's fmaf, the vector FMA instructions; blocks in increasing j);
  *  - the lanes folded for s = 4, 2, 1: acc_l += acc_{l+s}; main = acc_0;
  *  - q4_1 only: m lanes k = j % 8: m_k = m_k + mw_j * sx_j, folded the same way; result = main + m_0.
  *  - acc = 1: y = y + result (the bits of a plain matmul then krn_cpu_add).
@@ -24,6 +24,7 @@
 #include "kernels/quant_impl.h"
 #include "kernels/quant_batch.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,7 @@ static AI void tile_generic(const int t, const int R, const int C, const uint8_t
                                                      : (i < 16 ? qw[i] & 0xF : qw[i - 16] >> 4) - (t == KRN_Q4_0 ? 8 : 0);
                         p += wi * q[32 * j + i];
                     }
-                    lane[l] = lane[l] + (float)p * s[j];
+                    lane[l] = fmaf((float)p, s[j], lane[l]);
                 }
             }
             for (int k = 4; k >= 1; k >>= 1)
@@ -136,8 +137,8 @@ static AI void tile_generic(const int t, const int R, const int C, const uint8_t
 
 /* ---- AVX2 (maddubs + madd) and VNNI (dpbusd) paths: one body, two integer dot primitives ---- */
 #if defined(__x86_64__)
-#define TGT_AVX2 "avx2,f16c"
-#define TGT_VNNI "avx2,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
+#define TGT_AVX2 "avx2,fma,f16c"
+#define TGT_VNNI "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
 
 /* The weight block's bytes as u (unsigned, the maddubs/dpbusd first operand) and, for signed types, its sign. */
 #define UNPACK_BODY                                                                                            \
@@ -267,7 +268,7 @@ static AI __attribute__((target(TGT_VNNI))) __m256i dot_vnni(__m256i u, __m256i 
             _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                              \
                 const __m256i p = DOT(u[r], t == KRN_Q4_1 ? xv : _mm256_sign_epi8(xv, sg[r]));                 \
                 const __m256 s = _mm256_broadcast_ss(sc + (size_t)(r * C + c) * nb + j);                       \
-                a[r][c] = _mm256_add_ps(a[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), s));                     \
+                a[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r][c]);                                 \
             }                                                                                                  \
         }                                                                                                      \
     }                                                                                                          \
@@ -355,7 +356,7 @@ static AI __attribute__((target(TGT_V512))) void tile_v512(const int t, const in
                 else
                     q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p], xv);
                 const __m512 sv = _mm512_mul_ps(dv[p], xd); /* sc_j = dw_j * dx_j, lane by lane */
-                a[p][c] = _mm512_add_ps(a[p][c], _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv));
+                a[p][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sv, a[p][c]);
             }
         }
     }
@@ -460,10 +461,11 @@ int krn_x8_path_available(int p)
     __builtin_cpu_init();
     unsigned a, b, c, d;
     const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    const int fma = __builtin_cpu_supports("fma");
     if (p == KRN_X8_AVX2)
-        return __builtin_cpu_supports("avx2") && f16c ? 1 : 0;
+        return __builtin_cpu_supports("avx2") && fma && f16c ? 1 : 0;
     if (p == KRN_X8_VNNI)
-        return __builtin_cpu_supports("avx2") && f16c && __builtin_cpu_supports("avx512f") &&
+        return __builtin_cpu_supports("avx2") && fma && f16c && __builtin_cpu_supports("avx512f") &&
                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vnni")
                    ? 1
