@@ -73,8 +73,6 @@ static int model_sum(const char *path, uint64_t *bytes, uint64_t *sum, dev_err *
     return 0;
 }
 
-static uint64_t now_ns(void) { return pp_now_ns(); }
-
 int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p, dev_err *err)
 {
     const int P = bnd_mpi_size(), self = bnd_mpi_rank();
@@ -152,7 +150,7 @@ int pp_rank_announce(act_pp *rt, const char *model_path, const act_pp_params *p,
  * ended by rank 0's exit). Bounded by PP_READY_NS (the peer may still be loading the model). */
 static int pick_wait(pp_rank *rk, int from, int tag, void *buf, size_t cap, const char *what, dev_err *err)
 {
-    const uint64_t until = now_ns() + PP_READY_NS;
+    const uint64_t until = pp_now_ns() + PP_READY_NS;
     for (;;) {
         int src, got;
         size_t n = 0;
@@ -173,7 +171,7 @@ static int pick_wait(pp_rank *rk, int from, int tag, void *buf, size_t cap, cons
         }
         if (got < 0)
             return got;
-        if (now_ns() >= until)
+        if (pp_now_ns() >= until)
             return dev_err_set(err, MEMRA_E_DEVICE, "rank %d: no %s from rank %d within %.0f s", rk->self, what, from,
                                (double)PP_READY_NS / 1e9);
         struct timespec nap = {0, 1000000};
@@ -327,7 +325,7 @@ int pp_rank_start(act_pp *rt, dev_err *err)
         }
     if (rk->self != 0)
         return 0; /* the serve loop sends READY, then starts the transport */
-    const uint64_t until = now_ns() + PP_READY_NS;
+    const uint64_t until = pp_now_ns() + PP_READY_NS;
     int ready[256] = {0}, r = 0, n_ready = 0;
     while (n_ready < rk->P - 1 && r == 0) { /* every rank's answer, from any rank: the first refusal is the error
                                              * (a rank waiting on a peer that refused never answers) */
@@ -335,7 +333,7 @@ int pp_rank_start(act_pp *rt, dev_err *err)
         size_t n;
         pp_wire_ready rd = {0};
         if ((got = bnd_mpi_probe(-1, BND_TAG_READY, &src, &n, err)) == 0) {
-            if (now_ns() >= until) {
+            if (pp_now_ns() >= until) {
                 int q = 1;
                 while (q < rk->P && ready[q])
                     q++;
@@ -360,7 +358,7 @@ int pp_rank_start(act_pp *rt, dev_err *err)
                 bnd_mpi_send(q, BND_TAG_DESTROY, "bye", 4, NULL);
         return r;
     }
-    const uint64_t t = now_ns();
+    const uint64_t t = pp_now_ns();
     for (int q = 0; q < rk->P && q < 256; q++)
         rk->heard[q] = t;
     rk->last_beat = t;
@@ -525,7 +523,7 @@ static int serve_one(dev_platform *plat, const pp_wire_create *c, dev_err *err)
         return r ? r : rs;
     }
     pp_rank *rk = rt->rank;
-    const uint64_t t = now_ns();
+    const uint64_t t = pp_now_ns();
     for (int q = 0; q < rk->P && q < 256; q++)
         rk->heard[q] = t;
     rk->last_beat = t;

@@ -35,8 +35,6 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t now_ns(void) { return pp_now_ns(); }
-
 static void over(pp_rank *rk, int status, const dev_err *e)
 {
     pthread_mutex_lock(&rk->lock);
@@ -277,13 +275,14 @@ static int step_in(pp_rank *rk, size_t n)
     rec->tokens = arr; /* read by stage 0 only, which is rank 0's */
     rec->seq = arr + h.B;
     rec->pos = arr + 2 * h.B;
-    if (h.k >= 0 && rk->in_nccl) { /* [header | pos | seq]: the frame itself comes by the stage's ncclRecv */
-        memcpy(rec->pos, (const char *)rk->rx + sizeof h, rows);
-        memcpy(rec->seq, (const char *)rk->rx + sizeof h + rows, rows);
-    } else if (h.k >= 0) { /* the frame's [x | pos | seq]: the record's positions and sequences (pp_keys, the head) */
-        const char *pl = (const char *)rk->rx + BND_MPI_HDR + (size_t)h.B * (size_t)rt->n_embd * sizeof(float);
-        memcpy(rec->pos, pl, (size_t)h.B * sizeof(int32_t));
-        memcpy(rec->seq, pl + (size_t)h.B * sizeof(int32_t), (size_t)h.B * sizeof(int32_t));
+    if (h.k >= 0) { /* the record's positions and sequences (pp_keys, the head): BND_NCCL [header | pos | seq]
+                     * (the frame itself comes by the stage's ncclRecv), BND_MPI the frame's [x | pos | seq] */
+        const size_t at = rk->in_nccl ? sizeof h : BND_MPI_HDR + (size_t)h.B * (size_t)rt->n_embd * sizeof(float);
+        const char *pl = (const char *)rk->rx + at;
+        memcpy(rec->pos, pl, rows);
+        memcpy(rec->seq, pl + rows, rows);
+    }
+    if (h.k >= 0 && !rk->in_nccl) {
         /* the slot is named by the header inside the message (one tag keeps the steps in order), so the bytes
          * land in rx first: one host copy of the frame per hop. The slot's ready mark: the receive completed;
          * the TOKEN below orders the stage's copy after it */
@@ -369,7 +368,7 @@ static int poll_once(pp_rank *rk)
     act_pp *rt = rk->rt;
     int moved = pump_out(rk), r, src;
     size_t n;
-    const uint64_t now = now_ns();
+    const uint64_t now = pp_now_ns();
     for (int k = 0; rk->out && k < bnd_slots(rk->out); k++) { /* producer: credit arrived and our send is done */
         if (!rk->credit_in[k])
             continue;
@@ -542,8 +541,8 @@ int pp_rank_tp_handle(act_actor *a, act_msg *m, void *ctx)
         for (int q = 1; q < rk->P && !rk->dead; q++)
             if (small_send(rk, q, BND_TAG_DESTROY, "bye", 4, &rk->err) != 0)
                 die(rk);
-        const uint64_t until = now_ns() + 2000000000ull; /* bounded: a dead peer never takes them */
-        while (!rk->dead && rk->n_small > 0 && now_ns() < until) {
+        const uint64_t until = pp_now_ns() + 2000000000ull; /* bounded: a dead peer never takes them */
+        while (!rk->dead && rk->n_small > 0 && pp_now_ns() < until) {
             poll_once(rk);
             struct timespec nap = {0, 100000};
             nanosleep(&nap, NULL);

@@ -4,9 +4,10 @@
  *   ev_tx[k]  recorded on the producer's stream after it wrote slot k    (consumer waits it before reading)
  *   ev_rx[k]  recorded on the consumer's stream after it copied slot k out (producer waits it before writing)
  * Transport per boundary: a d2d copy when both stages share a device, a peer copy (cudaMemcpyPeerAsync)
- * across devices; between processes BND_MPI (host-staged) or BND_NCCL (below). The device events make a hop safe; the HOST credit protocol (actors/, docs/architecture.md "Credits") makes
- * sure the consumer's ev_rx[k] record is enqueued before the producer enqueues its wait on it — without the
- * credit the producer's wait could bind to an older record and overrun the slot.
+ * across devices; between processes BND_MPI (host-staged) or BND_NCCL (below). The device events make a hop safe;
+ * the HOST credit protocol (actors/, docs/architecture.md "Credits") makes sure the consumer's ev_rx[k] record is
+ * enqueued before the producer enqueues its wait on it — without the credit the producer's wait could bind to an
+ * older record and overrun the slot.
  * Threads: bnd_send_async / bnd_next_slot are called only by the producer stage's actor, bnd_recv_async only
  * by the consumer stage's actor; create/destroy by the runtime when no stage runs. */
 #ifndef BND_BOUNDARY_H
