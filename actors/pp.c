@@ -295,11 +295,11 @@ act_pp *act_pp_create(dev_platform *plat, const char *model_path, const act_pp_p
         goto fail;
     double *wcost = NULL; /* MEMRA_PP_SPLITS=weights: what each layer and the head cost per step */
     if (rt->cfg.balance && rt->cfg.stages >= 2) {
-        const int cuda = dev_platform_kind(plat) == DEV_KIND_CUDA;
+        const int model = krn_cost_model(plat); /* the CPU's matmul mode is set before the runtime is created */
         if (!(wcost = malloc((size_t)(n_layer + 1) * sizeof *wcost)))
             goto nomem;
-        int r = p.synth ? mdl_synth_weight_cost(p.synth, cuda, wcost, n_layer + 1, err)
-                        : mdl_model_peek_weight_cost(model_path, cuda, wcost, n_layer + 1, err);
+        int r = p.synth ? mdl_synth_weight_cost(p.synth, model, wcost, n_layer + 1, err)
+                        : mdl_model_peek_weight_cost(model_path, model, wcost, n_layer + 1, err);
         if (r < 0) {
             free(wcost);
             goto fail;

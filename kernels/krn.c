@@ -60,13 +60,34 @@ static double cpu_dot_ns(int type)
     }
 }
 
-double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda)
+/* The fast mode's ns per element (memra-bench cpu-kernels, B = 1, weights streamed; docs/bench/cpu.md "Rows of 8"),
+ * scaled to the exact table's units through the f32 rows both modes share. */
+static double cpu_x8_ns(int type)
+{
+    switch (type) {
+    case KRN_Q8_0: return 0.125;
+    case KRN_Q4_0: return 0.060;
+    case KRN_Q4_1: return 0.062;
+    default: return cpu_dot_ns(type);
+    }
+}
+
+double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int model)
 {
     if (!krn_type_supported(type) || n_out < 0 || n_in < 0)
         return 0.0;
-    if (cuda)
+    if (model == KRN_COST_CUDA)
         return (double)n_out * (double)krn_row_bytes(type, n_in);
-    return (double)n_out * (double)n_in * cpu_dot_ns(type);
+    if (model != KRN_COST_CPU && model != KRN_COST_CPU_X8)
+        return 0.0;
+    return (double)n_out * (double)n_in * (model == KRN_COST_CPU_X8 ? cpu_x8_ns(type) : cpu_dot_ns(type));
+}
+
+int krn_cost_model(const dev_platform *p)
+{
+    return dev_platform_kind(p) == DEV_KIND_CUDA ? KRN_COST_CUDA
+           : dev_platform_matmul_x8(p)           ? KRN_COST_CPU_X8
+                                                 : KRN_COST_CPU;
 }
 
 int krn_act_type_ok(int type) { return type == KRN_F32 || type == KRN_F16 || type == KRN_BF16; }
@@ -188,6 +209,34 @@ int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
     int rc = dev_launch_cpu_async(s, "repack", run_repack, &a, sizeof a, acc, 2);
     if (!rc)
         dst->layout = KRN_LAYOUT_PLANES;
+    return rc;
+}
+
+typedef struct rows8_args { int type, n_out, n_in; const void *src; void *dst; } rows8_args;
+static void run_rows8(void *p)
+{
+    const rows8_args *a = p;
+    const size_t rb = krn_row_bytes(a->type, a->n_in);
+    for (int o = 0; o < a->n_out; o += 8)
+        krn_rows8_pack_group(a->type, a->n_in, (const uint8_t *)a->src + (size_t)o * rb, 8, rb,
+                             (uint8_t *)a->dst + (size_t)o * rb);
+}
+
+int krn_repack_rows8_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
+{
+    if (!s || !dst || !src || !dst->data || !src->data || dst->data == src->data || dst->type != src->type ||
+        dst->n_out != src->n_out || dst->n_in != src->n_in || src->layout != KRN_LAYOUT_BLOCKS ||
+        !krn_rows8_supported(src->type, src->n_out, src->n_in))
+        return MEMRA_E_INVAL;
+    if (on_cuda(s))
+        return MEMRA_E_UNSUPPORTED;
+    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
+    rows8_args a = { src->type, src->n_out, src->n_in, src->data, (void *)dst->data };
+    dev_access acc[2] = { { .ptr = src->data, .bytes = bytes, .mode = DEV_READ },
+                          { .ptr = dst->data, .bytes = bytes, .mode = DEV_WRITE } };
+    int rc = dev_launch_cpu_async(s, "repack_rows8", run_rows8, &a, sizeof a, acc, 2);
+    if (!rc)
+        dst->layout = KRN_LAYOUT_ROWS8;
     return rc;
 }
 

@@ -28,6 +28,15 @@
  * 16m + 4f + i, so masking one word of each plane gives 4 consecutive elements' bytes (the same bits as
  * GGUF's ql, qh, moved). */
 #define KRN_LAYOUT_PLANES 1
+/* Rows of 8 (q4_0, q4_1, q8_0 only, n_out a multiple of 8; the CPU fast mode's format, built by
+ * krn_repack_rows8_async where MEMRA_CPU_X8 and MEMRA_CPU_REPACK are on): rows 8g .. 8g+7 form group g at
+ * byte 8g * krn_row_bytes(type, n_in); a group is its n_in / 32 blocks in order, block j of the group (8 GGUF
+ * blocks' bytes, at j * 8 * block bytes) holding the 8 rows' fp16 d (row r at byte 2r), q4_1 the 8 fp16 m
+ * next, then the quants as 32-byte chunks in which dword r is row r's: chunk k (q4: k < 4) holds GGUF quant
+ * bytes 4k .. 4k+3 of each row (elements 4k+i in the low nibbles, 16+4k+i in the high ones), q8_0 chunk k (k <
+ * 8) its int8 elements 4k .. 4k+3. One 32-byte load gives 4 elements of 8 rows, so an int8 product of 4 x
+ * elements lands in the row's own lane: no horizontal sums. Same total bytes as the GGUF tensor. */
+#define KRN_LAYOUT_ROWS8 2
 
 /* A weight matrix W (n_out, n_in) of type `type`, living in device memory. BLOCKS: row-major (each of
  * n_out rows is krn_row_bytes(type,n_in) bytes). A 1-D f32 vector (norm weight, bias) uses type KRN_F32,
@@ -36,15 +45,22 @@ typedef struct krn_weight {
     int type;         /* krn_type */
     int n_out, n_in;  /* rows, elements per row */
     const void *data; /* device pointer */
-    int layout;       /* KRN_LAYOUT_BLOCKS (0, GGUF) or KRN_LAYOUT_PLANES */
+    int layout;       /* KRN_LAYOUT_BLOCKS (0, GGUF), KRN_LAYOUT_PLANES or KRN_LAYOUT_ROWS8 */
 } krn_weight;
 
 /* What one decode step spends reading a (n_out, n_in) weight of `type` on a backend, for balancing pipeline
- * stages (MEMRA_PP_SPLITS=weights). cuda = 1: its bytes (decode streams every weight once; bandwidth-bound).
- * cuda = 0: n_out * n_in times the CPU dot's nanoseconds per element of that type (a fixed table measured
- * with krn_dot_row on the reference machine, kernels/krn.c: the CPU is bound by dequantizing and
- * multiplying, where a q8_0 byte is cheaper than a q4_1 byte). 0 for an unsupported type. */
-double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int cuda);
+ * stages (MEMRA_PP_SPLITS=weights), under a cost model:
+ *  - KRN_COST_CUDA: its bytes (decode streams every weight once; bandwidth-bound);
+ *  - KRN_COST_CPU: n_out * n_in times the exact CPU dot's nanoseconds per element of that type (a fixed table
+ *    measured with krn_dot_row on the reference machine, kernels/krn.c: the CPU is bound by dequantizing and
+ *    multiplying, where a q8_0 byte is cheaper than a q4_1 byte);
+ *  - KRN_COST_CPU_X8: the same for the fast mode, whose int8 GEMM (rows of 8) makes a q4 element cheaper than a
+ *    q8_0 one; types it does not multiply keep the exact dot's time.
+ * 0 for an unsupported type or model. */
+enum { KRN_COST_CPU = 0, KRN_COST_CUDA = 1, KRN_COST_CPU_X8 = 2 };
+double krn_weight_cost(int type, int64_t n_out, int64_t n_in, int model);
+/* The cost model of a platform: CUDA, or the CPU in its matmul mode (dev_platform_matmul_x8). */
+int krn_cost_model(const dev_platform *p);
 
 /* ---- planar layout helpers (pure C, kernels/repack.c; host code and tests) ---- */
 /* 1 when type has a planar layout (q8_0, q4_0, q4_1, q4_K, q6_K). */
@@ -60,9 +76,17 @@ size_t krn_planes_scale_bytes(int type);
  * Host memory. Exact byte permutations: unpack(repack(x)) == x. O(bytes). */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes);
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks);
+/* ---- rows of 8 (KRN_LAYOUT_ROWS8; pure C, kernels/repack.c) ---- */
+/* 1 when a (n_out, n_in) weight of type can take the layout: q4_0, q4_1, q8_0, n_out % 8 == 0, n_in % 32 == 0. */
+int krn_rows8_supported(int type, int64_t n_out, int64_t n_in);
+/* One group: rows[0 .. nr) (GGUF blocks, row r at r * rb, nr in 1..8, rb = krn_row_bytes(type, n_in)) -> the
+ * group's 8 * rb bytes at dst; missing rows (nr < 8) are zero bytes (d = 0). And back: the group at src -> its
+ * first nr rows. Exact byte permutations. */
+void krn_rows8_pack_group(int type, int64_t n_in, const uint8_t *rows, int nr, size_t rb, uint8_t *dst);
+void krn_rows8_unpack_group(int type, int64_t n_in, const uint8_t *src, int nr, size_t rb, uint8_t *rows);
 /* Whether W's layout can be read by the matmul of a backend (cuda = 1: CUDA, 0: CPU): 0, or MEMRA_E_INVAL
  * with a message naming the layout and what is allowed (PLANES is a CUDA decode format; its type must be
- * q8_0, q4_0, q4_1, q4_K or q6_K). err may be NULL. */
+ * q8_0, q4_0, q4_1, q4_K or q6_K; ROWS8 a CPU one, krn_rows8_supported). err may be NULL. */
 int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
 
 /* dst (planes) = src (GGUF blocks), enqueued on s, whose device must own both buffers (distinct,
@@ -70,6 +94,11 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err);
  * success dst->layout is set to KRN_LAYOUT_PLANES at once (the bytes are there when s reaches this op).
  * CUDA: one kernel; CPU: krn_repack_host on the stream. Returns 0 or MEMRA_E_INVAL. */
 int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
+/* dst (rows of 8) = src (GGUF blocks) on s, a CPU stream whose device owns both buffers (distinct, same
+ * bytes); krn_rows8_supported(type, n_out, n_in) and src->layout BLOCKS, else MEMRA_E_INVAL (MEMRA_E_UNSUPPORTED
+ * on a CUDA stream). On success dst->layout is KRN_LAYOUT_ROWS8 at once (the bytes are there when s reaches
+ * this op). */
+int krn_repack_rows8_async(dev_stream *s, krn_weight *dst, const krn_weight *src);
 
 /* ---- activation types (MEMRA_ACT_TYPE) ----
  * The rows a matmul reads (the normed x, the attention output, swiglu's h) may be stored as KRN_F32 (0),

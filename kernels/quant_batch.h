@@ -14,25 +14,26 @@ void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int 
 
 /* ---- the fast mode (MEMRA_CPU_X8): weight rows against x quantized to int8 blocks (kernels/x8_gemm.c) ----
  * x8 rows: krn_x8_row_bytes(n) bytes each, from krn_x8_quantize_host (kernels/krn.h). The result of a (weight
- * row, x row) pair is defined in kernels/x8_gemm.c: exact integer products per 4 elements, then a fixed float
- * order; every path and every tiling gives the same bits, and a row's result does not depend on B. Not the
+ * row, x row) pair is defined in kernels/x8_gemm.c: exact integer sums per 32-element block, then a fixed float
+ * order; every path, layout and tiling gives the same bits, and a row's result does not depend on B. Not the
  * exact mode's bits: x is rounded to 8 bits per 32-block (within half an x quantum per element). */
 
-/* The x8 kernels' paths: portable C, AVX2 (+F16C; maddubs + madd), AVX-512 VNNI (dpbusd on 512-bit vectors
- * holding two weight rows; 256-bit for a lone row). */
+/* The x8 kernels' paths: portable C, AVX2 (+F16C, FMA; maddubs), AVX-512 VNNI (dpbusd on 256-bit vectors). */
 enum { KRN_X8_GENERIC = 0, KRN_X8_AVX2 = 1, KRN_X8_VNNI = 2, KRN_X8_PATH_COUNT = 3 };
 int krn_x8_path(void);              /* the best path this CPU runs (picked once, at first use) */
 int krn_x8_path_available(int p);   /* 1 when path p can run on this CPU */
 int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0: the weight types the fast mode multiplies */
 
 /* y (B, n_out) with row stride ldy: y[b * ldy + o] = (acc ? y[b * ldy + o] + : ) dot(W row o, x8 row b), W
- * (n_out, n) of type t, rows row_bytes apart. Tiles of 4 weight rows x 4 x rows: each weight block is
- * unpacked once per 4 x rows (then 2, then 1 for the last rows). Returns 0, or -1 (y untouched) for another type, n % 32 != 0, n_out or B <= 0,
- * or no memory for the tile's scales (a few KiB). The _path form runs path p (available, see above). */
-int krn_x8_gemm(int t, const void *w, size_t row_bytes, int n_out, const void *xq, int B, int64_t n, float *y,
-                int64_t ldy, int acc);
-int krn_x8_gemm_path(int p, int t, const void *w, size_t row_bytes, int n_out, const void *xq, int B, int64_t n,
-                     float *y, int64_t ldy, int acc);
+ * (n_out, n) of type t in `layout` (KRN_LAYOUT_BLOCKS: rows row_bytes apart; KRN_LAYOUT_ROWS8, kernels/krn.h),
+ * row_bytes = krn_row_bytes(t, n). Tiles of 8 weight rows x 4 x rows (then 3, 2, 1 for the last x rows); BLOCKS
+ * rows are packed into one group's buffer first. Returns 0, or -1 (y untouched) for another type or layout, a
+ * ROWS8 shape it does not take, n % 32 != 0, n_out or B <= 0, or no memory for the per-call scratch (12 bytes per
+ * x block, plus 8 rows' bytes for BLOCKS). The _path form runs path p (available, see above). */
+int krn_x8_gemm(int t, int layout, const void *w, size_t row_bytes, int n_out, const void *xq, int B, int64_t n,
+                float *y, int64_t ldy, int acc);
+int krn_x8_gemm_path(int p, int t, int layout, const void *w, size_t row_bytes, int n_out, const void *xq, int B,
+                     int64_t n, float *y, int64_t ldy, int acc);
 
 /* One weight row against one x8 row: the bits krn_x8_gemm gives for that pair; NAN for another type or
  * n % 32 != 0. The _path form runs x8 path p (KRN_X8_*, available). */

@@ -1,6 +1,6 @@
 /* The planar layout of q8_0 / q4_0 / q4_1 / q4_K / q6_K weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
- * host reference of the repack (GGUF blocks -> planes) and its inverse, and the layout check the op table
- * runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
+ * host reference of the repack (GGUF blocks -> planes) and its inverse, the CPU's rows of 8 (KRN_LAYOUT_ROWS8)
+ * group by group, and the layout check the op table runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
  * No shared state. */
 #include <string.h>
 
@@ -192,15 +192,74 @@ void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void
         }
 }
 
+int krn_rows8_supported(int type, int64_t n_out, int64_t n_in)
+{
+    return (type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q8_0) && n_out > 0 && n_out % 8 == 0 && n_in > 0 &&
+           n_in % 32 == 0;
+}
+
+/* Rows of 8: a GGUF block's d (and m) and quant bytes <-> block j of a group (kernels/krn.h). dir = 1 packs the
+ * 8 blocks at rows[r] into g, 0 unpacks g into them; quants move in dwords (4 bytes of one row per chunk). */
+static void rows8_block(int type, uint8_t *g, uint8_t *const rows[8], int nr, int dir)
+{
+    const int hb = type == KRN_Q4_1 ? 4 : 2, qb = type == KRN_Q8_0 ? 32 : 16; /* header, quant bytes per block */
+    for (int r = 0; r < 8; r++) {
+        uint8_t *b = r < nr ? rows[r] : NULL;
+        for (int h = 0; h < hb; h += 2) /* d at 2r, m at 16 + 2r */
+            if (dir)
+                b ? memcpy(g + 8 * h + 2 * r, b + h, 2) : memset(g + 8 * h + 2 * r, 0, 2);
+            else if (b)
+                memcpy(b + h, g + 8 * h + 2 * r, 2);
+        for (int k = 0; k < qb / 4; k++) {
+            uint8_t *c = g + 8 * hb + 32 * k + 4 * r;
+            if (dir)
+                b ? memcpy(c, b + hb + 4 * k, 4) : memset(c, 0, 4);
+            else if (b)
+                memcpy(b + hb + 4 * k, c, 4);
+        }
+    }
+}
+
+static void rows8_group(int type, int64_t n_in, uint8_t *g, uint8_t *rows, int nr, size_t rb, int dir)
+{
+    const size_t bb = krn_row_bytes(type, 32);
+    for (int64_t j = 0; j < n_in / 32; j++) {
+        uint8_t *at[8] = { 0 };
+        for (int r = 0; r < nr && r < 8; r++)
+            at[r] = rows + (size_t)r * rb + (size_t)j * bb;
+        rows8_block(type, g + (size_t)j * 8 * bb, at, nr, dir);
+    }
+}
+
+void krn_rows8_pack_group(int type, int64_t n_in, const uint8_t *rows, int nr, size_t rb, uint8_t *dst)
+{
+    rows8_group(type, n_in, dst, (uint8_t *)rows, nr, rb, 1); /* dir 1 only reads rows */
+}
+
+void krn_rows8_unpack_group(int type, int64_t n_in, const uint8_t *src, int nr, size_t rb, uint8_t *rows)
+{
+    rows8_group(type, n_in, (uint8_t *)src, rows, nr, rb, 0); /* dir 0 only reads the group */
+}
+
 int krn_layout_check(const krn_weight *W, int cuda, dev_err *err)
 {
     if (!W)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: W is NULL");
     if (W->layout == KRN_LAYOUT_BLOCKS)
         return 0;
+    if (W->layout == KRN_LAYOUT_ROWS8) {
+        if (cuda)
+            return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout rows8 is a CPU format; the CUDA kernels read "
+                                                   "blocks or planes");
+        if (!krn_rows8_supported(W->type, W->n_out, W->n_in))
+            return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout rows8 of a (%d, %d) %s weight (allowed: q4_0, "
+                               "q4_1, q8_0 with n_out %% 8 == 0 and n_in %% 32 == 0)", W->n_out, W->n_in,
+                               krn_type_name(W->type));
+        return 0;
+    }
     if (W->layout != KRN_LAYOUT_PLANES)
-        return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: weight layout %d unknown (allowed: %d blocks, %d planes)",
-                           W->layout, KRN_LAYOUT_BLOCKS, KRN_LAYOUT_PLANES);
+        return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: weight layout %d unknown (allowed: %d blocks, %d planes, "
+                           "%d rows8)", W->layout, KRN_LAYOUT_BLOCKS, KRN_LAYOUT_PLANES, KRN_LAYOUT_ROWS8);
     if (!cuda)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_matmul: layout planes is a CUDA decode format; the CPU kernels read GGUF blocks "

@@ -83,10 +83,10 @@ mdl_model *mdl_model_load(const char *path, const mdl_load_params *p, dev_err *e
 int mdl_model_peek_n_layer(const char *path, dev_err *err);
 /* What a decode step spends on each layer's and the head's weights, for a balanced pipeline cut
  * (MEMRA_PP_SPLITS=weights): cost[il] = krn_weight_cost of every blk.<il>. tensor, cost[n_layer] =
- * output_norm + the lm_head (output.weight, or token_embd.weight when tied); cuda picks the backend's model
- * (bytes on CUDA, CPU dot time on the CPU). cap = entries of cost (>= n_layer + 1). Returns n_layer, or a
+ * output_norm + the lm_head (output.weight, or token_embd.weight when tied); model is a krn_weight_cost cost
+ * model (KRN_COST_*: bytes on CUDA, the CPU matmul's time per element in its mode). cap = entries of cost (>= n_layer + 1). Returns n_layer, or a
  * MEMRA_E_* code + err (MEMRA_E_INVAL when cap is too small). Cost: maps the GGUF, walks its tensor table. */
-int mdl_model_peek_weight_cost(const char *path, int cuda, double *cost, int cap, dev_err *err);
+int mdl_model_peek_weight_cost(const char *path, int model, double *cost, int cap, dev_err *err);
 struct mdl_gguf_synth;
 /* A model of the given shape and weight type synthesized straight into device memory: each layer's seeded
  * weights are generated ON layer_dev[il] (kernels/fill.h: the same bytes on every backend), the head on
@@ -95,7 +95,7 @@ struct mdl_gguf_synth;
 mdl_model *mdl_model_synthesize(const struct mdl_gguf_synth *shape, const mdl_load_params *p, dev_err *err);
 /* mdl_model_peek_weight_cost for a synthetic shape (the tensors mdl_model_synthesize makes). Returns
  * n_layer, or MEMRA_E_INVAL + err when cap < n_layer + 1 or the shape is inconsistent. */
-int mdl_synth_weight_cost(const struct mdl_gguf_synth *shape, int cuda, double *cost, int cap, dev_err *err);
+int mdl_synth_weight_cost(const struct mdl_gguf_synth *shape, int model, double *cost, int cap, dev_err *err);
 /* Fill *shape for a named shape: "llama3-8b", "llama3-70b", "mid" (16 x 2048), "tiny" (8 x 256), with weight
  * and embedding type `type`. Returns 0 or MEMRA_E_INVAL for an unknown name. */
 int mdl_synth_named(const char *name, int type, struct mdl_gguf_synth *shape);

@@ -439,7 +439,7 @@ int mdl_model_peek_n_layer(const char *path, dev_err *err)
     return rc ? rc : m.hp.n_layer;
 }
 
-int mdl_model_peek_weight_cost(const char *path, int cuda, double *cost, int cap, dev_err *err)
+int mdl_model_peek_weight_cost(const char *path, int model, double *cost, int cap, dev_err *err)
 {
     mdl_model m = { 0 };
     if (!path || !cost)
@@ -457,7 +457,7 @@ int mdl_model_peek_weight_cost(const char *path, int cuda, double *cost, int cap
         int64_t rows = 1;
         for (int d = 1; d < t->n_dims; d++)
             rows *= t->ne[d];
-        const double c = krn_weight_cost(t->type, rows, t->ne[0], cuda);
+        const double c = krn_weight_cost(t->type, rows, t->ne[0], model);
         char *end = NULL;
         if (strncmp(t->name, "blk.", 4) == 0) {
             const long il = strtol(t->name + 4, &end, 10);

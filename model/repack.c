@@ -1,4 +1,4 @@
-/* The load-time repack of decode weights on their owning device (model/repack.h). Called by
+/* The load-time repack of weights on their owning device (model/repack.h). Called by
  * model/loader.c (load_layer, load_head) and model/synth_model.c, on the loading thread, before the model
  * is handed to anyone: the weights it rewrites are not read by any other stream yet. No shared state. */
 #include <stdint.h>
@@ -44,16 +44,34 @@ static int wants(const krn_weight *w, int x8)
 
 static size_t bytes_of(const krn_weight *w) { return (size_t)w->n_out * krn_row_bytes(w->type, w->n_in); }
 
+int mdl_cpu_repack_door(int *on, dev_err *err)
+{
+    return door01("MEMRA_CPU_REPACK", 1, "q4_0/q4_1/q8_0 repacked to rows of 8 on a CPU device in the fast mode",
+                  "keep GGUF blocks", on, err);
+}
+
+/* Whether w takes rows of 8: still in blocks, a shape the layout takes. */
+static int wants_rows8(const krn_weight *w)
+{
+    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && krn_rows8_supported(w->type, w->n_out, w->n_in);
+}
+
 int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err)
 {
-    int on = 1, x8 = 0, rc = mdl_repack_door(&on, err);
-    if (rc || (rc = mdl_x8_door(&x8, err)) != 0)
+    int on_cuda = 1, on_cpu = 1, x8 = 0, rc = mdl_repack_door(&on_cuda, err); /* both doors: a bad one fails anywhere */
+    if (rc || (rc = mdl_cpu_repack_door(&on_cpu, err)) != 0 || (rc = mdl_x8_door(&x8, err)) != 0)
         return rc;
-    if (!on || !d || dev_platform_kind(dev_device_platform(d)) != DEV_KIND_CUDA)
+    if (!d)
+        return 0;
+    const int cuda = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CUDA;
+    if (!(cuda ? on_cuda : on_cpu))
+        return 0;
+    if (!cuda && (dev_platform_kind(dev_device_platform(d)) != DEV_KIND_CPU ||
+                  !dev_platform_matmul_x8(dev_device_platform(d)))) /* the exact mode reads GGUF blocks */
         return 0;
     size_t most = 0;
     for (int i = 0; i < n; i++)
-        if (wants(ws[i], x8) && bytes_of(ws[i]) > most)
+        if ((cuda ? wants(ws[i], x8) : wants_rows8(ws[i])) && bytes_of(ws[i]) > most)
             most = bytes_of(ws[i]);
     if (!most)
         return 0;
@@ -68,12 +86,12 @@ int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err
     /* one stream: each tensor's copy into the scratch is ordered after the previous repack read it */
     for (int i = 0; i < n && !rc; i++) {
         krn_weight *w = ws[i];
-        if (!wants(w, x8))
+        if (!(cuda ? wants(w, x8) : wants_rows8(w)))
             continue;
         krn_weight src = *w;
         src.data = scratch;
         if ((rc = dev_copy_d2d_async(s, scratch, w->data, bytes_of(w))) == 0)
-            rc = krn_repack_async(s, w, &src);
+            rc = cuda ? krn_repack_async(s, w, &src) : krn_repack_rows8_async(s, w, &src);
         if (rc)
             dev_err_set(err, rc, "repack of a (%d, %d) %s tensor on %s failed", w->n_out, w->n_in,
                         krn_type_name(w->type), dev_device_name(d));

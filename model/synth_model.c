@@ -38,7 +38,7 @@ int mdl_synth_named(const char *name, int type, mdl_gguf_synth *p)
     return 0;
 }
 
-int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int cap, dev_err *err)
+int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int model, double *cost, int cap, dev_err *err)
 {
     if (!sp || !cost || sp->n_layer < 1 || cap < sp->n_layer + 1 || sp->n_head < 1 || sp->n_head_kv < 1 ||
         sp->n_embd % sp->n_head)
@@ -48,15 +48,15 @@ int mdl_synth_weight_cost(const mdl_gguf_synth *sp, int cuda, double *cost, int 
     const int64_t E = sp->n_embd, hd = sp->n_embd / sp->n_head, Q = sp->n_head * hd, KV = sp->n_head_kv * hd;
     const int64_t F = sp->n_ff;
     /* the tensors of mdl_model_synthesize: 2 f32 norms, wq, wk, wv, wo, gate, up, down */
-    const double layer = 2.0 * krn_weight_cost(KRN_F32, 1, E, cuda) + krn_weight_cost(t, Q, E, cuda) +
-                         2.0 * krn_weight_cost(t, KV, E, cuda) + krn_weight_cost(t, E, Q, cuda) +
-                         2.0 * krn_weight_cost(t, F, E, cuda) + krn_weight_cost(t, E, F, cuda);
+    const double layer = 2.0 * krn_weight_cost(KRN_F32, 1, E, model) + krn_weight_cost(t, Q, E, model) +
+                         2.0 * krn_weight_cost(t, KV, E, model) + krn_weight_cost(t, E, Q, model) +
+                         2.0 * krn_weight_cost(t, F, E, model) + krn_weight_cost(t, E, F, model);
     if (!(layer > 0.0))
         return dev_err_set(err, MEMRA_E_INVAL, "mdl_synth_weight_cost: type %s does not fit the rows",
                            krn_type_name(t));
     for (int il = 0; il < sp->n_layer; il++)
         cost[il] = layer;
-    cost[sp->n_layer] = krn_weight_cost(KRN_F32, 1, E, cuda) + krn_weight_cost(t, sp->n_vocab, E, cuda);
+    cost[sp->n_layer] = krn_weight_cost(KRN_F32, 1, E, model) + krn_weight_cost(t, sp->n_vocab, E, model);
     return sp->n_layer;
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/quant_impl.h"
 #include "kernels/quant_batch.h"
 #include "kernels/krn.h"
+#include "kernels/cpu/krn_cpu.h"
 
 static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
@@ -440,13 +441,13 @@ static void test_int8_x_dot_gives_the_same_bits_on_every_path_and_stays_within_h
     assert_true(isnan(krn_dot_row_x8(KRN_Q4_1, w, xq, 48)));
 }
 
-/* The fast mode's GEMM: for shapes whose rows and x rows are not multiples of the 4 x 4 tile, every path gives
+/* The fast mode's GEMM: for shapes whose rows and x rows are not multiples of the 8 x 4 tile, every path gives
  * every (weight row, x row) pair the bits of krn_dot_row_x8 for that pair alone (so B and the tiling do not
- * change a row), and acc = 1 adds the result to y. */
+ * change a row), in GGUF blocks and in rows of 8 (the first 16 rows repacked), and acc = 1 adds the result to y. */
 static void test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path(void **state)
 {
     (void)state;
-    enum { N = 32 * 11, NO = 7, B = 6 }; /* 11 blocks: one 8-block gather of the scales and a tail of 3 */
+    enum { N = 32 * 11, NO = 19, B = 7, NO8 = 16 }; /* 2 groups and 3 rows; x tiles of 4 and 3 */
     static float w[NO * N], x[B * N], y[B * NO], y2[B * NO];
     fill(w, NO * N, 0.2f);
     fill(x, B * N, 1.5f);
@@ -459,32 +460,104 @@ static void test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_p
     for (int k = 0; k < 3; k++) {
         const int t = types[k];
         const size_t rb = krn_row_bytes(t, N);
-        uint8_t *q = malloc(NO * rb);
+        uint8_t *q = malloc(NO * rb), *q8 = malloc(NO8 * rb);
         assert_non_null(q);
+        assert_non_null(q8);
         for (int o = 0; o < NO; o++)
             krn_quant_row(t, w + o * N, q + o * rb, N);
+        for (int g = 0; g < NO8 / 8; g++)
+            krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
         for (int p = 0; p < KRN_X8_PATH_COUNT; p++) {
             if (!krn_x8_path_available(p))
                 continue;
-            assert_int_equal(krn_x8_gemm_path(p, t, q, rb, NO, xq, B, N, y, NO, 0), 0);
-            for (int b = 0; b < B; b++)
-                for (int o = 0; o < NO; o++) {
-                    const float one = krn_dot_row_x8_path(KRN_X8_GENERIC, t, q + o * rb, xq + b * xrb, N);
-                    if (fbits(y[b * NO + o]) != fbits(one))
-                        fail_msg("%s path %d: y[%d][%d] = %a, its lone dot %a", krn_type_name(t), p, b, o,
-                                 y[b * NO + o], one);
-                    y2[b * NO + o] = 1.0f;
-                    checked++;
-                }
-            assert_int_equal(krn_x8_gemm_path(p, t, q, rb, NO, xq, B, N, y2, NO, 1), 0);
+            for (int lay = 0; lay < 2; lay++) {
+                const int no = lay ? NO8 : NO;
+                assert_int_equal(krn_x8_gemm_path(p, t, lay ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS, lay ? q8 : q, rb,
+                                                  no, xq, B, N, y, no, 0), 0);
+                for (int b = 0; b < B; b++)
+                    for (int o = 0; o < no; o++) {
+                        const float one = krn_dot_row_x8_path(KRN_X8_GENERIC, t, q + o * rb, xq + b * xrb, N);
+                        if (fbits(y[b * no + o]) != fbits(one))
+                            fail_msg("%s path %d layout %d: y[%d][%d] = %a, its lone dot %a", krn_type_name(t), p,
+                                     lay, b, o, y[b * no + o], one);
+                        y2[b * no + o] = 1.0f;
+                        checked++;
+                    }
+                assert_int_equal(krn_x8_gemm_path(p, t, lay ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS, lay ? q8 : q, rb,
+                                                  no, xq, B, N, y2, no, 1), 0);
+                for (int i = 0; i < B * no; i++)
+                    assert_int_equal(fbits(y2[i]), fbits(1.0f + y[i]));
+            }
+        }
+        /* rows of 8 need whole groups and the GGUF row size */
+        assert_int_equal(krn_x8_gemm(t, KRN_LAYOUT_ROWS8, q8, rb, 12, xq, B, N, y, 12, 0), -1);
+        assert_int_equal(krn_x8_gemm(t, KRN_LAYOUT_ROWS8, q8, rb + 1, NO8, xq, B, N, y, NO8, 0), -1);
+        assert_int_equal(krn_x8_gemm(t, KRN_LAYOUT_PLANES, q, rb, NO, xq, B, N, y, NO, 0), -1);
+        free(q);
+        free(q8);
+    }
+    assert_true(checked >= 3 * B * (NO + NO8));
+    assert_int_equal(krn_x8_gemm(KRN_Q4_K, KRN_LAYOUT_BLOCKS, w, 0, NO, xq, B, 256, y, NO, 0), -1);
+    free(xq);
+}
+
+/* Rows of 8: pack then unpack gives back the GGUF bytes (a partial group too, its missing rows zero bytes), and
+ * the exact mode over a repacked weight gives the bits of the GGUF tensor (acc = 0 and 1). */
+static void test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks(void **state)
+{
+    (void)state;
+    enum { N = 96, NO = 24, B = 3 };
+    static float w[NO * N], x[B * N], y[B * NO], y8[B * NO];
+    fill(w, NO * N, 0.3f);
+    fill(x, B * N, 1.0f);
+    const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        const size_t rb = krn_row_bytes(t, N);
+        uint8_t *q = malloc(NO * rb), *q8 = malloc(NO * rb), *back = malloc(NO * rb);
+        assert_true(q && q8 && back);
+        for (int o = 0; o < NO; o++)
+            krn_quant_row(t, w + o * N, q + o * rb, N);
+        assert_true(krn_rows8_supported(t, NO, N));
+        for (int g = 0; g < NO / 8; g++)
+            krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
+        assert_memory_not_equal(q, q8, NO * rb);
+        for (int g = 0; g < NO / 8; g++)
+            krn_rows8_unpack_group(t, N, q8 + 8 * g * rb, 8, rb, back + 8 * g * rb);
+        assert_memory_equal(q, back, NO * rb);
+        krn_rows8_pack_group(t, N, q, 3, rb, q8); /* 3 rows: rows 3..7 of the group are zero bytes */
+        for (int j = 0; j < N / 32; j++) {
+            const uint8_t *gb = q8 + j * 8 * krn_row_bytes(t, 32);
+            for (int r = 3; r < 8; r++)
+                assert_int_equal(gb[2 * r] | gb[2 * r + 1], 0);
+        }
+        krn_rows8_unpack_group(t, N, q8, 3, rb, back);
+        assert_memory_equal(q, back, 3 * rb);
+        for (int g = 0; g < NO / 8; g++)
+            krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
+        for (int acc = 0; acc < 2; acc++) {
             for (int i = 0; i < B * NO; i++)
-                assert_int_equal(fbits(y2[i]), fbits(1.0f + y[i]));
+                y[i] = y8[i] = 0.5f;
+            krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+            krn_cpu_matmul(&(krn_cpu_matmul_args){ y8, q8, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_ROWS8 });
+            for (int i = 0; i < B * NO; i++)
+                assert_int_equal(fbits(y8[i]), fbits(y[i]));
         }
         free(q);
+        free(q8);
+        free(back);
     }
-    assert_true(checked >= 3 * B * NO);
-    assert_int_equal(krn_x8_gemm(KRN_Q4_K, w, 0, NO, xq, B, 256, y, NO, 0), -1);
-    free(xq);
+    assert_false(krn_rows8_supported(KRN_Q4_1, 12, 64));
+    assert_false(krn_rows8_supported(KRN_Q4_K, 16, 256));
+    assert_false(krn_rows8_supported(KRN_Q8_0, 16, 48));
+    dev_err err = { 0 };
+    const krn_weight bad = { KRN_Q4_1, 12, 64, w, KRN_LAYOUT_ROWS8 }, ok = { KRN_Q4_1, 16, 64, w, KRN_LAYOUT_ROWS8 };
+    assert_int_equal(krn_layout_check(&ok, 0, &err), 0);
+    assert_int_equal(krn_layout_check(&ok, 1, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "CPU format"));
+    err = (dev_err){ 0 };
+    assert_int_equal(krn_layout_check(&bad, 0, &err), MEMRA_E_INVAL);
+    assert_non_null(strstr(err.msg, "n_out % 8 == 0"));
 }
 
 /* The integer sums at the ends of their ranges, where the paths compute them differently (the 512-bit VNNI
@@ -527,7 +600,7 @@ static void test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_p
         for (int p = 0; p < KRN_X8_PATH_COUNT; p++) {
             if (!krn_x8_path_available(p))
                 continue;
-            assert_int_equal(krn_x8_gemm_path(p, t, w, rb, NO, xq, B, N, y, NO, 0), 0);
+            assert_int_equal(krn_x8_gemm_path(p, t, KRN_LAYOUT_BLOCKS, w, rb, NO, xq, B, N, y, NO, 0), 0);
             for (int b = 0; b < B; b++)
                 for (int o = 0; o < NO; o++) {
                     double want = 0.0;
@@ -547,6 +620,20 @@ static void test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_p
         free(w);
     }
     assert_true(checked >= 3 * B * NO * 2); /* the generic path and at least one SIMD path on x86 */
+}
+
+/* The stage balancer's cost models: the exact CPU dot makes a q8_0 element cheaper than a q4_1 one, the fast
+ * mode's int8 GEMM the reverse (q4 rows of 8 take one product per 2 elements, q8_0 a sign and a widening per 4);
+ * CUDA counts bytes; types the fast mode does not multiply cost the same in both CPU modes; a model the table
+ * does not know costs 0. */
+static void test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode(void **state)
+{
+    (void)state;
+    assert_true(krn_weight_cost(KRN_Q8_0, 8, 64, KRN_COST_CPU) < krn_weight_cost(KRN_Q4_1, 8, 64, KRN_COST_CPU));
+    assert_true(krn_weight_cost(KRN_Q8_0, 8, 64, KRN_COST_CPU_X8) > krn_weight_cost(KRN_Q4_1, 8, 64, KRN_COST_CPU_X8));
+    assert_true(krn_weight_cost(KRN_Q8_0, 8, 64, KRN_COST_CUDA) == 8.0 * krn_row_bytes(KRN_Q8_0, 64));
+    assert_true(krn_weight_cost(KRN_Q6_K, 8, 256, KRN_COST_CPU_X8) == krn_weight_cost(KRN_Q6_K, 8, 256, KRN_COST_CPU));
+    assert_true(krn_weight_cost(KRN_Q4_1, 8, 64, 7) == 0.0);
 }
 
 typedef struct dot_job {
@@ -605,6 +692,8 @@ int main(void)
         cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
         cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
         cmocka_unit_test(test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_path),
+        cmocka_unit_test(test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks),
+        cmocka_unit_test(test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode),
         cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -235,7 +235,7 @@ static void test_repack_on_a_cpu_stream_writes_the_host_repack(void **state)
     dev_platform_close(pl);
 }
 
-static void test_repack_door_is_strict_and_cpu_devices_keep_blocks(void **state)
+static void test_repack_door_is_strict_and_cpu_devices_keep_blocks_in_the_exact_mode(void **state)
 {
     (void)state;
     int on = -1;
@@ -275,6 +275,60 @@ static void test_repack_door_is_strict_and_cpu_devices_keep_blocks(void **state)
     dev_platform_close(pl);
 }
 
+/* A CPU device in the fast mode takes rows of 8 for q4_0 / q4_1 / q8_0 weights whose n_out is a multiple of 8 (the
+ * bytes of krn_rows8_pack_group), keeps blocks for the rest, in the exact mode and with MEMRA_CPU_REPACK=0, and a
+ * bad MEMRA_CPU_REPACK fails the repack naming the variable. */
+static void test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door(void **state)
+{
+    (void)state;
+    dev_err err = { 0 };
+    dev_platform *pl = dev_platform_open(DEV_KIND_CPU, 1, &err);
+    assert_non_null(pl);
+    dev_device *d = dev_platform_device(pl, 0);
+    size_t bytes, bytes_k;
+    uint8_t *g = rand_tensor(KRN_Q4_1, 16, 64, &bytes), *gk = rand_tensor(KRN_Q4_K, 8, 256, &bytes_k);
+    uint8_t *want = malloc(bytes);
+    assert_non_null(want);
+    const size_t rb = krn_row_bytes(KRN_Q4_1, 64);
+    for (int o = 0; o < 16; o += 8)
+        krn_rows8_pack_group(KRN_Q4_1, 64, g + o * rb, 8, rb, want + o * rb);
+    void *w = dev_malloc(d, bytes, &err), *wk = dev_malloc(d, bytes_k, &err);
+    assert_true(w && wk);
+    for (int arm = 0; arm < 4; arm++) { /* exact mode; door 0; door "yes"; fast mode, door unset */
+        memcpy(w, g, bytes);
+        memcpy(wk, gk, bytes_k);
+        krn_weight W = { .type = KRN_Q4_1, .n_out = 16, .n_in = 64, .data = w };
+        krn_weight K = { .type = KRN_Q4_K, .n_out = 8, .n_in = 256, .data = wk };
+        krn_weight *const ws[] = { &W, &K };
+        dev_platform_set_matmul_x8(pl, arm > 0);
+        if (arm == 1)
+            setenv("MEMRA_CPU_REPACK", "0", 1);
+        else if (arm == 2)
+            setenv("MEMRA_CPU_REPACK", "yes", 1);
+        else
+            unsetenv("MEMRA_CPU_REPACK");
+        dev_err e2 = { 0 };
+        const int rc = mdl_repack_weights(d, ws, 2, &e2);
+        if (arm == 2) {
+            assert_int_equal(rc, MEMRA_E_INVAL);
+            assert_non_null(strstr(e2.msg, "MEMRA_CPU_REPACK"));
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(K.layout, KRN_LAYOUT_BLOCKS);
+        assert_memory_equal(wk, gk, bytes_k);
+        assert_int_equal(W.layout, arm == 3 ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS);
+        assert_memory_equal(w, arm == 3 ? want : g, bytes);
+    }
+    unsetenv("MEMRA_CPU_REPACK");
+    dev_free(d, w);
+    dev_free(d, wk);
+    free(g);
+    free(gk);
+    free(want);
+    dev_platform_close(pl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,7 +337,8 @@ int main(void)
         cmocka_unit_test(test_planes_decode_to_the_values_of_the_gguf_blocks),
         cmocka_unit_test(test_cpu_matmul_refuses_planes_with_a_message),
         cmocka_unit_test(test_repack_on_a_cpu_stream_writes_the_host_repack),
-        cmocka_unit_test(test_repack_door_is_strict_and_cpu_devices_keep_blocks),
+        cmocka_unit_test(test_repack_door_is_strict_and_cpu_devices_keep_blocks_in_the_exact_mode),
+        cmocka_unit_test(test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -196,16 +196,16 @@ static void test_weight_cost_of_a_gguf_equals_that_of_its_synthetic_shape(void *
         char path[256];
         dev_err err = {0};
         assert_int_equal(gguf_tiny_write_temp(path, sizeof path, &p, &err), 0);
-        for (int cuda = 0; cuda < 2; cuda++) {
+        for (int model = 0; model < 3; model++) { /* KRN_COST_CPU, _CUDA, _CPU_X8 */
             double a[6], b[6];
-            assert_int_equal(mdl_model_peek_weight_cost(path, cuda, a, 6, &err), 5);
-            assert_int_equal(mdl_synth_weight_cost(&p, cuda, b, 6, &err), 5);
+            assert_int_equal(mdl_model_peek_weight_cost(path, model, a, 6, &err), 5);
+            assert_int_equal(mdl_synth_weight_cost(&p, model, b, 6, &err), 5);
             for (int i = 0; i < 6; i++)
                 if (fabs(a[i] - b[i]) > 1e-9 * b[i])
-                    fail_msg("type %s cuda=%d entry %d: GGUF %g, synthetic %g", krn_type_name(tt[k]), cuda, i,
+                    fail_msg("type %s model %d entry %d: GGUF %g, synthetic %g", krn_type_name(tt[k]), model, i,
                              a[i], b[i]);
             assert_true(a[5] > 0.0 && a[0] > 0.0);
-            if (cuda) /* bytes: a layer is its tensors' bytes */
+            if (model == KRN_COST_CUDA) /* bytes: a layer is its tensors' bytes */
                 assert_true(a[0] > (double)krn_row_bytes(tt[k], p.n_embd) * p.n_ff);
         }
         assert_int_equal(mdl_model_peek_weight_cost(path, 0, (double[5]){0}, 5, &err), MEMRA_E_INVAL); /* no room */

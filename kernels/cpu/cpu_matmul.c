@@ -19,11 +19,35 @@ static void matmul_x8(const krn_cpu_matmul_args *a)
     _Alignas(32) unsigned char stack[16384];
     unsigned char *xq = bytes <= sizeof stack ? stack : malloc(bytes);
     if (!xq || (krn_x8_quantize_t_host(xq, a->x, a->xt, a->B, a->n_in),
-                krn_x8_gemm(a->type, a->w, a->row_bytes, a->n_out, xq, a->B, a->n_in, a->y, a->n_out, a->acc)) != 0)
+                krn_x8_gemm(a->type, a->layout, a->w, a->row_bytes, a->n_out, xq, a->B, a->n_in, a->y, a->n_out,
+                            a->acc)) != 0)
         for (size_t i = 0; i < (size_t)a->B * a->n_out; i++)
             a->y[i] = NAN; /* no memory: visible, never silent */
     if (xq != stack)
         free(xq);
+}
+
+/* The exact mode over KRN_LAYOUT_ROWS8 weights (a platform switched to it after a fast-mode load): each group of
+ * 8 rows is unpacked into GGUF rows, then multiplied as blocks, so the bits are those of the GGUF tensor. */
+static void matmul_rows8_exact(const krn_cpu_matmul_args *a)
+{
+    unsigned char *rows = malloc(8 * a->row_bytes + (size_t)a->B * 8 * sizeof(float));
+    float *yg = rows ? (float *)(rows + 8 * a->row_bytes) : NULL; /* (B, 8): one group's outputs */
+    for (int o = 0; o < a->n_out; o += 8) {
+        if (rows) {
+            krn_rows8_unpack_group(a->type, a->n_in, (const unsigned char *)a->w + (size_t)o * a->row_bytes, 8,
+                                   a->row_bytes, rows);
+            krn_cpu_matmul_args g = *a;
+            g.layout = KRN_LAYOUT_BLOCKS, g.n_out = 8, g.w = rows, g.y = yg, g.acc = 0;
+            krn_cpu_matmul(&g);
+        }
+        for (int b = 0; b < a->B; b++)
+            for (int r = 0; r < 8; r++) {
+                float *yo = &a->y[(size_t)b * a->n_out + o + r];
+                *yo = !rows ? NAN : a->acc ? *yo + yg[b * 8 + r] : yg[b * 8 + r]; /* no memory: visible, never silent */
+            }
+    }
+    free(rows);
 }
 
 /* y (B, n_out) = x (B, n_in) @ W^T (acc: y +=), W (n_out, n_in).
@@ -48,6 +72,10 @@ void krn_cpu_matmul(const krn_cpu_matmul_args *a)
         f.xt = KRN_F32;
         krn_cpu_matmul(&f);
         free(xf);
+        return;
+    }
+    if (a->layout == KRN_LAYOUT_ROWS8) { /* rows of 8 in the exact mode: each group back to GGUF rows first */
+        matmul_rows8_exact(a);
         return;
     }
     const unsigned char *w = a->w;

@@ -16,10 +16,12 @@
 /* Activation types (kernels/krn.h): the `yt`, `xt`, `out_t` fields come last, so 0 (KRN_F32) is the default. */
 /* y (B, n) = x (B, n) / sqrt(mean(x^2) + eps) * w (n,); y of type yt */
 typedef struct krn_cpu_rmsnorm_args { void *y; const float *x, *w; int B, n; float eps; int yt; } krn_cpu_rmsnorm_args;
-/* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W rows of type `type` (row_bytes each); x of type xt */
+/* y (B, n_out) = x (B, n_in) @ W^T (acc = 1: y +=); W of type `type` (GGUF rows of row_bytes each) in `layout`
+ * (KRN_LAYOUT_BLOCKS or KRN_LAYOUT_ROWS8); x of type xt */
 typedef struct krn_cpu_matmul_args {
     float *y; const void *w; const void *x; int type, n_out, n_in, B; size_t row_bytes; int acc; int xt;
     int x8; /* 1: the fast mode (x quantized to int8 blocks, krn_x8_gemm); only for krn_x8_type_ok types, n_in % 32 == 0 */
+    int layout;
 } krn_cpu_matmul_args;
 /* y (B, n) += bias (n,) */
 typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;

@@ -13,6 +13,7 @@ int bench_prime(int argc, char **argv);       /* chunked prefill: unsplit vs PP-
 int bench_sample(int argc, char **argv);      /* host time to pick one token (model/sampler) */
 int bench_serve(int argc, char **argv);       /* S requests through the serving scheduler vs one alone (api/) */
 int bench_tokenize(int argc, char **argv);    /* host time to tokenize long texts (model/tok_*) */
+int bench_cpu_kernels(int argc, char **argv); /* us per CPU matmul call, fast and exact (kernels/x8_gemm.c) */
 int bench_gpu_kernels(int argc, char **argv); /* CUDA GEMV bandwidth per weight type (kernels/cuda) */
 /* gpu-kernels --attention (bench_gpu_att.c): krn_cuda_attention_ws_async on the 8B shape per cache type, B and
  * context, on CUDA device dev, iters timed calls per row, "% HBM" against hbm GB/s, pdl = 1 launches with PDL.

@@ -18,6 +18,7 @@ static const struct {
     {"sample", bench_sample, "host time to pick a token from a vocabulary of logits (argmax, sampler)"},
     {"serve", bench_serve, "tokens/s of S requests through the serving scheduler against one alone, and the ratio"},
     {"tokenize", bench_tokenize, "host time to tokenize long texts (a model's vocab; many user-defined tokens)"},
+    {"cpu-kernels", bench_cpu_kernels, "us per CPU matmul call: the fast mode's int8 GEMM (blocks, rows of 8) and the exact f32 dot"},
     {"gpu-kernels", bench_gpu_kernels, "CUDA GEMV bandwidth per weight type on an 8B-shaped layer (--attention: the attention kernel)"},
 };
 

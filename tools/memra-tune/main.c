@@ -400,10 +400,10 @@ int main(int argc, char **argv)
     double *wcost = malloc((size_t)(job.n_layer + 1) * sizeof *wcost);
     act_pp_config wc = act_pp_config_default();
     wc.stages = N, wc.balance = 1;
-    const int cuda = c.cuda;
+    const int model = c.cost_model;
     if (!wcost || act_tune_cuts(&tc, f_meas, &pred_meas, &err) ||
-        (job.synth ? mdl_synth_weight_cost(job.synth, cuda, wcost, job.n_layer + 1, &err)
-                   : mdl_model_peek_weight_cost(job.model, cuda, wcost, job.n_layer + 1, &err)) < 0 ||
+        (job.synth ? mdl_synth_weight_cost(job.synth, model, wcost, job.n_layer + 1, &err)
+                   : mdl_model_peek_weight_cost(job.model, model, wcost, job.n_layer + 1, &err)) < 0 ||
         act_pp_cuts(&wc, job.n_layer, 1 << 20, wcost, f_w, &err) < 0) {
         fprintf(stderr, "memra-tune: %s\n", err.msg[0] ? err.msg : "out of host memory");
         free(wcost);

@@ -204,6 +204,7 @@ int tune_measure(const tune_job *job, int micro_batches, int max_rows, double ti
         goto fail;
     }
     c->cuda = dev_platform_kind(plat) == DEV_KIND_CUDA;
+    c->cost_model = krn_cost_model(plat); /* MEMRA_CPU_X8 as the platform reads it */
     const double deadline = tune_now_s() + time_cap_s;
     for (int s = 0; s < N; s++) {
         int done = 0; /* a device already measured for an earlier stage: copy its column */

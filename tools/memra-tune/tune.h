@@ -37,7 +37,8 @@ typedef struct tune_costs {
     double *layer_decode;          /* (L, N) seconds of one decode step */
     double embed, head;            /* seconds of the whole workload, on stage 0 / the last stage */
     double spread;                 /* largest (max - min) / median over the layers' repeats */
-    int cuda;                      /* 1 when the devices measured are CUDA ones (the weight cut's cost model) */
+    int cuda;                      /* 1 when the devices measured are CUDA ones */
+    int cost_model;                /* the weight cut's krn_weight_cost model (KRN_COST_*) */
 } tune_costs;
 
 /* One setting of the runtime the sweep times. */

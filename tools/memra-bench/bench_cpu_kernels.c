@@ -1,0 +1,96 @@
+/* memra-bench cpu-kernels: microseconds per CPU matmul call on SmolLM2-135M's shapes, for the fast mode's int8
+ * GEMM in GGUF blocks and in rows of 8 (krn_x8_gemm, kernels/x8_gemm.c) and for the exact mode's f32 dot
+ * (krn_cpu_matmul with x8 = 0), with B rows of x. The weights are `copies` distinct matrices cycled call after
+ * call, so that (with the default) they come from memory or L3 as in decode, not from L2. Random weights and x,
+ * fixed seed; one thread. Median of 5 runs of `reps` calls. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "kernels/cpu/krn_cpu.h"
+#include "kernels/krn.h"
+#include "kernels/quant.h"
+#include "kernels/quant_batch.h"
+
+typedef struct shape { const char *name; int type, n_out, n_in; } shape;
+
+/* us per call of arm a (0 exact, 1 x8 blocks, 2 x8 rows of 8) over the `copies` matrices at w / w8 */
+static double time_arm(int a, const shape *sh, const uint8_t *w, const uint8_t *w8, int copies, const float *x,
+                       const uint8_t *xq, int B, float *y, int reps)
+{
+    const size_t rb = krn_row_bytes(sh->type, sh->n_in), mb = rb * (size_t)sh->n_out;
+    double t[5];
+    for (int run = 0; run < 5; run++) {
+        const double t0 = bench_now_s();
+        for (int i = 0; i < reps; i++) {
+            const size_t off = (size_t)(i % copies) * mb;
+            if (a == 0)
+                krn_cpu_matmul(&(krn_cpu_matmul_args){ y, w + off, x, sh->type, sh->n_out, sh->n_in, B, rb, 0,
+                                                       KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+            else
+                krn_x8_gemm(sh->type, a == 1 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8, (a == 1 ? w : w8) + off, rb,
+                            sh->n_out, xq, B, sh->n_in, y, sh->n_out, 0);
+        }
+        t[run] = (bench_now_s() - t0) * 1e6 / reps;
+    }
+    bench_sort(t, 5);
+    return t[2];
+}
+
+int bench_cpu_kernels(int argc, char **argv)
+{
+    int mib = 64, reps = 40;
+    const bench_flag flags[] = {{"--mib", &mib, NULL, 1, 4096}, {"--reps", &reps, NULL, 1, 1 << 20}};
+    int rc = bench_parse("cpu-kernels", argc, argv, flags, 2, "memra-bench cpu-kernels [--mib M=64] [--reps R=40]");
+    if (rc)
+        return rc;
+    const shape shapes[] = {{"ffn up/gate", KRN_Q4_1, 1536, 576}, {"ffn down", KRN_Q4_1, 576, 1536},
+                            {"attn q/o", KRN_Q4_1, 576, 576}, {"head (tied)", KRN_Q8_0, 49152, 576}};
+    const int Bs[] = {1, 2, 4, 32};
+    printf("cpu-kernels: us per call (median of 5 runs of %d calls), weights cycled over %d MiB; x8 path %d\n", reps,
+           mib, krn_x8_path());
+    printf("| shape | type | n_out x n_in | B | exact f32 | x8 blocks | x8 rows8 | blocks / rows8 | exact / rows8 |\n");
+    printf("|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shape *sh = &shapes[s];
+        const size_t rb = krn_row_bytes(sh->type, sh->n_in), mb = rb * (size_t)sh->n_out;
+        int copies = (int)(((size_t)mib << 20) / mb);
+        copies = copies < 1 ? 1 : copies;
+        uint8_t *w = malloc(mb * (size_t)copies), *w8 = malloc(mb * (size_t)copies);
+        float *row = malloc(sizeof(float) * (size_t)sh->n_in), *x = malloc(sizeof(float) * 32 * (size_t)sh->n_in);
+        uint8_t *xq = malloc(32 * krn_x8_row_bytes(sh->n_in));
+        float *y = malloc(sizeof(float) * 32 * (size_t)sh->n_out);
+        if (!w || !w8 || !row || !x || !xq || !y) {
+            fprintf(stderr, "memra-bench cpu-kernels: no memory for %d copies of %s\n", copies, sh->name);
+            free(w), free(w8), free(row), free(x), free(xq), free(y);
+            return 2;
+        }
+        for (int o = 0; o < sh->n_out; o++) { /* one matrix, then copied: the bytes do not change the time */
+            for (int i = 0; i < sh->n_in; i++)
+                row[i] = bench_rand_unit(&seed) * 0.1f;
+            krn_quant_row(sh->type, row, w + (size_t)o * rb, sh->n_in);
+        }
+        for (int o = 0; o < sh->n_out; o += 8)
+            krn_rows8_pack_group(sh->type, sh->n_in, w + (size_t)o * rb, 8, rb, w8 + (size_t)o * rb);
+        for (int c = 1; c < copies; c++) {
+            memcpy(w + (size_t)c * mb, w, mb);
+            memcpy(w8 + (size_t)c * mb, w8, mb);
+        }
+        for (size_t i = 0; i < 32 * (size_t)sh->n_in; i++)
+            x[i] = bench_rand_unit(&seed);
+        krn_x8_quantize_host(xq, x, 32, sh->n_in);
+        const int r = sh->n_out > 10000 ? (reps + 9) / 10 : reps; /* the head is 85 times a layer matrix */
+        for (size_t b = 0; b < sizeof Bs / sizeof Bs[0]; b++) {
+            const int B = Bs[b];
+            const double te = time_arm(0, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
+            const double tb = time_arm(1, sh, w, w8, copies, x, xq, B, y, r);
+            const double t8 = time_arm(2, sh, w, w8, copies, x, xq, B, y, r);
+            printf("| %s | %s | %d x %d | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", sh->name, krn_type_name(sh->type),
+                   sh->n_out, sh->n_in, B, te, tb, t8, tb / t8, te / t8);
+        }
+        free(w), free(w8), free(row), free(x), free(xq), free(y);
+    }
+    return 0;
+}
