@@ -60,14 +60,16 @@ static double cpu_dot_ns(int type)
     }
 }
 
-/* The fast mode's ns per element (memra-bench cpu-kernels, B = 1, weights streamed; docs/bench/cpu.md "Rows of 8"),
- * scaled to the exact table's units through the f32 rows both modes share. */
+/* The fast mode's ns per element, from the stage shares of a 2-stage serve of SmolLM2-135M Q4_1 (4 sequences,
+ * `perf report --sort comm`; docs/bench/cpu.md "Rows of 8"): the head (q8_0, memory-bound) costs 8.6 layers there,
+ * each layer's attention, norms and x quantizing included, so a q4 element carries its layer's other ops. The q8_0
+ * entry is the GEMM's own time (memra-bench cpu-kernels, B = 1 and 2, weights streamed). */
 static double cpu_x8_ns(int type)
 {
     switch (type) {
     case KRN_Q8_0: return 0.125;
-    case KRN_Q4_0: return 0.060;
-    case KRN_Q4_1: return 0.062;
+    case KRN_Q4_0: return 0.112;
+    case KRN_Q4_1: return 0.116;
     default: return cpu_dot_ns(type);
     }
 }

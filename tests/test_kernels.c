@@ -184,6 +184,58 @@ static void test_attention_matches_the_double_reference_with_gqa_and_two_sequenc
     free(q);
 }
 
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* The defined sums of krn_cpu_attention (kernels/cpu/cpu_attention.c) written out in float, one position and one
+ * dim at a time: the kernel's tiles (256 positions), its 8-position K^T scores (AVX2) and its tails give these
+ * bits exactly, at positions below, at and past a tile and a vector of 8. */
+static void test_attention_gives_the_bits_of_its_defined_sums_past_a_tile(void **state)
+{
+    (void)state;
+    enum { NCTX = 300, NH = 3, NKV = 1, HD = 64, B = 4, KVD = NKV * HD, NC = NCTX * KVD };
+    rng_state = 5;
+    float *kc = rand_vec(NC, 1.0f), *vc = rand_vec(NC, 1.0f), *q = rand_vec(B * NH * HD, 0.5f);
+    float *out = malloc(sizeof(float) * B * NH * HD), *sc = malloc(sizeof(float) * NCTX);
+    const int32_t seq[B] = { 0, 0, 0, 0 }, pos[B] = { 6, 23, 255, 299 };
+    krn_cpu_attention(&(krn_cpu_attention_args){ out, q, { kc, vc, KRN_F32 }, seq, pos, B, NH, NKV, HD, NCTX, KRN_F32 });
+    const float scale = 1.0f / sqrtf((float)HD);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *qh = q + (b * NH + h) * HD;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int t = 0; t <= pos[b]; t++) {
+                float d = 0.0f;
+                for (int i = 0; i < HD; i++)
+                    d += qh[i] * kc[t * KVD + i];
+                sc[t] = d * scale;
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            for (int t = 0; t <= pos[b]; t++)
+                sc[t] = expf(sc[t] - mx);
+            for (int t = 0; t <= pos[b]; t++)
+                sum += sc[t];
+            const float inv = 1.0f / sum;
+            for (int i = 0; i < HD; i++) {
+                float o = 0.0f;
+                for (int t = 0; t <= pos[b]; t++)
+                    o += sc[t] * vc[t * KVD + i];
+                if (fbits(out[(b * NH + h) * HD + i]) != fbits(o * inv))
+                    fail_msg("row %d (pos %d) head %d dim %d: %a, the defined sums %a", b, pos[b], h, i,
+                             out[(b * NH + h) * HD + i], o * inv);
+            }
+        }
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(sc);
+}
+
 /* Every cache type: the row lands at [seq, pos] only, f32 as is, f16/bf16 rounded to nearest even. */
 static void test_kv_store_writes_each_row_at_its_sequence_and_position_only(void **state)
 {
@@ -498,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_matmul_matches_the_double_reference_for_every_type),
         cmocka_unit_test(test_rope_rotates_normal_and_neox_pairs_and_leaves_unrotated_dims),
         cmocka_unit_test(test_attention_matches_the_double_reference_with_gqa_and_two_sequences),
+        cmocka_unit_test(test_attention_gives_the_bits_of_its_defined_sums_past_a_tile),
         cmocka_unit_test(test_kv_store_writes_each_row_at_its_sequence_and_position_only),
         cmocka_unit_test(test_swiglu_add_bias_add_and_argmax_match_their_definitions),
         cmocka_unit_test(test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote_weight_reads),

@@ -3,6 +3,9 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/krn_cpu.h"
 #include "kernels/quant.h"
@@ -11,6 +14,7 @@
 #define ATT_TILE 256       /* positions of a 16-bit cache widened at a time */
 #define ATT_CHAINS 8       /* positions whose scores are summed side by side */
 #define ATT_OUT 16         /* output dims accumulated in registers over the positions */
+#define ATT_KT 64          /* positions per K^T block (AVX2 scores): 64 x head_dim floats stay in L1 */
 
 /* Keys or values t = 0..n_t-1 of one kv head, as f32 rows at base + t * stride: the cache itself (f32:
  * stride kv_dim), or (16-bit) the rows widened once into buf (stride head_dim, exact: the dequant row
@@ -46,6 +50,59 @@ static __attribute__((target("avx2"))) void att_pv_wide(float *o, const float *p
         o[i] = acc[i];
 }
 
+/* K^T of positions t = 0..nt-1 (nt a multiple of 8, hd of 8): kt[i * nt + t] = k[t * ks + i], 8 x 8 blocks
+ * through registers. */
+static __attribute__((target("avx2"))) void att_kt(float *kt, const float *k, size_t ks, int nt, int hd)
+{
+    for (int t = 0; t < nt; t += 8)
+        for (int i = 0; i < hd; i += 8) {
+            __m256 r[8], u[8], v[8];
+            for (int a = 0; a < 8; a++)
+                r[a] = _mm256_loadu_ps(k + (size_t)(t + a) * ks + i);
+            for (int a = 0; a < 8; a += 2) {
+                u[a] = _mm256_unpacklo_ps(r[a], r[a + 1]);
+                u[a + 1] = _mm256_unpackhi_ps(r[a], r[a + 1]);
+            }
+            for (int a = 0; a < 8; a += 4)
+                for (int h = 0; h < 2; h++) {
+                    v[a + h] = _mm256_shuffle_ps(u[a + h], u[a + 2 + h], 0x44);
+                    v[a + 2 + h] = _mm256_shuffle_ps(u[a + h], u[a + 2 + h], 0xEE);
+                }
+            /* v[0]: dims i, i+4 of rows 0-3 | 0-3; the 128-bit halves pair rows 0-3 with 4-7 */
+            const int ord[4] = {0, 2, 1, 3}; /* v index of dim i + ord position */
+            for (int d = 0; d < 4; d++) {
+                _mm256_storeu_ps(kt + (size_t)(i + d) * nt + t, _mm256_permute2f128_ps(v[ord[d]], v[4 + ord[d]], 0x20));
+                _mm256_storeu_ps(kt + (size_t)(i + 4 + d) * nt + t,
+                                 _mm256_permute2f128_ps(v[ord[d]], v[4 + ord[d]], 0x31));
+            }
+        }
+}
+
+/* s[t] = (sum over i in order of q[i] * k_t[i]) * scale for t = 0..nt-1 (nt a multiple of 8) from K^T: 8
+ * positions per vector, each lane a product then a sum per dim (no FMA), the scalar loop's bits. */
+static __attribute__((target("avx2"))) void att_scores_kt(float *s, const float *q, const float *kt, int nt, int hd,
+                                                         float scale)
+{
+    const __m256 sc = _mm256_set1_ps(scale);
+    int t = 0;
+    for (; t + 16 <= nt; t += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i++) {
+            const __m256 qi = _mm256_set1_ps(q[i]);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(qi, _mm256_loadu_ps(kt + (size_t)i * nt + t)));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(qi, _mm256_loadu_ps(kt + (size_t)i * nt + t + 8)));
+        }
+        _mm256_storeu_ps(s + t, _mm256_mul_ps(a0, sc));
+        _mm256_storeu_ps(s + t + 8, _mm256_mul_ps(a1, sc));
+    }
+    for (; t < nt; t += 8) {
+        __m256 a0 = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i++)
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(q[i]), _mm256_loadu_ps(kt + (size_t)i * nt + t)));
+        _mm256_storeu_ps(s + t, _mm256_mul_ps(a0, sc));
+    }
+}
+
 /* The CPU has AVX2: probed at first use; threads racing to it store the same value (relaxed atomic). */
 static int att_avx2(void)
 {
@@ -70,7 +127,7 @@ static int att_avx2(void)
  * Each row depends only on its own q and its cache prefix, so a row gives the same bits whatever the
  * batch or chunk it is computed in. */
 /* Row b into out_b (f32): sc holds group * (pos[b] + 1) scores, tbuf ATT_TILE widened rows (16-bit caches). */
-static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float *sc, float *tbuf)
+static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float *sc, float *tbuf, float *ktbuf)
 {
     const int kv_dim = a->n_head_kv * a->head_dim, group = a->n_head / a->n_head_kv, hd = a->head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -84,10 +141,24 @@ static void att_row(const krn_cpu_attention_args *a, int b, float *out_b, float 
             size_t ks;
             const float *kg = kv_rows(a->c.k, a->c.type, c0 + (size_t)t0 * kv_dim + (size_t)g * hd, nt, kv_dim,
                                       hd, tbuf, &ks);
+            int t8 = 0; /* positions scored from K^T (AVX2: 8 per vector), ATT_KT at a time for the group */
+#if defined(__x86_64__)
+            if (ktbuf)
+                for (t8 = 0; t8 + 8 <= nt; t8 += ATT_KT) {
+                    const int w = (nt & ~7) - t8 < ATT_KT ? (nt & ~7) - t8 : ATT_KT;
+                    att_kt(ktbuf, kg + (size_t)t8 * ks, ks, w, hd);
+                    for (int j = 0; j < group; j++)
+                        att_scores_kt(sc + (size_t)j * n_t + t0 + t8, qg + (size_t)j * hd, ktbuf, w, hd, scale);
+                    if (w < ATT_KT) {
+                        t8 += w;
+                        break;
+                    }
+                }
+#endif
             for (int j = 0; j < group; j++) {
                 const float *q = qg + (size_t)j * hd;
                 float *sj = sc + (size_t)j * n_t + t0;
-                int t = 0;
+                int t = t8;
                 /* ATT_CHAINS positions at once: independent sums, each still over dims in order (the same
                  * bits as one at a time), so the adds overlap instead of waiting on each other */
                 for (; t + ATT_CHAINS <= nt; t += ATT_CHAINS) {
@@ -180,13 +251,18 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
     float *tbuf = a->c.type != KRN_F32 ? malloc((size_t)ATT_TILE * hd * sizeof(float)) : NULL;
     /* a 16-bit out: each row computed in f32, then rounded (the f32 op's bits, rounded to nearest even) */
     float *rowf = a->out_t != KRN_F32 ? malloc(row_n * sizeof(float)) : NULL;
+    float *ktbuf = NULL; /* K^T of a tile (AVX2, head_dim a multiple of 8); without it the scalar scores */
+#if defined(__x86_64__)
+    if (att_avx2() && hd % 8 == 0)
+        ktbuf = malloc((size_t)ATT_KT * hd * sizeof(float));
+#endif
     const int scratch = sc && (a->c.type == KRN_F32 || tbuf) && (a->out_t == KRN_F32 || rowf);
     for (int b = 0; b < a->B; b++) {
         const int ok = a->pos[b] >= 0 && a->pos[b] < a->n_ctx && a->seq[b] >= 0;
         float *out_b = a->out_t == KRN_F32 ? (float *)a->out + (size_t)b * row_n : rowf;
         uint16_t *out16 = (uint16_t *)a->out + (size_t)b * row_n; /* a 16-bit out's row */
         if (ok && scratch)
-            att_row(a, b, out_b, sc, tbuf);
+            att_row(a, b, out_b, sc, tbuf, ktbuf);
         else if (out_b) /* invalid row or no scratch: NaN, visible, never silent */
             for (size_t i = 0; i < row_n; i++)
                 out_b[i] = NAN;
@@ -200,4 +276,5 @@ void krn_cpu_attention(const krn_cpu_attention_args *a)
         free(sc);
     free(tbuf);
     free(rowf);
+    free(ktbuf);
 }
