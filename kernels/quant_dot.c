@@ -3,13 +3,18 @@
  * The defined result (every path computes exactly this, so all paths give the same bits):
  *  - element values are GGML's dequantize_row_* formulas, each an IEEE float expression evaluated as
  *    written (q4_0: d*(q-8); q4_1: d*q + m; q8_0: d*q; q4_K: (d*sc)*q - dmin*m; q6_K: (d*sc)*(q-32));
- *  - the dot keeps 16 lane sums: element i is added to lane i % 16 in increasing i, as
+ *  - q4_0, q4_1, q8_0 dots: per 32-element block the integer quants (q - 8, q, q) as floats against x in 8 lanes,
+ *    lane l: s_l = fma(q_{l+24}, x_{l+24}, fma(q_{l+16}, x_{l+16}, fma(q_{l+8}, x_{l+8}, q_l * x_l))) (elements in
+ *    GGUF order), then acc_l = fma(d, s_l, acc_l) over the blocks in order; q4_1 also m_l = fma(m, (x_l + x_{l+8})
+ *    + (x_{l+16} + x_{l+24}), m_l); both folded for s = 4, 2, 1: lane[l] += lane[l + s]; the result is acc_0 (+
+ *    m_0 for q4_1). The quants stay integers, so dequantizing costs no multiply per element;
+ *  - the other types' dots keep 16 lane sums: element i is added to lane i % 16 in increasing i, as
  *    lane = lane + (w_i * x_i) (a rounded product, then a rounded sum: the build has no FP contraction);
- *  - the lanes are then folded in a fixed tree: for s = 8, 4, 2, 1: lane[l] += lane[l + s] (l < s);
+ *    the lanes are then folded in a fixed tree: for s = 8, 4, 2, 1: lane[l] += lane[l + s] (l < s);
  *    the result is lane[0].
  * The block code (quant_dot_body.inc) is built twice over two sets of primitives (nibbles / int8 / f16 to
- * float): portable C for the baseline ISA, and AVX2+F16C intrinsics (no FMA); one path is picked per
- * process. Elementwise IEEE ops do not depend on the ISA, so
+ * float, fused multiply-add): portable C for the baseline ISA (fmaf), and AVX2+F16C+FMA intrinsics; one path is
+ * picked per process. Elementwise IEEE ops do not depend on the ISA, so
  * the paths agree bit for bit (tests/test_quant.c checks it).
  *
  * Shared mutable state: `path_cached` (the picked path), written at most once per value by any thread via
@@ -17,6 +22,7 @@
 #include "kernels/quant_impl.h"
 #include "kernels/quant_batch.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -121,6 +127,13 @@ static AI v8f g_bf8(const void *p)
 
 static AI float g_h1(uint16_t h) { return krn_f16_to_f32_inl(h); }
 
+static AI v8f g_fma8(v8f a, v8f b, v8f c)
+{
+    for (int k = 0; k < 8; k++)
+        c[k] = fmaf(a[k], b[k], c[k]);
+    return c;
+}
+
 #define F(name) name##_generic
 #define P(name) g_##name
 #define ATTR static
@@ -133,7 +146,7 @@ static AI float g_h1(uint16_t h) { return krn_f16_to_f32_inl(h); }
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define XA static AI __attribute__((target("avx2,f16c")))
+#define XA static AI __attribute__((target("avx2,f16c,fma")))
 
 XA v8f x_u8x8(__m128i b) { return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
 
@@ -184,9 +197,11 @@ XA v8f x_bf8(const void *p)
 
 XA float x_h1(uint16_t h) { return _cvtsh_ss(h); }
 
+XA v8f x_fma8(v8f a, v8f b, v8f c) { return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+
 #define F(name) name##_avx2
 #define P(name) x_##name
-#define ATTR static __attribute__((target("avx2,f16c")))
+#define ATTR static __attribute__((target("avx2,f16c,fma")))
 #include "kernels/quant_dot_body.inc"
 #undef F
 #undef P
@@ -201,7 +216,10 @@ int krn_quant_path_available(int p)
     if (p == KRN_PATH_AVX2) {
         __builtin_cpu_init();
         unsigned a, b, c, d; /* F16C from CPUID leaf 1: clang before 16 has no "f16c" for __builtin_cpu_supports */
-        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) ? 1 : 0;
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+                       (c & bit_F16C)
+                   ? 1
+                   : 0;
     }
 #endif
     return 0;
