@@ -40,6 +40,7 @@
 #define AI inline __attribute__((always_inline))
 #define X8_G 8 /* weight rows per group (KRN_LAYOUT_ROWS8) */
 #define X8_C 4 /* x rows per tile */
+#define X8_PF 1024 /* software prefetch distance in bytes: 6 to 7 blocks of a group ahead (docs/bench/cpu.md) */
 
 static AI uint16_t x8_ld16(const void *p) { uint16_t v; memcpy(&v, p, sizeof v); return v; }
 static AI float x8_ldf(const void *p) { float v; memcpy(&v, p, sizeof v); return v; }
@@ -129,6 +130,8 @@ XAV __m256i q8_step_vnni(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd
     const __m256i m4 = _mm256_set1_epi8(0x0F);                                                                 \
     for (int64_t j = 0; j < nb; j++) {                                                                         \
         const uint8_t *gb = G + (size_t)j * gbb, *qs = gb + qo;                                                \
+        for (size_t pf = 0; pf < gbb; pf += 64) /* X8_PF bytes ahead (past the group: the next group's) */      \
+            __builtin_prefetch(gb + X8_PF + pf, 0, 3);                                                     \
         __m256i S[X8_C];                                                                                       \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) S[c] = _mm256_setzero_si256();                     \
         if (t == KRN_Q8_0) {                                                                                   \
