@@ -130,8 +130,8 @@ XAV __m256i q8_step_vnni(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd
     const __m256i m4 = _mm256_set1_epi8(0x0F);                                                                 \
     for (int64_t j = 0; j < nb; j++) {                                                                         \
         const uint8_t *gb = G + (size_t)j * gbb, *qs = gb + qo;                                                \
-        for (size_t pf = 0; pf < gbb; pf += 64) /* X8_PF bytes ahead (past the group: the next group's) */      \
-            __builtin_prefetch(gb + X8_PF + pf, 0, 3);                                                     \
+        for (size_t pf = 0; pf < gbb; pf += 64) /* X8_PF bytes ahead (past the group: the next group's) */     \
+            __builtin_prefetch(gb + X8_PF + pf, 0, 3);                                                         \
         __m256i S[X8_C];                                                                                       \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) S[c] = _mm256_setzero_si256();                     \
         if (t == KRN_Q8_0) {                                                                                   \
