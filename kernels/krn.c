@@ -2,6 +2,7 @@
  * (kernels/cpu/) or the CUDA kernels (kernels/cuda/krn_cuda.h: krn_cuda_<op>(same arguments as
  * krn_<op>_async)) by the kind of the stream's device. No shared state. */
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/krn.h"
 #include "kernels/cpu/krn_cpu.h"
@@ -219,9 +220,11 @@ static void run_rows8(void *p)
 {
     const rows8_args *a = p;
     const size_t rb = krn_row_bytes(a->type, a->n_in);
-    for (int o = 0; o < a->n_out; o += 8)
+    int o = 0;
+    for (; o + 8 <= a->n_out; o += 8)
         krn_rows8_pack_group(a->type, a->n_in, (const uint8_t *)a->src + (size_t)o * rb, 8, rb,
                              (uint8_t *)a->dst + (size_t)o * rb);
+    memcpy((uint8_t *)a->dst + (size_t)o * rb, (const uint8_t *)a->src + (size_t)o * rb, (size_t)(a->n_out - o) * rb);
 }
 
 int krn_repack_rows8_async(dev_stream *s, krn_weight *dst, const krn_weight *src)

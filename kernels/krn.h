@@ -28,9 +28,9 @@
  * 16m + 4f + i, so masking one word of each plane gives 4 consecutive elements' bytes (the same bits as
  * GGUF's ql, qh, moved). */
 #define KRN_LAYOUT_PLANES 1
-/* Rows of 8 (q4_0, q4_1, q8_0 only, n_out a multiple of 8; the CPU fast mode's format, built by
- * krn_repack_rows8_async where MEMRA_CPU_X8 and MEMRA_CPU_REPACK are on): rows 8g .. 8g+7 form group g at
- * byte 8g * krn_row_bytes(type, n_in); a group is its n_in / 32 blocks in order, block j of the group (8 GGUF
+/* Rows of 8 (q4_0, q4_1, q8_0 only; the CPU fast mode's format, built by krn_repack_rows8_async where
+ * MEMRA_CPU_X8 and MEMRA_CPU_REPACK are on): rows 8g .. 8g+7 form group g at byte 8g * krn_row_bytes(type, n_in)
+ * for every whole group, and the last n_out % 8 rows stay GGUF rows after them; a group is its n_in / 32 blocks in order, block j of the group (8 GGUF
  * blocks' bytes, at j * 8 * block bytes) holding the 8 rows' fp16 d (row r at byte 2r), q4_1 the 8 fp16 m
  * next, then the quants as 32-byte chunks in which dword r is row r's: chunk k (q4: k < 4) holds GGUF quant
  * bytes 4k .. 4k+3 of each row (elements 4k+i in the low nibbles, 16+4k+i in the high ones), q8_0 chunk k (k <
@@ -77,7 +77,7 @@ size_t krn_planes_scale_bytes(int type);
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes);
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks);
 /* ---- rows of 8 (KRN_LAYOUT_ROWS8; pure C, kernels/repack.c) ---- */
-/* 1 when a (n_out, n_in) weight of type can take the layout: q4_0, q4_1, q8_0, n_out % 8 == 0, n_in % 32 == 0. */
+/* 1 when a (n_out, n_in) weight of type can take the layout: q4_0, q4_1, q8_0, n_out >= 8, n_in % 32 == 0. */
 int krn_rows8_supported(int type, int64_t n_out, int64_t n_in);
 /* One group: rows[0 .. nr) (GGUF blocks, row r at r * rb, nr in 1..8, rb = krn_row_bytes(type, n_in)) -> the
  * group's 8 * rb bytes at dst; missing rows (nr < 8) are zero bytes (d = 0). And back: the group at src -> its

@@ -194,7 +194,7 @@ void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void
 
 int krn_rows8_supported(int type, int64_t n_out, int64_t n_in)
 {
-    return (type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q8_0) && n_out > 0 && n_out % 8 == 0 && n_in > 0 &&
+    return (type == KRN_Q4_0 || type == KRN_Q4_1 || type == KRN_Q8_0) && n_out >= 8 && n_in > 0 &&
            n_in % 32 == 0;
 }
 
@@ -253,7 +253,7 @@ int krn_layout_check(const krn_weight *W, int cuda, dev_err *err)
                                                    "blocks or planes");
         if (!krn_rows8_supported(W->type, W->n_out, W->n_in))
             return dev_err_set(err, MEMRA_E_INVAL, "krn_matmul: layout rows8 of a (%d, %d) %s weight (allowed: q4_0, "
-                               "q4_1, q8_0 with n_out %% 8 == 0 and n_in %% 32 == 0)", W->n_out, W->n_in,
+                               "q4_1, q8_0 with n_out >= 8 and n_in %% 32 == 0)", W->n_out, W->n_in,
                                krn_type_name(W->type));
         return 0;
     }

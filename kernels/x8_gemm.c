@@ -203,7 +203,7 @@ typedef struct x8_job {
         for (int o = 0; o < j->n_out; o += X8_G) {                                                             \
             const int nr = j->n_out - o < X8_G ? j->n_out - o : X8_G;                                          \
             const uint8_t *G = j->w + (size_t)o * j->rb;                                                       \
-            if (j->layout != KRN_LAYOUT_ROWS8) {                                                               \
+            if (j->layout != KRN_LAYOUT_ROWS8 || nr < X8_G) { /* GGUF rows: the tail of rows of 8 too */      \
                 krn_rows8_pack_group(T, j->n, G, nr, j->rb, j->pack);                                          \
                 G = j->pack;                                                                                   \
             }                                                                                                  \

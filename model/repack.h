@@ -3,7 +3,7 @@
  *  - CUDA: each q8_0 / q4_0 / q4_1 / q4_K matrix to planes (KRN_LAYOUT_PLANES, kernels/krn.h), and each q6_K
  *    one when MEMRA_CUDA_X8 = 1 (its f32-x planar GEMV is slower than its block GEMV; its int8-x one faster).
  *    Door: MEMRA_CUDA_REPACK = 1 (default) | 0 (keep GGUF blocks).
- *  - CPU, in the fast mode (the platform's MEMRA_CPU_X8 = 1): each q4_0 / q4_1 / q8_0 matrix with n_out % 8 == 0
+ *  - CPU, in the fast mode (the platform's MEMRA_CPU_X8 = 1): each q4_0 / q4_1 / q8_0 matrix of 8 rows or more
  *    to rows of 8 (KRN_LAYOUT_ROWS8), which the int8 GEMM reads without packing. Door: MEMRA_CPU_REPACK = 1
  *    (default) | 0 (keep GGUF blocks; the GEMM packs each group of 8 rows on every call). */
 #ifndef MODEL_REPACK_H

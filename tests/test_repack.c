@@ -275,8 +275,8 @@ static void test_repack_door_is_strict_and_cpu_devices_keep_blocks_in_the_exact_
     dev_platform_close(pl);
 }
 
-/* A CPU device in the fast mode takes rows of 8 for q4_0 / q4_1 / q8_0 weights whose n_out is a multiple of 8 (the
- * bytes of krn_rows8_pack_group), keeps blocks for the rest, in the exact mode and with MEMRA_CPU_REPACK=0, and a
+/* A CPU device in the fast mode takes rows of 8 for q4_0 / q4_1 / q8_0 weights (the bytes of krn_rows8_pack_group
+ * for each whole group, the last n_out % 8 rows as they are), keeps blocks for the rest, in the exact mode and with MEMRA_CPU_REPACK=0, and a
  * bad MEMRA_CPU_REPACK fails the repack naming the variable. */
 static void test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door(void **state)
 {
@@ -286,18 +286,19 @@ static void test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door(void **state
     assert_non_null(pl);
     dev_device *d = dev_platform_device(pl, 0);
     size_t bytes, bytes_k;
-    uint8_t *g = rand_tensor(KRN_Q4_1, 16, 64, &bytes), *gk = rand_tensor(KRN_Q4_K, 8, 256, &bytes_k);
+    uint8_t *g = rand_tensor(KRN_Q4_1, 19, 64, &bytes), *gk = rand_tensor(KRN_Q4_K, 8, 256, &bytes_k);
     uint8_t *want = malloc(bytes);
     assert_non_null(want);
     const size_t rb = krn_row_bytes(KRN_Q4_1, 64);
     for (int o = 0; o < 16; o += 8)
         krn_rows8_pack_group(KRN_Q4_1, 64, g + o * rb, 8, rb, want + o * rb);
+    memcpy(want + 16 * rb, g + 16 * rb, 3 * rb);
     void *w = dev_malloc(d, bytes, &err), *wk = dev_malloc(d, bytes_k, &err);
     assert_true(w && wk);
     for (int arm = 0; arm < 4; arm++) { /* exact mode; door 0; door "yes"; fast mode, door unset */
         memcpy(w, g, bytes);
         memcpy(wk, gk, bytes_k);
-        krn_weight W = { .type = KRN_Q4_1, .n_out = 16, .n_in = 64, .data = w };
+        krn_weight W = { .type = KRN_Q4_1, .n_out = 19, .n_in = 64, .data = w };
         krn_weight K = { .type = KRN_Q4_K, .n_out = 8, .n_in = 256, .data = wk };
         krn_weight *const ws[] = { &W, &K };
         dev_platform_set_matmul_x8(pl, arm > 0);

@@ -28,23 +28,26 @@ static void matmul_x8(const krn_cpu_matmul_args *a)
 }
 
 /* The exact mode over KRN_LAYOUT_ROWS8 weights (a platform switched to it after a fast-mode load): each group of
- * 8 rows is unpacked into GGUF rows, then multiplied as blocks, so the bits are those of the GGUF tensor. */
+ * 8 rows is unpacked into GGUF rows (the tail rows are GGUF rows), then multiplied as blocks, so the bits are those
+ * of the GGUF tensor. */
 static void matmul_rows8_exact(const krn_cpu_matmul_args *a)
 {
     unsigned char *rows = malloc(8 * a->row_bytes + (size_t)a->B * 8 * sizeof(float));
-    float *yg = rows ? (float *)(rows + 8 * a->row_bytes) : NULL; /* (B, 8): one group's outputs */
+    float *yg = rows ? (float *)(rows + 8 * a->row_bytes) : NULL; /* (B, nr): one group's outputs */
     for (int o = 0; o < a->n_out; o += 8) {
+        const int nr = a->n_out - o < 8 ? a->n_out - o : 8; /* the last n_out % 8 rows are GGUF rows already */
+        const unsigned char *w = (const unsigned char *)a->w + (size_t)o * a->row_bytes;
         if (rows) {
-            krn_rows8_unpack_group(a->type, a->n_in, (const unsigned char *)a->w + (size_t)o * a->row_bytes, 8,
-                                   a->row_bytes, rows);
+            if (nr == 8)
+                krn_rows8_unpack_group(a->type, a->n_in, w, 8, a->row_bytes, rows);
             krn_cpu_matmul_args g = *a;
-            g.layout = KRN_LAYOUT_BLOCKS, g.n_out = 8, g.w = rows, g.y = yg, g.acc = 0;
+            g.layout = KRN_LAYOUT_BLOCKS, g.n_out = nr, g.w = nr == 8 ? rows : w, g.y = yg, g.acc = 0;
             krn_cpu_matmul(&g);
         }
         for (int b = 0; b < a->B; b++)
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < nr; r++) {
                 float *yo = &a->y[(size_t)b * a->n_out + o + r];
-                *yo = !rows ? NAN : a->acc ? *yo + yg[b * 8 + r] : yg[b * 8 + r]; /* no memory: visible, never silent */
+                *yo = !rows ? NAN : a->acc ? *yo + yg[b * nr + r] : yg[b * nr + r]; /* no memory: visible, never silent */
             }
     }
     free(rows);
