@@ -184,12 +184,29 @@ int krn_quantize_x8_async(dev_stream *s, void *xq, const float *x, int B, int n)
     return krn_quantize_x8_t_async(s, xq, x, KRN_F32, B, n);
 }
 
-/* CPU backend: the host repack as a stream op declaring both tensors. */
+/* CPU backend: the host repacks (planes, rows of 8). */
 typedef struct repack_args { int type, n_out, n_in; const void *src; void *dst; } repack_args;
 static void run_repack(void *p)
 {
     const repack_args *a = p;
     krn_repack_host(a->type, a->n_out, a->n_in, a->src, a->dst);
+}
+
+static void run_rows8(void *p);
+
+/* The host repack into `layout` as a stream op declaring both tensors; dst->layout is set once it is enqueued. */
+static int cpu_repack(dev_stream *s, krn_weight *dst, const krn_weight *src, int layout)
+{
+    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
+    repack_args a = { src->type, src->n_out, src->n_in, src->data, (void *)dst->data };
+    dev_access acc[2] = { { .ptr = src->data, .bytes = bytes, .mode = DEV_READ },
+                          { .ptr = dst->data, .bytes = bytes, .mode = DEV_WRITE } };
+    const int planes = layout == KRN_LAYOUT_PLANES;
+    int rc = dev_launch_cpu_async(s, planes ? "repack" : "repack_rows8", planes ? run_repack : run_rows8, &a, sizeof a,
+                                  acc, 2);
+    if (!rc)
+        dst->layout = layout;
+    return rc;
 }
 
 int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
@@ -205,20 +222,12 @@ int krn_repack_async(dev_stream *s, krn_weight *dst, const krn_weight *src)
     if (on_cuda(s))
         return MEMRA_E_UNSUPPORTED;
 #endif
-    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
-    repack_args a = { src->type, src->n_out, src->n_in, src->data, (void *)dst->data };
-    dev_access acc[2] = { { .ptr = src->data, .bytes = bytes, .mode = DEV_READ },
-                          { .ptr = dst->data, .bytes = bytes, .mode = DEV_WRITE } };
-    int rc = dev_launch_cpu_async(s, "repack", run_repack, &a, sizeof a, acc, 2);
-    if (!rc)
-        dst->layout = KRN_LAYOUT_PLANES;
-    return rc;
+    return cpu_repack(s, dst, src, KRN_LAYOUT_PLANES);
 }
 
-typedef struct rows8_args { int type, n_out, n_in; const void *src; void *dst; } rows8_args;
 static void run_rows8(void *p)
 {
-    const rows8_args *a = p;
+    const repack_args *a = p;
     const size_t rb = krn_row_bytes(a->type, a->n_in);
     int o = 0;
     for (; o + 8 <= a->n_out; o += 8)
@@ -235,14 +244,7 @@ int krn_repack_rows8_async(dev_stream *s, krn_weight *dst, const krn_weight *src
         return MEMRA_E_INVAL;
     if (on_cuda(s))
         return MEMRA_E_UNSUPPORTED;
-    const size_t bytes = (size_t)src->n_out * krn_row_bytes(src->type, src->n_in);
-    rows8_args a = { src->type, src->n_out, src->n_in, src->data, (void *)dst->data };
-    dev_access acc[2] = { { .ptr = src->data, .bytes = bytes, .mode = DEV_READ },
-                          { .ptr = dst->data, .bytes = bytes, .mode = DEV_WRITE } };
-    int rc = dev_launch_cpu_async(s, "repack_rows8", run_rows8, &a, sizeof a, acc, 2);
-    if (!rc)
-        dst->layout = KRN_LAYOUT_ROWS8;
-    return rc;
+    return cpu_repack(s, dst, src, KRN_LAYOUT_ROWS8);
 }
 
 int krn_add_bias_async(dev_stream *s, float *y, const float *bias, int B, int n)
