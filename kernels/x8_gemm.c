@@ -292,7 +292,7 @@ int krn_x8_gemm_path(int p, int t, int layout, const void *w, size_t row_bytes, 
         return -1;
     const int64_t nb = n / 32;
     const size_t per_b = (size_t)nb * (2 * sizeof(float) + sizeof(int32_t));
-    const size_t pack = layout == KRN_LAYOUT_ROWS8 ? 0 : X8_G * row_bytes;
+    const size_t pack = layout == KRN_LAYOUT_ROWS8 && n_out % X8_G == 0 ? 0 : X8_G * row_bytes; /* GGUF rows to pack */
     uint8_t *scratch = malloc((size_t)B * per_b + pack);
     if (!scratch)
         return -1;
