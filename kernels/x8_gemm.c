@@ -54,7 +54,7 @@ static AI size_t grp_qoff(int t) { return t == KRN_Q4_1 ? 32 : 16; }
 typedef struct x8_xs {
     const uint8_t *xq; size_t xrb; /* the x8 rows */
     const float *dx, *sx;          /* dx_j, sx_j of x row b at b * nb + j */
-    const int32_t *q8;             /* 8 * sum q of block j of x row b (the q4_0 offset), at b * nb + j */
+    const int32_t *qsum8;          /* q4_0 only: 8 * sum q of block j of x row b (the offset), at b * nb + j */
 } x8_xs;
 
 /* ---- generic path: the defined result, one (row, x row) pair at a time, from a group's bytes ---- */
@@ -118,13 +118,13 @@ XAV __m256i q8_step_vnni(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd
     const size_t gbb = X8_G * blk_bytes(t), qo = grp_qoff(t);                                                  \
     const uint8_t *xr[X8_C];                                                                                   \
     const float *dx[X8_C], *sx[X8_C];                                                                          \
-    const int32_t *q8[X8_C];                                                                                   \
+    const int32_t *qsum8[X8_C];                                                                                \
     __m256 am[X8_C];                                                                                           \
     _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                                      \
         xr[c] = xs->xq + (size_t)(b0 + c) * xs->xrb;                                                           \
         dx[c] = xs->dx + (size_t)(b0 + c) * nb;                                                                \
         sx[c] = xs->sx + (size_t)(b0 + c) * nb;                                                                \
-        q8[c] = xs->q8 + (size_t)(b0 + c) * nb;                                                                \
+        qsum8[c] = xs->qsum8 + (size_t)(b0 + c) * nb;                                                          \
         am[c] = _mm256_setzero_ps();                                                                           \
     }                                                                                                          \
     const __m256i m4 = _mm256_set1_epi8(0x0F);                                                                 \
@@ -157,7 +157,7 @@ XAV __m256i q8_step_vnni(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) {                                                  \
             __m256i p = t == KRN_Q8_0 ? S[c] : Q4_END(S[c]);                                                   \
             if (t == KRN_Q4_0) /* nibble * q - 8 * sum q: the weights are nibble - 8 */                        \
-                p = _mm256_sub_epi32(p, _mm256_set1_epi32(q8[c][j]));                                          \
+                p = _mm256_sub_epi32(p, _mm256_set1_epi32(qsum8[c][j]));                                       \
             const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(dx[c][j]));                                     \
             am[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, am[c]);                                         \
         }                                                                                                      \
@@ -298,19 +298,21 @@ int krn_x8_gemm_path(int p, int t, int layout, const void *w, size_t row_bytes, 
         return -1;
     const size_t xrb = krn_x8_row_bytes((int)n);
     float *dx = (float *)scratch, *sx = dx + (size_t)B * nb;
-    int32_t *q8 = (int32_t *)(sx + (size_t)B * nb);
+    int32_t *qsum8 = (int32_t *)(sx + (size_t)B * nb);
     for (int b = 0; b < B; b++) /* every x row's block values, once per call */
         for (int64_t k = 0; k < nb; k++) {
             const uint8_t *row = (const uint8_t *)xq + (size_t)b * xrb, *ds = row + (size_t)n + 8 * (size_t)k;
             dx[(size_t)b * nb + k] = x8_ldf(ds);
             sx[(size_t)b * nb + k] = x8_ldf(ds + 4);
-            int32_t s = 0;
-            for (int i = 0; i < 32; i++)
-                s += ((const int8_t *)row)[32 * k + i];
-            q8[(size_t)b * nb + k] = 8 * s;
+            if (t == KRN_Q4_0) {
+                int32_t s = 0;
+                for (int i = 0; i < 32; i++)
+                    s += ((const int8_t *)row)[32 * k + i];
+                qsum8[(size_t)b * nb + k] = 8 * s;
+            }
         }
     const x8_job j = {layout, w, row_bytes, n_out, B, n, y, ldy, acc, scratch + (size_t)B * per_b,
-                      {xq, xrb, dx, sx, q8}};
+                      {xq, xrb, dx, sx, qsum8}};
 #if defined(__x86_64__)
     if (p == KRN_X8_VNNI)
         gemm_vnni(t, &j);

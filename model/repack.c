@@ -66,8 +66,7 @@ int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err
     const int cuda = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CUDA;
     if (!(cuda ? on_cuda : on_cpu))
         return 0;
-    if (!cuda && (dev_platform_kind(dev_device_platform(d)) != DEV_KIND_CPU ||
-                  !dev_platform_matmul_x8(dev_device_platform(d)))) /* the exact mode reads GGUF blocks */
+    if (!cuda && !dev_platform_matmul_x8(dev_device_platform(d))) /* the CPU's exact mode reads GGUF blocks */
         return 0;
     size_t most = 0;
     for (int i = 0; i < n; i++)
