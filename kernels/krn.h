@@ -28,8 +28,8 @@
  * 16m + 4f + i, so masking one word of each plane gives 4 consecutive elements' bytes (the same bits as
  * GGUF's ql, qh, moved). */
 #define KRN_LAYOUT_PLANES 1
-/* Rows of 8 (q4_0, q4_1, q8_0 only; the CPU fast mode's format, built by krn_repack_rows8_async where
- * MEMRA_CPU_X8 and MEMRA_CPU_REPACK are on): rows 8g .. 8g+7 form group g at byte 8g * krn_row_bytes(type, n_in)
+/* Rows of 8 (q4_0, q4_1, q8_0 only; a CPU format, built by krn_repack_rows8_async where MEMRA_CPU_REPACK is on:
+ * the fast mode's int8 GEMM and the exact mode's 8-row dot read it, model/repack.h says which weights take it): rows 8g .. 8g+7 form group g at byte 8g * krn_row_bytes(type, n_in)
  * for every whole group, and the last n_out % 8 rows stay GGUF rows after them; a group is its n_in / 32 blocks in order, block j of the group (8 GGUF
  * blocks' bytes, at j * 8 * block bytes) holding the 8 rows' fp16 d (row r at byte 2r), q4_1 the 8 fp16 m
  * next, then the quants as 32-byte chunks in which dword r is row r's: chunk k (q4: k < 4) holds GGUF quant

@@ -12,6 +12,15 @@
  * krn_dot_row's dequantization per 4 vectors plus B multiply-adds per element. */
 void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int B, float *out, int64_t n);
 
+/* The exact mode over rows of 8 (kernels/exact_rows8.c): y[b * ldy + o] = (acc ? y[b * ldy + o] + : )
+ * krn_dot_row(t, row o, x + b * ldx, n), bit for bit, for the rows o < 8 * n_groups of a KRN_LAYOUT_ROWS8 weight
+ * of type t (q4_0, q4_1, q8_0; row_bytes = krn_row_bytes(t, n)), 8 rows per vector. Returns 1 when y holds the
+ * result; 0 with y untouched when it does not run: another type, n % 32 != 0, no AVX2 path, an x that is not
+ * finite, a q4 call with a nonzero x below 2^-102 in magnitude, or no memory for its scratch (4 bytes per x
+ * value, plus 64 per block). The caller then unpacks the groups (same bits, slower). */
+int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
+                    int B, float *y, int64_t ldy, int acc);
+
 /* ---- the fast mode (MEMRA_CPU_X8): weight rows against x quantized to int8 blocks (kernels/x8_gemm.c) ----
  * x8 rows: krn_x8_row_bytes(n) bytes each, from krn_x8_quantize_host (kernels/krn.h). The result of a (weight
  * row, x row) pair is defined in kernels/x8_gemm.c: exact integer sums per 32-element block, then a fixed float

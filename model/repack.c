@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/repack.h"
+#include "kernels/quant_impl.h"
 
 /* A 0/1 door: *on = dflt when unset, else its value; anything else MEMRA_E_INVAL naming the variable and both
  * values (what_dflt: what the default does; what_other: the other value). */
@@ -46,14 +47,16 @@ static size_t bytes_of(const krn_weight *w) { return (size_t)w->n_out * krn_row_
 
 int mdl_cpu_repack_door(int *on, dev_err *err)
 {
-    return door01("MEMRA_CPU_REPACK", 1, "q4_0/q4_1/q8_0 repacked to rows of 8 on a CPU device in the fast mode",
+    return door01("MEMRA_CPU_REPACK", 1, "q4_0/q4_1/q8_0 repacked to rows of 8 on a CPU device",
                   "keep GGUF blocks", on, err);
 }
 
-/* Whether w takes rows of 8: still in blocks, a shape the layout takes. */
-static int wants_rows8(const krn_weight *w)
+/* Whether w takes rows of 8: still in blocks, a shape the layout takes; in the exact mode (x8 = 0) only where
+ * krn_rows8_exact runs (AVX2), as elsewhere the exact dot would unpack every group on every call. */
+static int wants_rows8(const krn_weight *w, int x8)
 {
-    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && krn_rows8_supported(w->type, w->n_out, w->n_in);
+    return w && w->data && w->layout == KRN_LAYOUT_BLOCKS && krn_rows8_supported(w->type, w->n_out, w->n_in) &&
+           (x8 || krn_quant_path() == KRN_PATH_AVX2);
 }
 
 int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err)
@@ -66,11 +69,10 @@ int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err
     const int cuda = dev_platform_kind(dev_device_platform(d)) == DEV_KIND_CUDA;
     if (!(cuda ? on_cuda : on_cpu))
         return 0;
-    if (!cuda && !dev_platform_matmul_x8(dev_device_platform(d))) /* the CPU's exact mode reads GGUF blocks */
-        return 0;
+    const int cpu_x8 = !cuda && dev_platform_matmul_x8(dev_device_platform(d));
     size_t most = 0;
     for (int i = 0; i < n; i++)
-        if ((cuda ? wants(ws[i], x8) : wants_rows8(ws[i])) && bytes_of(ws[i]) > most)
+        if ((cuda ? wants(ws[i], x8) : wants_rows8(ws[i], cpu_x8)) && bytes_of(ws[i]) > most)
             most = bytes_of(ws[i]);
     if (!most)
         return 0;
@@ -85,7 +87,7 @@ int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err
     /* one stream: each tensor's copy into the scratch is ordered after the previous repack read it */
     for (int i = 0; i < n && !rc; i++) {
         krn_weight *w = ws[i];
-        if (!(cuda ? wants(w, x8) : wants_rows8(w)))
+        if (!(cuda ? wants(w, x8) : wants_rows8(w, cpu_x8)))
             continue;
         krn_weight src = *w;
         src.data = scratch;

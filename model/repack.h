@@ -3,9 +3,10 @@
  *  - CUDA: each q8_0 / q4_0 / q4_1 / q4_K matrix to planes (KRN_LAYOUT_PLANES, kernels/krn.h), and each q6_K
  *    one when MEMRA_CUDA_X8 = 1 (its f32-x planar GEMV is slower than its block GEMV; its int8-x one faster).
  *    Door: MEMRA_CUDA_REPACK = 1 (default) | 0 (keep GGUF blocks).
- *  - CPU, in the fast mode (the platform's MEMRA_CPU_X8 = 1): each q4_0 / q4_1 / q8_0 matrix of 8 rows or more
- *    to rows of 8 (KRN_LAYOUT_ROWS8), which the int8 GEMM reads without packing. Door: MEMRA_CPU_REPACK = 1
- *    (default) | 0 (keep GGUF blocks; the GEMM packs each group of 8 rows on every call). */
+ *  - CPU: each q4_0 / q4_1 / q8_0 matrix of 8 rows or more to rows of 8 (KRN_LAYOUT_ROWS8): in the fast mode (the
+ *    platform's MEMRA_CPU_X8 = 1) the int8 GEMM reads them without packing; in the exact mode they are repacked
+ *    where krn_rows8_exact runs (AVX2), 8 rows per vector. Door: MEMRA_CPU_REPACK = 1 (default) | 0 (keep GGUF blocks; the
+ *    GEMM packs each group of 8 rows on every call, the exact mode reads rows one by one). */
 #ifndef MODEL_REPACK_H
 #define MODEL_REPACK_H
 
@@ -29,9 +30,9 @@ int mdl_cpu_repack_door(int *on, dev_err *err);
  * own, and wait for it: each tensor is copied into one scratch buffer on d (the size of the largest), then
  * repacked back into its own bytes; the scratch (the GGUF-layout copy) is freed before returning. CUDA: sets
  * ws[i]->layout = KRN_LAYOUT_PLANES for each repacked one (q6_K ones only with MEMRA_CUDA_X8 = 1, read here
- * too, as the runtime reads it right after the load). CPU: KRN_LAYOUT_ROWS8, only when d's platform is in the
- * fast mode (dev_platform_matmul_x8, set before the load). Does nothing (returns 0) when the device's door is
- * 0, on a CPU platform in the exact mode and for weights of other types, shapes or layouts. NULL entries are
+ * too, as the runtime reads it right after the load). CPU: KRN_LAYOUT_ROWS8 as above, by the mode of d's
+ * platform (dev_platform_matmul_x8, set before the load). Does nothing (returns 0) when the device's door is
+ * 0 and for weights of other types, shapes or layouts. NULL entries are
  * skipped. Returns 0 or MEMRA_E_* + err (door, no device memory, device error). Cost: two device passes over
  * the weights, one sync. */
 int mdl_repack_weights(dev_device *d, krn_weight *const *ws, int n, dev_err *err);

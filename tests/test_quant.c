@@ -598,6 +598,76 @@ static void test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks(vo
     assert_non_null(strstr(err.msg, "n_out >= 8"));
 }
 
+/* The exact mode's 8-row kernel (krn_rows8_exact) gives every (row, x row) pair the bits of its lone krn_dot_row:
+ * q4_0, q4_1, q8_0, B = 1 .. 9 (every tile of x rows and a remainder), acc = 0 and 1, x spread over 2^-102 ..
+ * 2^100 with zeros, every nibble and byte value, block scales from f16 subnormals to 2^15. A q4 call whose x holds
+ * a value below 2^-102 in magnitude (other than 0), an infinity or a NaN returns 0 and leaves y as it was; a q8_0
+ * call takes any finite x. Without the AVX2 path it returns 0. */
+static void test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot(void **state)
+{
+    (void)state;
+    enum { N = 128, NO = 16, BMAX = 9 };
+    static float w[NO * N], x[BMAX * N], y[BMAX * NO], want[BMAX * NO];
+    fill(w, NO * N, 1.0f);
+    const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
+    const int avx2 = krn_quant_path() == KRN_PATH_AVX2;
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        const size_t rb = krn_row_bytes(t, N), bb = krn_row_bytes(t, 32);
+        uint8_t *q = malloc(NO * rb), *q8 = malloc(NO * rb);
+        assert_true(q && q8);
+        for (int o = 0; o < NO; o++)
+            krn_quant_row(t, w + o * N, q + o * rb, N);
+        for (int o = 0; o < NO; o++) /* block scales from an f16 subnormal to 2^15, positive and negative */
+            for (int j = 0; j < N / 32; j++) {
+                const uint16_t d = (uint16_t)((o * 4 + j) % 5 == 0 ? 0x0003 : (o * 4 + j) % 5 == 1 ? 0x7800 : 0x2c00 + 97 * o + j);
+                uint8_t *b = q + o * rb + j * bb;
+                memcpy(b, &d, 2);
+                if (j == 1)
+                    b[1] |= 0x80;
+            }
+        for (int g = 0; g < NO / 8; g++)
+            krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
+        for (int B = 1; B <= BMAX; B++)
+            for (int acc = 0; acc < 2; acc++) {
+                for (int i = 0; i < B * N; i++) { /* magnitudes 2^-102 .. 2^100, zeros, both signs */
+                    const int e = (int)((i * 37 + B) % 203) - 102;
+                    x[i] = i % 11 == 0 ? 0.0f : (i % 2 ? -1.0f : 1.0f) * ldexpf(1.0f + 0.5f * fabsf(frand()), e);
+                }
+                x[3] = 0x1p-102f;
+                for (int i = 0; i < B * NO; i++)
+                    y[i] = want[i] = 0.25f * (float)(i % 3);
+                for (int b = 0; b < B; b++)
+                    for (int o = 0; o < NO; o++) {
+                        const float v = krn_dot_row(t, q + o * rb, x + b * N, N);
+                        want[b * NO + o] = acc ? want[b * NO + o] + v : v;
+                    }
+                assert_int_equal(krn_rows8_exact(t, q8, rb, NO / 8, N, x, N, B, y, NO, acc), avx2);
+                if (!avx2)
+                    continue;
+                for (int i = 0; i < B * NO; i++)
+                    assert_int_equal(fbits(y[i]), fbits(want[i]));
+            }
+        const float outside[] = {0x1p-103f, 0x1p-140f, INFINITY, NAN}; /* q4: out of the kernel's range */
+        for (int i = 0; i < 4; i++) {
+            for (int v = 0; v < 2 * N; v++)
+                x[v] = 0.5f;
+            x[N + 77] = outside[i];
+            for (int v = 0; v < 2 * NO; v++)
+                y[v] = 7.0f;
+            const int ran = krn_rows8_exact(t, q8, rb, NO / 8, N, x, N, 2, y, NO, 0);
+            assert_int_equal(ran, avx2 && t == KRN_Q8_0 && i < 2);
+            if (!ran)
+                for (int v = 0; v < 2 * NO; v++)
+                    assert_int_equal(fbits(y[v]), fbits(7.0f));
+        }
+        assert_int_equal(krn_rows8_exact(KRN_Q4_K, q8, rb, NO / 8, N, x, N, 1, y, NO, 0), 0);
+        assert_int_equal(krn_rows8_exact(t, q8, rb, NO / 8, N - 16, x, N, 1, y, NO, 0), 0);
+        free(q);
+        free(q8);
+    }
+}
+
 /* The integer sums at the ends of their ranges, where the paths compute them differently (the 512-bit VNNI
  * path moves the q4_0 and q8_0 offsets into a correction term): weight bytes of -128 and 127 (q8_0), nibbles 0
  * and 15, against x quants of -127 and 127, give every path the generic path's bits, which equal the exact sum
@@ -731,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
         cmocka_unit_test(test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_path),
         cmocka_unit_test(test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks),
+        cmocka_unit_test(test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot),
         cmocka_unit_test(test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode),
         cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };

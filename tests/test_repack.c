@@ -12,6 +12,7 @@
 
 #include "device/dev.h"
 #include "kernels/krn.h"
+#include "kernels/quant_impl.h"
 #include "model/repack.h"
 
 #define NTYPES 5
@@ -276,40 +277,48 @@ static void test_repack_door_is_strict_and_cpu_devices_keep_blocks_in_the_exact_
 }
 
 /* A CPU device in the fast mode takes rows of 8 for q4_0 / q4_1 / q8_0 weights (the bytes of krn_rows8_pack_group
- * for each whole group, the last n_out % 8 rows as they are), keeps blocks for the rest, in the exact mode and with MEMRA_CPU_REPACK=0, and a
- * bad MEMRA_CPU_REPACK fails the repack naming the variable. */
-static void test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door(void **state)
+ * for each whole group, the last n_out % 8 rows as they are) and keeps blocks for the rest; the exact mode takes
+ * them where the AVX2 path runs; MEMRA_CPU_REPACK=0 keeps blocks, and a bad
+ * MEMRA_CPU_REPACK fails the repack naming the variable. */
+static void test_cpu_repacks_to_rows_of_8_by_mode_behind_its_door(void **state)
 {
     (void)state;
     dev_err err = { 0 };
     dev_platform *pl = dev_platform_open(DEV_KIND_CPU, 1, &err);
     assert_non_null(pl);
     dev_device *d = dev_platform_device(pl, 0);
-    size_t bytes, bytes_k;
+    size_t bytes, bytes_k, bytes_8;
     uint8_t *g = rand_tensor(KRN_Q4_1, 19, 64, &bytes), *gk = rand_tensor(KRN_Q4_K, 8, 256, &bytes_k);
-    uint8_t *want = malloc(bytes);
-    assert_non_null(want);
-    const size_t rb = krn_row_bytes(KRN_Q4_1, 64);
-    for (int o = 0; o < 16; o += 8)
+    uint8_t *g8 = rand_tensor(KRN_Q8_0, 16, 64, &bytes_8);
+    uint8_t *want = malloc(bytes), *want8 = malloc(bytes_8);
+    assert_true(want && want8);
+    const size_t rb = krn_row_bytes(KRN_Q4_1, 64), rb8 = krn_row_bytes(KRN_Q8_0, 64);
+    for (int o = 0; o < 16; o += 8) {
         krn_rows8_pack_group(KRN_Q4_1, 64, g + o * rb, 8, rb, want + o * rb);
+        krn_rows8_pack_group(KRN_Q8_0, 64, g8 + o * rb8, 8, rb8, want8 + o * rb8);
+    }
     memcpy(want + 16 * rb, g + 16 * rb, 3 * rb);
-    void *w = dev_malloc(d, bytes, &err), *wk = dev_malloc(d, bytes_k, &err);
-    assert_true(w && wk);
-    for (int arm = 0; arm < 4; arm++) { /* exact mode; door 0; door "yes"; fast mode, door unset */
+    const int exact_rows8 = krn_quant_path() == KRN_PATH_AVX2; /* the exact mode's 8-row kernel runs */
+    void *w = dev_malloc(d, bytes, &err), *wk = dev_malloc(d, bytes_k, &err), *w8 = dev_malloc(d, bytes_8, &err);
+    assert_true(w && wk && w8);
+    for (int arm = 0; arm < 5; arm++) { /* exact mode; fast, door 0; door "yes"; fast, door unset; exact, door 0 */
         memcpy(w, g, bytes);
         memcpy(wk, gk, bytes_k);
+        memcpy(w8, g8, bytes_8);
         krn_weight W = { .type = KRN_Q4_1, .n_out = 19, .n_in = 64, .data = w };
         krn_weight K = { .type = KRN_Q4_K, .n_out = 8, .n_in = 256, .data = wk };
-        krn_weight *const ws[] = { &W, &K };
-        dev_platform_set_matmul_x8(pl, arm > 0);
-        if (arm == 1)
+        krn_weight Q = { .type = KRN_Q8_0, .n_out = 16, .n_in = 64, .data = w8 };
+        krn_weight *const ws[] = { &W, &K, &Q };
+        const int fast = arm == 1 || arm == 2 || arm == 3;
+        dev_platform_set_matmul_x8(pl, fast);
+        if (arm == 1 || arm == 4)
             setenv("MEMRA_CPU_REPACK", "0", 1);
         else if (arm == 2)
             setenv("MEMRA_CPU_REPACK", "yes", 1);
         else
             unsetenv("MEMRA_CPU_REPACK");
         dev_err e2 = { 0 };
-        const int rc = mdl_repack_weights(d, ws, 2, &e2);
+        const int rc = mdl_repack_weights(d, ws, 3, &e2);
         if (arm == 2) {
             assert_int_equal(rc, MEMRA_E_INVAL);
             assert_non_null(strstr(e2.msg, "MEMRA_CPU_REPACK"));
@@ -318,15 +327,21 @@ static void test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door(void **state
         assert_int_equal(rc, 0);
         assert_int_equal(K.layout, KRN_LAYOUT_BLOCKS);
         assert_memory_equal(wk, gk, bytes_k);
-        assert_int_equal(W.layout, arm == 3 ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS);
-        assert_memory_equal(w, arm == 3 ? want : g, bytes);
+        const int w_rows8 = arm == 3 || (arm == 0 && exact_rows8), q_rows8 = w_rows8;
+        assert_int_equal(W.layout, w_rows8 ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS);
+        assert_memory_equal(w, w_rows8 ? want : g, bytes);
+        assert_int_equal(Q.layout, q_rows8 ? KRN_LAYOUT_ROWS8 : KRN_LAYOUT_BLOCKS);
+        assert_memory_equal(w8, q_rows8 ? want8 : g8, bytes_8);
     }
     unsetenv("MEMRA_CPU_REPACK");
     dev_free(d, w);
     dev_free(d, wk);
+    dev_free(d, w8);
     free(g);
     free(gk);
+    free(g8);
     free(want);
+    free(want8);
     dev_platform_close(pl);
 }
 
@@ -339,7 +354,7 @@ int main(void)
         cmocka_unit_test(test_cpu_matmul_refuses_planes_with_a_message),
         cmocka_unit_test(test_repack_on_a_cpu_stream_writes_the_host_repack),
         cmocka_unit_test(test_repack_door_is_strict_and_cpu_devices_keep_blocks_in_the_exact_mode),
-        cmocka_unit_test(test_cpu_fast_mode_repacks_to_rows_of_8_behind_its_door),
+        cmocka_unit_test(test_cpu_repacks_to_rows_of_8_by_mode_behind_its_door),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * MEMRA_CPU_X8) quantizes x to int8 blocks once and runs krn_x8_gemm (kernels/x8_gemm.c). The exact mode: each output is the bits of one
  * krn_dot_row (kernels/quant.c), whose fixed block order makes the result independent of B, of the
  * stream and of the stage. Rows of x are taken in groups through krn_dot_row_batch (same bits, the weight
- * row dequantized once per 4 vectors). No shared state. */
+ * row dequantized once per 4 vectors); weights in rows of 8 go through krn_rows8_exact (kernels/exact_rows8.c,
+ * 8 rows per vector, same bits). No shared state. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -27,14 +28,17 @@ static void matmul_x8(const krn_cpu_matmul_args *a)
         free(xq);
 }
 
-/* The exact mode over KRN_LAYOUT_ROWS8 weights (a platform switched to it after a fast-mode load): each group of
- * 8 rows is unpacked into GGUF rows (the tail rows are GGUF rows), then multiplied as blocks, so the bits are those
- * of the GGUF tensor. */
+/* The exact mode over KRN_LAYOUT_ROWS8 weights: the whole groups through krn_rows8_exact (8 rows per vector) where
+ * it runs; otherwise each group of 8 rows is unpacked into GGUF rows, then multiplied as blocks. The tail rows are
+ * GGUF rows. Either way the bits are those of the GGUF tensor. */
 static void matmul_rows8_exact(const krn_cpu_matmul_args *a)
 {
+    const int whole = a->n_out / 8;
+    const int done = krn_rows8_exact(a->type, a->w, a->row_bytes, whole, a->n_in, a->x, a->n_in, a->B, a->y,
+                                     a->n_out, a->acc);
     unsigned char *rows = malloc(8 * a->row_bytes + (size_t)a->B * 8 * sizeof(float));
     float *yg = rows ? (float *)(rows + 8 * a->row_bytes) : NULL; /* (B, nr): one group's outputs */
-    for (int o = 0; o < a->n_out; o += 8) {
+    for (int o = done ? 8 * whole : 0; o < a->n_out; o += 8) {
         const int nr = a->n_out - o < 8 ? a->n_out - o : 8; /* the last n_out % 8 rows are GGUF rows already */
         const unsigned char *w = (const unsigned char *)a->w + (size_t)o * a->row_bytes;
         if (rows) {

@@ -1,6 +1,6 @@
 /* memra-bench cpu-kernels: microseconds per CPU matmul call on SmolLM2-135M's shapes, for the fast mode's int8
- * GEMM in GGUF blocks and in rows of 8 (krn_x8_gemm, kernels/x8_gemm.c) and for the exact mode's f32 dot
- * (krn_cpu_matmul with x8 = 0), with B rows of x. The weights are `copies` distinct matrices cycled call after
+ * GEMM in GGUF blocks and in rows of 8 (krn_x8_gemm, kernels/x8_gemm.c) and for the exact mode's f32 dot in GGUF
+ * blocks and in rows of 8 (krn_cpu_matmul with x8 = 0; kernels/exact_rows8.c), with B rows of x. The weights are `copies` distinct matrices cycled call after
  * call, so that (with the default) they come from memory or L3 as in decode, not from L2. Random weights and x,
  * fixed seed; one thread. Median of 5 runs of `reps` calls. */
 #include <stdio.h>
@@ -15,7 +15,8 @@
 
 typedef struct shape { const char *name; int type, n_out, n_in; } shape;
 
-/* us per call of arm a (0 exact, 1 x8 blocks, 2 x8 rows of 8) over the `copies` matrices at w / w8 */
+/* us per call of arm a (0 exact blocks, 1 x8 blocks, 2 x8 rows of 8, 3 exact rows of 8) over the `copies` matrices
+ * at w / w8 */
 static double time_arm(int a, const shape *sh, const uint8_t *w, const uint8_t *w8, int copies, const float *x,
                        const uint8_t *xq, int B, float *y, int reps)
 {
@@ -25,9 +26,10 @@ static double time_arm(int a, const shape *sh, const uint8_t *w, const uint8_t *
         const double t0 = bench_now_s();
         for (int i = 0; i < reps; i++) {
             const size_t off = (size_t)(i % copies) * mb;
-            if (a == 0)
-                krn_cpu_matmul(&(krn_cpu_matmul_args){ y, w + off, x, sh->type, sh->n_out, sh->n_in, B, rb, 0,
-                                                       KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+            if (a == 0 || a == 3)
+                krn_cpu_matmul(&(krn_cpu_matmul_args){ y, (a == 0 ? w : w8) + off, x, sh->type, sh->n_out, sh->n_in, B,
+                                                       rb, 0, KRN_F32, 0,
+                                                       a == 0 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8 });
             else
                 krn_x8_gemm(sh->type, a == 1 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8, (a == 1 ? w : w8) + off, rb,
                             sh->n_out, xq, B, sh->n_in, y, sh->n_out, 0);
@@ -50,8 +52,9 @@ int bench_cpu_kernels(int argc, char **argv)
     const int Bs[] = {1, 2, 4, 32};
     printf("cpu-kernels: us per call (median of 5 runs of %d calls), weights cycled over %d MiB; x8 path %d\n", reps,
            mib, krn_x8_path());
-    printf("| shape | type | n_out x n_in | B | exact f32 | x8 blocks | x8 rows8 | blocks / rows8 | exact / rows8 |\n");
-    printf("|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    printf("| shape | type | n_out x n_in | B | exact blocks | exact rows8 | x8 blocks | x8 rows8 | x8 blocks / rows8 | "
+           "exact rows8 / x8 rows8 |\n");
+    printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const shape *sh = &shapes[s];
@@ -85,10 +88,11 @@ int bench_cpu_kernels(int argc, char **argv)
         for (size_t b = 0; b < sizeof Bs / sizeof Bs[0]; b++) {
             const int B = Bs[b];
             const double te = time_arm(0, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
+            const double te8 = time_arm(3, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
             const double tb = time_arm(1, sh, w, w8, copies, x, xq, B, y, r);
             const double t8 = time_arm(2, sh, w, w8, copies, x, xq, B, y, r);
-            printf("| %s | %s | %d x %d | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", sh->name, krn_type_name(sh->type),
-                   sh->n_out, sh->n_in, B, te, tb, t8, tb / t8, te / t8);
+            printf("| %s | %s | %d x %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", sh->name,
+                   krn_type_name(sh->type), sh->n_out, sh->n_in, B, te, te8, tb, t8, tb / t8, te8 / t8);
         }
         free(w), free(w8), free(row), free(x), free(xq), free(y);
     }

@@ -1,0 +1,235 @@
+/* The exact mode's matmul over rows of 8 (KRN_LAYOUT_ROWS8, kernels/krn.h): for q4_0, q4_1 and q8_0 weights,
+ * every (weight row, x row) result is the bits of krn_dot_row (the defined dot of kernels/quant_dot.c), with the
+ * 8 rows of a group in the 8 float lanes of a vector.
+ *
+ * Why: the defined dot keeps 8 lane sums per row (lane l: elements l, l + 8, l + 16, l + 24 of each block). Row by
+ * row, each 8 elements cost a widening, a convert and an FMA, and every row ends in a horizontal fold. Here one
+ * vector holds lane l of 8 rows: the fold is vertical adds once per group, one block scale vector serves 8 rows,
+ * and a q4 quant is converted where it lies.
+ *
+ * q4 quants in place. In a chunk (dword r = row r's 4 quant bytes) nibble j (bits 4j .. 4j + 3) of every dword,
+ * masked, converts exactly to n * 2^(4j) (below 2^28); the top nibble is shifted down first. Against the x
+ * element scaled by 2^-4j the FMA's exact product is n * x, the defined one, so the lane sums and every rounding
+ * are those of the definition: one AND and one convert per 8 quants. The scaling is exact while x * 2^-24 stays
+ * normal: every x of the call 0 or at least 2^-102 in magnitude, and finite; otherwise krn_rows8_exact returns 0
+ * and the caller's unpacking path gives the bits. q4_0's n - 8 is one exact subtraction of 8 * 2^(4j). q8_0 bytes
+ * are sign-extended in place (shifts) and converted; its x needs no scaling.
+ *
+ * Subnormal floats would save the convert (a masked low nibble is the float n * 2^-149), but Zen 3's FMA slows
+ * on some subnormal operands (docs/bench/cpu.md, "The exact mode over rows of 8"); the convert costs less.
+ * No shared state. */
+#include "kernels/krn.h"
+#include "kernels/quant_batch.h"
+#include "kernels/quant_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define XA static inline __attribute__((always_inline, target("avx2,f16c,fma")))
+
+/* Element e (0..31) of a q4 block: its nibble's bit position in its chunk dword (byte e % 4, the high nibble for
+ * e >= 16), as extracted by q4_nib (the top nibble is shifted down to 0). */
+static int q4_pos(int e)
+{
+    const int j = 2 * (e % 4) + (e >= 16);
+    return j == 7 ? 0 : 4 * j;
+}
+
+/* Nibble j (0..7) of every dword of chunk c, in place, as floats n * 2^(4j) (exact: below 2^28); the top nibble as
+ * n. j is a constant at each call. */
+XA __m256 q4_nib(__m256i c, const int j)
+{
+    if (j == 7)
+        return _mm256_cvtepi32_ps(_mm256_srli_epi32(c, 28));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(c, _mm256_set1_epi32(0xF << (4 * j))));
+}
+
+/* Byte i (0..3) of every dword of chunk c, sign-extended, as floats. */
+XA __m256 q8_byte(__m256i c, const int i)
+{
+    const __m256i v = i == 3 ? c : _mm256_slli_epi32(c, 24 - 8 * i);
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 24));
+}
+
+/* Quant e's vector of the 8 rows for one block (chunks at q); t, e constant at each call. */
+XA __m256 quant8(const int t, const uint8_t *q, const int e)
+{
+    if (t == KRN_Q8_0) /* element 4k + i: chunk k, byte i */
+        return q8_byte(_mm256_loadu_si256((const __m256i *)(q + 32 * (e / 4))), e % 4);
+    const int b = e % 16, j = 2 * (b % 4) + (e >= 16); /* GGUF quant byte b: chunk b / 4, byte b % 4 */
+    const __m256 n = q4_nib(_mm256_loadu_si256((const __m256i *)(q + 32 * (b / 4))), j);
+    if (t != KRN_Q4_0)
+        return n;
+    return _mm256_sub_ps(n, _mm256_set1_ps((float)(8 << q4_pos(e)))); /* (n - 8) * 2^pos, exact */
+}
+
+/* Lanes l0 .. l0 + LN - 1 of one group against C x rows: a[c][dl] = sum over blocks of fma(d_j, s_l, .) in block
+ * order, s_l the defined lane sum. xs: the (scaled) x rows, n apart; ds: the group's block scales, 8 per block.
+ * t, C, LN, l0 constant at each call (C * LN <= 8 accumulators stay in registers). */
+XA void group_lanes(const int t, const int C, const int LN, const int l0, const uint8_t *G, size_t gbb, size_t qo,
+                    int64_t nb, const float *ds, const float *xs, int64_t n, __m256 a[4][8])
+{
+    for (int c = 0; c < C; c++)
+        for (int dl = 0; dl < LN; dl++)
+            a[c][dl] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *q = G + (size_t)j * gbb + qo;
+        for (size_t pf = 0; pf < gbb; pf += 64) /* every pass fetches the next group's block j (past the last group: */
+            __builtin_prefetch(G + (size_t)(nb + j) * gbb + pf, 0, 3); /* a prefetch, never a read) */
+        const __m256 d = _mm256_loadu_ps(ds + 8 * j);
+        for (int dl = 0; dl < LN; dl++) {
+            const int l = l0 + dl;
+            const __m256 q0 = quant8(t, q, l), q1 = quant8(t, q, l + 8), q2 = quant8(t, q, l + 16),
+                         q3 = quant8(t, q, l + 24);
+            for (int c = 0; c < C; c++) {
+                const float *xb = xs + c * n + 32 * j;
+                __m256 s = _mm256_mul_ps(q0, _mm256_broadcast_ss(xb + l));
+                s = _mm256_fmadd_ps(q1, _mm256_broadcast_ss(xb + l + 8), s);
+                s = _mm256_fmadd_ps(q2, _mm256_broadcast_ss(xb + l + 16), s);
+                s = _mm256_fmadd_ps(q3, _mm256_broadcast_ss(xb + l + 24), s);
+                a[c][dl] = _mm256_fmadd_ps(d, s, a[c][dl]);
+            }
+        }
+    }
+}
+
+/* q4_1's min lanes of one group against one x row: m[l] = sum over blocks of fma(m_j, xsum_jl, .), in block order
+ * (xsum: 8 per block, (x_l + x_{l+8}) + (x_{l+16} + x_{l+24})). */
+XA void group_mins(const float *ms, const float *xsum, int64_t nb, __m256 m[8])
+{
+    for (int l = 0; l < 8; l++)
+        m[l] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const __m256 mv = _mm256_loadu_ps(ms + 8 * j);
+        for (int l = 0; l < 8; l++)
+            m[l] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xsum + 8 * j + l), m[l]);
+    }
+}
+
+/* The defined fold (for s = 4, 2, 1: lane[l] += lane[l + s]) of 8 lane vectors; returns lane 0's. */
+XA __m256 fold8(__m256 v[8])
+{
+    for (int s = 4; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            v[l] = _mm256_add_ps(v[l], v[l + s]);
+    return v[0];
+}
+
+/* Groups [0, ng) of type t against x rows [0, B): the whole product, with the per-call scratch prepared. */
+XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
+                         const float *xsum, int B, float *ds, float *ms, float *y, int64_t ldy, int acc)
+{
+    const int64_t nb = n / 32;
+    const size_t bb = t == KRN_Q4_1 ? sizeof(blk_q4_1) : t == KRN_Q4_0 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
+    const size_t gbb = 8 * bb, qo = t == KRN_Q4_1 ? 32 : 16;
+        for (int g = 0; g < ng; g++) {
+        const uint8_t *G = w + (size_t)g * 8 * row_bytes;
+        for (int64_t j = 0; j < nb; j++) { /* the 8 rows' d (times 2^64 for q4: exact), q4_1's m */
+            const uint8_t *gb = G + (size_t)j * gbb;
+            _mm256_storeu_ps(ds + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)));
+            if (t == KRN_Q4_1)
+                _mm256_storeu_ps(ms + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
+        }
+        for (int b0 = 0; b0 < B; b0 += 4) {
+            __m256 lane[4][8], a[4][8];
+            const float *xb = xs + (size_t)b0 * n;
+            const int C = B - b0 < 4 ? B - b0 : 4;
+            /* passes of LN lanes against C x rows, C * LN <= 8 accumulators: 2 x 4 lanes for C <= 2, 4 x 2 lanes */
+#define PASS(C, LN, L0)                                                                                           \
+    do {                                                                                                          \
+        group_lanes(t, C, LN, L0, G, gbb, qo, nb, ds, xb, n, a);                                                  \
+        for (int c = 0; c < C; c++)                                                                               \
+            for (int l = 0; l < LN; l++)                                                                          \
+                lane[c][L0 + l] = a[c][l];                                                                        \
+    } while (0)
+            switch (C) {
+            case 1: PASS(1, 4, 0); PASS(1, 4, 4); break;
+            case 2: PASS(2, 4, 0); PASS(2, 4, 4); break;
+            case 3: PASS(3, 2, 0); PASS(3, 2, 2); PASS(3, 2, 4); PASS(3, 2, 6); break;
+            default: PASS(4, 2, 0); PASS(4, 2, 2); PASS(4, 2, 4); PASS(4, 2, 6); break;
+            }
+#undef PASS
+            for (int c = 0; c < C; c++) {
+                __m256 r = fold8(lane[c]);
+                if (t == KRN_Q4_1) {
+                    __m256 m[8];
+                    group_mins(ms, xsum + (size_t)(b0 + c) * nb * 8, nb, m);
+                    r = _mm256_add_ps(r, fold8(m));
+                }
+                float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
+                if (acc)
+                    r = _mm256_add_ps(_mm256_loadu_ps(yo), r);
+                _mm256_storeu_ps(yo, r);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx2,f16c,fma"))) static void rows8_exact_avx2(int t, const uint8_t *w, size_t row_bytes,
+                                                                       int ng, int64_t n, const float *xs,
+                                                                       const float *xsum, int B, float *ds,
+                                                                       float *ms, float *y, int64_t ldy, int acc)
+{
+    switch (t) {
+    case KRN_Q4_0: rows8_exact_type(KRN_Q4_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    case KRN_Q4_1: rows8_exact_type(KRN_Q4_1, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    default: rows8_exact_type(KRN_Q8_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    }
+}
+#endif
+
+/* Every x of the B rows finite and, with `tiny` = 0, 0 or at least 2^-102 in magnitude: the range in which the
+ * scaled q4 x are exact (see the header). */
+static int x_in_range(const float *x, int64_t ldx, int B, int64_t n, int tiny)
+{
+    const float lo = tiny ? 0.0f : 0x1p-102f;
+    for (int b = 0; b < B; b++)
+        for (int64_t i = 0; i < n; i++) {
+            const float a = fabsf(x[(size_t)b * ldx + i]);
+            if (a != 0.0f && !(a >= lo && a <= 0x1.fffffep127f))
+                return 0;
+        }
+    return 1;
+}
+
+int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
+                    int B, float *y, int64_t ldy, int acc)
+{
+#if defined(__x86_64__)
+    if ((t != KRN_Q4_0 && t != KRN_Q4_1 && t != KRN_Q8_0) || n <= 0 || n % 32 || n_groups <= 0 || B <= 0 ||
+        krn_quant_path() != KRN_PATH_AVX2 || !x_in_range(x, ldx, B, n, t == KRN_Q8_0))
+        return 0;
+    const int64_t nb = n / 32;
+    /* scratch: the x rows (scaled for q4), q4_1's block x sums, one group's scales and mins */
+    const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb * 8 : 0;
+    float *xs = malloc((nx + nsum + 16 * (size_t)nb) * sizeof(float));
+    if (!xs)
+        return 0;
+    float *xsum = xs + nx, *ds = xsum + nsum, *ms = ds + 8 * nb;
+    float scale[32];
+    for (int e = 0; e < 32; e++)
+        scale[e] = t == KRN_Q8_0 ? 1.0f : ldexpf(1.0f, -q4_pos(e));
+    for (int b = 0; b < B; b++)
+        for (int64_t i = 0; i < n; i++)
+            xs[(size_t)b * n + i] = x[(size_t)b * ldx + i] * scale[i % 32]; /* a power of two in range: exact */
+    for (int b = 0; b < B && nsum; b++)
+        for (int64_t j = 0; j < nb; j++) {
+            const float *xb = x + (size_t)b * ldx + 32 * j;
+            for (int l = 0; l < 8; l++)
+                xsum[((size_t)b * nb + j) * 8 + l] = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
+        }
+    rows8_exact_avx2(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
+    free(xs);
+    return 1;
+#else
+    (void)t, (void)w, (void)row_bytes, (void)n_groups, (void)n, (void)x, (void)ldx, (void)B, (void)y, (void)ldy,
+        (void)acc;
+    return 0;
+#endif
+}
