@@ -31,7 +31,8 @@ int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_
 enum { KRN_X8_GENERIC = 0, KRN_X8_AVX2 = 1, KRN_X8_VNNI = 2, KRN_X8_PATH_COUNT = 3 };
 int krn_x8_path(void);              /* the best path this CPU runs (picked once, at first use) */
 int krn_x8_path_available(int p);   /* 1 when path p can run on this CPU */
-int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0: the weight types the fast mode multiplies */
+int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0, q4_K, q6_K: the weight types the fast mode multiplies */
+int krn_x8_kquant_type_ok(int t);   /* 1 for the K-quants among them (kernels/x8_kquant.c) */
 
 /* y (B, n_out) with row stride ldy: y[b * ldy + o] = (acc ? y[b * ldy + o] + : ) dot(W row o, x8 row b), W
  * (n_out, n) of type t in `layout` (KRN_LAYOUT_BLOCKS: rows row_bytes apart; KRN_LAYOUT_ROWS8, kernels/krn.h),
@@ -43,6 +44,12 @@ int krn_x8_gemm(int t, int layout, const void *w, size_t row_bytes, int n_out, c
                 float *y, int64_t ldy, int acc);
 int krn_x8_gemm_path(int p, int t, int layout, const void *w, size_t row_bytes, int n_out, const void *xq, int B,
                      int64_t n, float *y, int64_t ldy, int acc);
+
+/* krn_x8_gemm_path for K-quant weights in GGUF blocks (kernels/x8_kquant.c defines their result): n % 256 == 0;
+ * the VNNI path runs the AVX2 code. Returns 0, or -1 (y untouched) for another type, a bad shape or row_bytes, or
+ * no memory for the per-call scratch (72 bytes per 256 x values). */
+int krn_x8_kquant_gemm_path(int p, int t, const void *w, size_t row_bytes, int n_out, const void *xq, int B,
+                            int64_t n, float *y, int64_t ldy, int acc);
 
 /* One weight row against one x8 row: the bits krn_x8_gemm gives for that pair; NAN for another type or
  * n % 32 != 0. The _path form runs x8 path p (KRN_X8_*, available). */

@@ -281,11 +281,14 @@ int krn_x8_path(void)
     return p;
 }
 
-int krn_x8_type_ok(int t) { return t == KRN_Q4_0 || t == KRN_Q4_1 || t == KRN_Q8_0; }
+int krn_x8_type_ok(int t) { return t == KRN_Q4_0 || t == KRN_Q4_1 || t == KRN_Q8_0 || krn_x8_kquant_type_ok(t); }
 
 int krn_x8_gemm_path(int p, int t, int layout, const void *w, size_t row_bytes, int n_out, const void *xq, int B,
                      int64_t n, float *y, int64_t ldy, int acc)
 {
+    if (krn_x8_kquant_type_ok(t)) /* K-quants: GGUF blocks only (kernels/x8_kquant.c) */
+        return layout == KRN_LAYOUT_BLOCKS ? krn_x8_kquant_gemm_path(p, t, w, row_bytes, n_out, xq, B, n, y, ldy, acc)
+                                           : -1;
     if (!krn_x8_type_ok(t) || n <= 0 || n % 32 || n > INT32_MAX || n_out <= 0 || B <= 0 ||
         row_bytes != krn_row_bytes(t, n) || (layout != KRN_LAYOUT_BLOCKS && layout != KRN_LAYOUT_ROWS8) ||
         (layout == KRN_LAYOUT_ROWS8 && !krn_rows8_supported(t, n_out, n)))

@@ -19,6 +19,16 @@ foreach(arm eager replay batch prime prime-batch spec)
 endforeach()
 memra_cli(cli_gate_tiny_soak stress ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=4 MEMRA_PP_DEVICES=0,1,1,2
           MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> soak --runs 20 -m ${TINY})
+# K-quant weights (q4_K layers, a q6_K head) in the fast mode: the int8 K-quant GEMM keeps split = unsplit
+set(TINY_K ${CMAKE_BINARY_DIR}/tiny-q4_K.gguf)
+add_test(NAME cli_mkgguf_tiny_kquant COMMAND memra-mkgguf -o ${TINY_K} --layers 4 --embd 256 --heads 4 --kv-heads 2
+         --ff 512 --type q4_K --embd-type q6_K)
+set_tests_properties(cli_mkgguf_tiny_kquant PROPERTIES FIXTURES_SETUP tiny_k LABELS unit)
+foreach(arm batch prime)
+  memra_cli(cli_gate_tiny_kquant_fast_${arm} unit ${CMAKE_COMMAND} -E env MEMRA_CPU_X8=1 MEMRA_PP_STAGES=3
+            MEMRA_PP_DEVICES=0,1,2 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY_K})
+  set_tests_properties(cli_gate_tiny_kquant_fast_${arm} PROPERTIES FIXTURES_REQUIRED "tiny;tiny_k")
+endforeach()
 # a gate whose split never runs exits 1 (door shut: vacuous), and a refused seam exits 2 with the message
 memra_cli(cli_gate_door_shut_fails unit $<TARGET_FILE:memra-gate> eager -m ${TINY})
 set_tests_properties(cli_gate_door_shut_fails PROPERTIES WILL_FAIL TRUE)

@@ -2,7 +2,8 @@
  * GEMM in GGUF blocks and in rows of 8 (krn_x8_gemm, kernels/x8_gemm.c) and for the exact mode's f32 dot in GGUF
  * blocks and in rows of 8 (krn_cpu_matmul with x8 = 0; kernels/exact_rows8.c), with B rows of x. The weights are `copies` distinct matrices cycled call after
  * call, so that (with the default) they come from memory or L3 as in decode, not from L2. Random weights and x,
- * fixed seed; one thread. Median of 5 runs of `reps` calls. */
+ * fixed seed; one thread. Median of 5 runs of `reps` calls. Two K-quant rows of Llama-3-8B's ffn shape (n_in 4096)
+ * time the exact dot against the fast mode's K-quant GEMM (kernels/x8_kquant.c); K-quants have no rows of 8. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,8 @@ int bench_cpu_kernels(int argc, char **argv)
     if (rc)
         return rc;
     const shape shapes[] = {{"ffn up/gate", KRN_Q4_1, 1536, 576}, {"ffn down", KRN_Q4_1, 576, 1536},
-                            {"attn q/o", KRN_Q4_1, 576, 576}, {"head (tied)", KRN_Q8_0, 49152, 576}};
+                            {"attn q/o", KRN_Q4_1, 576, 576}, {"head (tied)", KRN_Q8_0, 49152, 576},
+                            {"Llama-3 ffn rows", KRN_Q4_K, 1024, 4096}, {"Llama-3 ffn rows", KRN_Q6_K, 1024, 4096}};
     const int Bs[] = {1, 2, 4, 32};
     printf("cpu-kernels: us per call (median of 5 runs of %d calls), weights cycled over %d MiB; x8 path %d\n", reps,
            mib, krn_x8_path());
@@ -75,7 +77,8 @@ int bench_cpu_kernels(int argc, char **argv)
                 row[i] = bench_rand_unit(&seed) * 0.1f;
             krn_quant_row(sh->type, row, w + (size_t)o * rb, sh->n_in);
         }
-        for (int o = 0; o < sh->n_out; o += 8)
+        const int rows8 = krn_rows8_supported(sh->type, sh->n_out, sh->n_in); /* not for K-quants: "-" */
+        for (int o = 0; rows8 && o < sh->n_out; o += 8)
             krn_rows8_pack_group(sh->type, sh->n_in, w + (size_t)o * rb, 8, rb, w8 + (size_t)o * rb);
         for (int c = 1; c < copies; c++) {
             memcpy(w + (size_t)c * mb, w, mb);
@@ -88,8 +91,13 @@ int bench_cpu_kernels(int argc, char **argv)
         for (size_t b = 0; b < sizeof Bs / sizeof Bs[0]; b++) {
             const int B = Bs[b];
             const double te = time_arm(0, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
-            const double te8 = time_arm(3, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
             const double tb = time_arm(1, sh, w, w8, copies, x, xq, B, y, r);
+            if (!rows8) {
+                printf("| %s | %s | %d x %d | %d | %.1f | - | %.1f | - | - | - |\n", sh->name, krn_type_name(sh->type),
+                       sh->n_out, sh->n_in, B, te, tb);
+                continue;
+            }
+            const double te8 = time_arm(3, sh, w, w8, copies, x, xq, B, y, B >= 32 ? (r + 3) / 4 : r);
             const double t8 = time_arm(2, sh, w, w8, copies, x, xq, B, y, r);
             printf("| %s | %s | %d x %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", sh->name,
                    krn_type_name(sh->type), sh->n_out, sh->n_in, B, te, te8, tb, t8, tb / t8, te8 / t8);
