@@ -17,7 +17,8 @@
  * lane (no FP contraction in the build), so the paths agree bit for bit (tests/test_x8_kquant.c).
  *
  * Tiles: 4 weight rows against up to 4 x rows; a super-block's quants and scales are unpacked once per row for
- * the tile's x rows. No shared state. */
+ * the tile's x rows. Four rows stream at once, which the hardware prefetcher follows poorly: each super-block read
+ * prefetches the next tile's (docs/bench/cpu.md, "K-quants in the fast mode"). No shared state. */
 #include "kernels/krn.h"
 #include "kernels/quant_batch.h"
 #include "kernels/quant_impl.h"
@@ -190,6 +191,8 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
             for (int64_t s = 0; s < ns; s++)
                 for (int r = 0; r < R; r++) {
                     const uint8_t *sb = w + (size_t)(o0 + r) * rb + (size_t)s * sbb;
+                    for (size_t pf = 0; pf < sbb; pf += 64) /* the next tile's row r, the same super-block (past */
+                        __builtin_prefetch(sb + KQ_R * rb + pf, 0, 3); /* the last row: a prefetch, never a read) */
                     __m256i wq[8], scv[2];
                     for (int j = 0; j < 8; j++)
                         wq[j] = kq_wq(t, sb, j);
