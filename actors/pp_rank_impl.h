@@ -118,6 +118,12 @@ struct pp_rank {
     int n_small, cap_small;
     void *rx;                        /* a received step [header | payload] */
     size_t rx_cap;
+    bnd_mpi_req *rx_req;             /* the step being received into rx, rx_n bytes (its probe's count) */
+    size_t rx_n;
+    bnd_mpi_req *res_req;            /* rank 0: the result being received into res_buf (res_n bytes from res_src) */
+    char *res_buf;
+    size_t res_n;
+    int res_src;
     uint64_t heard[256], last_beat;  /* per rank: when we last heard from it */
     int dead, idle, ended;           /* ended: DESTROY arrived (a rank > 0 stops polling) */
     dev_err err;                     /* the first transport error */

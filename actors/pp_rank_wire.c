@@ -244,12 +244,10 @@ static int pump_out(pp_rank *rk)
     return moved;
 }
 
-/* A step arrived from the previous rank: its shadow record goes to our first stage. */
+/* A step arrived from the previous rank (n bytes in rx): its shadow record goes to our first stage. */
 static int step_in(pp_rank *rk, size_t n)
 {
     act_pp *rt = rk->rt;
-    if (bnd_mpi_recv(rk->in_peer, BND_TAG_SLOT, rk->rx, rk->rx_cap, &rk->err) != 0)
-        return -1;
     pp_wire_step h;
     memcpy(&h, rk->rx, sizeof h);
     const size_t rows = h.B > 0 ? (size_t)h.B * sizeof(int32_t) : 0;
@@ -313,16 +311,9 @@ static int step_in(pp_rank *rk, size_t n)
 }
 
 /* Rank 0: a step's result arrived: into its pending, then the readback actor finishes it. */
-static int result_in(pp_rank *rk, int src, size_t n)
+static int result_in(pp_rank *rk, int src, size_t n, char *buf)
 {
     act_pp *rt = rk->rt;
-    char *buf = malloc(n ? n : 1);
-    if (!buf)
-        return dev_err_set(&rk->err, MEMRA_E_NOMEM, "rank 0: out of host memory"), -1;
-    if (bnd_mpi_recv(src, BND_TAG_RESULT, buf, n, &rk->err) != 0) {
-        free(buf);
-        return -1;
-    }
     pp_wire_result h;
     memcpy(&h, buf, sizeof h < n ? sizeof h : n);
     if (n < sizeof h || h.magic != PP_WIRE_MAGIC || rk->f_len == 0 || rk->fifo[rk->f_head]->id != h.id) {
@@ -398,9 +389,30 @@ static int poll_once(pp_rank *rk)
             }
             moved = 1;
         }
-    while (rk->in && (r = bnd_mpi_probe(rk->in_peer, BND_TAG_SLOT, &src, &n, &rk->err)) == 1) {
-        rk->heard[src] = now;
-        if (step_in(rk, n) != 0) {
+    /* steps from the previous rank, one at a time into rx, each received without blocking: a sender stopped
+     * mid-message (a large one moves only while its sender runs) leaves this loop polling, so the beats and the
+     * silence check below go on */
+    while (rk->in) {
+        if (!rk->rx_req) {
+            if ((r = bnd_mpi_probe(rk->in_peer, BND_TAG_SLOT, &src, &n, &rk->err)) != 1)
+                break;
+            rk->heard[src] = now;
+            rk->rx_n = n;
+            if (bnd_mpi_irecv(rk->in_peer, BND_TAG_SLOT, rk->rx, rk->rx_cap, &rk->rx_req, &rk->err) != 0) {
+                die(rk);
+                return 1;
+            }
+        }
+        int done = 0;
+        if (bnd_mpi_test(rk->rx_req, &done, &rk->err) != 0) {
+            die(rk);
+            return 1;
+        }
+        if (!done)
+            break;
+        rk->rx_req = NULL;
+        rk->heard[rk->in_peer] = now;
+        if (step_in(rk, rk->rx_n) != 0) {
             die(rk);
             return 1;
         }
@@ -418,9 +430,35 @@ static int poll_once(pp_rank *rk)
         rk->credit_in[k] = 1;
         moved = 1;
     }
-    while (rk->self == 0 && (r = bnd_mpi_probe(-1, BND_TAG_RESULT, &src, &n, &rk->err)) == 1) {
-        rk->heard[src] = now;
-        if (result_in(rk, src, n) != 0) {
+    while (rk->self == 0) { /* results from the last rank, received without blocking as the steps above */
+        if (!rk->res_req) {
+            if ((r = bnd_mpi_probe(-1, BND_TAG_RESULT, &src, &n, &rk->err)) != 1)
+                break;
+            rk->heard[src] = now;
+            if (!(rk->res_buf = malloc(n ? n : 1))) {
+                dev_err_set(&rk->err, MEMRA_E_NOMEM, "rank 0: out of host memory");
+                die(rk);
+                return 1;
+            }
+            rk->res_n = n, rk->res_src = src;
+            if (bnd_mpi_irecv(src, BND_TAG_RESULT, rk->res_buf, n, &rk->res_req, &rk->err) != 0) {
+                free(rk->res_buf);
+                rk->res_buf = NULL;
+                die(rk);
+                return 1;
+            }
+        }
+        int done = 0;
+        if (bnd_mpi_test(rk->res_req, &done, &rk->err) != 0) {
+            die(rk);
+            return 1;
+        }
+        if (!done)
+            break;
+        char *buf = rk->res_buf;
+        rk->res_req = NULL, rk->res_buf = NULL;
+        rk->heard[rk->res_src] = now;
+        if (result_in(rk, rk->res_src, rk->res_n, buf) != 0) {
             die(rk);
             return 1;
         }

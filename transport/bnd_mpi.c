@@ -82,11 +82,25 @@ int bnd_mpi_isend(int to, int tag, const void *buf, size_t bytes, bnd_mpi_req **
     return 0;
 }
 
+int bnd_mpi_irecv(int from, int tag, void *buf, size_t cap, bnd_mpi_req **req, dev_err *err)
+{
+    bnd_mpi_req *q = malloc(sizeof *q);
+    if (!q)
+        return dev_err_set(err, MEMRA_E_NOMEM, "MPI receive: out of host memory");
+    int rc = MPI_Irecv(buf, (int)cap, MPI_BYTE, from, tag, MPI_COMM_WORLD, &q->r);
+    if (rc != MPI_SUCCESS) {
+        free(q);
+        return mpi_fail(err, rc, "MPI_Irecv", from);
+    }
+    *req = q;
+    return 0;
+}
+
 int bnd_mpi_test(bnd_mpi_req *req, int *done, dev_err *err)
 {
     int flag = 0, rc = MPI_Test(&req->r, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Test (a send)", -1);
+        return mpi_fail(err, rc, "MPI_Test", -1);
     *done = flag;
     if (flag)
         free(req);
@@ -156,6 +170,11 @@ void bnd_mpi_finish(int status) { (void)status; }
 int bnd_mpi_isend(int to, int tag, const void *buf, size_t bytes, bnd_mpi_req **req, dev_err *err)
 {
     (void)to, (void)tag, (void)buf, (void)bytes, (void)req;
+    return no_mpi(err);
+}
+int bnd_mpi_irecv(int from, int tag, void *buf, size_t cap, bnd_mpi_req **req, dev_err *err)
+{
+    (void)from, (void)tag, (void)buf, (void)cap, (void)req;
     return no_mpi(err);
 }
 int bnd_mpi_test(bnd_mpi_req *req, int *done, dev_err *err)

@@ -44,12 +44,18 @@ int bnd_mpi_size(void);   /* ranks in the world (1 alone) */
  * for it). No-op in a world of one. */
 void bnd_mpi_finish(int status);
 
-typedef struct bnd_mpi_req bnd_mpi_req; /* a non-blocking send in flight */
+typedef struct bnd_mpi_req bnd_mpi_req; /* a non-blocking send or receive in flight */
 
 /* Non-blocking send of bytes to rank `to` with tag; buf must stay untouched until bnd_mpi_test says done.
  * *req: the request (free it with bnd_mpi_test's done or bnd_mpi_req_free). Returns 0 or MEMRA_E_DEVICE. */
 int bnd_mpi_isend(int to, int tag, const void *buf, size_t bytes, bnd_mpi_req **req, dev_err *err);
-/* *done = 1 once the send completed (req is then freed and must not be used again). 0 or MEMRA_E_DEVICE. */
+/* Non-blocking receive of the message a probe announced (from, tag) into buf (cap bytes); buf must stay untouched
+ * until bnd_mpi_test says done. A receive in flight never blocks its caller, so a sender stopped mid-message (a
+ * large one moves only while its sender runs) leaves the caller free to notice its silence. 0 or MEMRA_E_DEVICE
+ * (at bnd_mpi_test too when the message is larger than cap). */
+int bnd_mpi_irecv(int from, int tag, void *buf, size_t cap, bnd_mpi_req **req, dev_err *err);
+/* *done = 1 once the send or receive completed (req is then freed and must not be used again). 0 or
+ * MEMRA_E_DEVICE. */
 int bnd_mpi_test(bnd_mpi_req *req, int *done, dev_err *err);
 /* Forget a request without waiting (a shutdown: the peer is gone or the bytes no longer matter). */
 void bnd_mpi_req_free(bnd_mpi_req *req);
