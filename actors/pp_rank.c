@@ -391,14 +391,14 @@ void pp_rank_free(act_pp *rt)
         free(rk->hdr[k]);
     free(rk->outq);
     free(rk->fifo);
-    if (rk->rx_req) /* a peer died mid-message: forget the receive, and keep rx, which MPI may still write */
-        bnd_mpi_req_free(rk->rx_req);
+    if (rk->steps.req) /* a peer died mid-message: forget the receive, and keep rx, which MPI may still write */
+        bnd_mpi_req_free(rk->steps.req);
     else
         free(rk->rx);
-    if (rk->res_req) /* the same for a result */
-        bnd_mpi_req_free(rk->res_req);
+    if (rk->results.req) /* the same for a result */
+        bnd_mpi_req_free(rk->results.req);
     else
-        free(rk->res_buf);
+        free(rk->results.buf);
     pthread_mutex_destroy(&rk->lock);
     pthread_cond_destroy(&rk->cv);
     free(rk);

@@ -94,6 +94,15 @@ typedef struct pp_out {     /* a step leaving this rank */
 } pp_out;
 
 typedef struct pp_rank pp_rank;
+/* A message being received without blocking (actors/pp_rank_wire.c inbox_next): its request while in flight,
+ * its buffer, size and sender. */
+typedef struct pp_inbox {
+    bnd_mpi_req *req;
+    char *buf;
+    size_t n;
+    int src;
+} pp_inbox;
+
 struct pp_rank {
     act_pp *rt;
     int self, P;
@@ -118,12 +127,8 @@ struct pp_rank {
     int n_small, cap_small;
     void *rx;                        /* a received step [header | payload] */
     size_t rx_cap;
-    bnd_mpi_req *rx_req;             /* the step being received into rx, rx_n bytes (its probe's count) */
-    size_t rx_n;
-    bnd_mpi_req *res_req;            /* rank 0: the result being received into res_buf (res_n bytes from res_src) */
-    char *res_buf;
-    size_t res_n;
-    int res_src;
+    pp_inbox steps;                  /* the step being received into rx */
+    pp_inbox results;                /* rank 0: the result being received */
     uint64_t heard[256], last_beat;  /* per rank: when we last heard from it */
     int dead, idle, ended;           /* ended: DESTROY arrived (a rank > 0 stops polling) */
     dev_err err;                     /* the first transport error */

@@ -353,6 +353,37 @@ static int result_in(pp_rank *rk, int src, size_t n, char *buf)
     return 0;
 }
 
+/* The next whole message with tag from rank `from` (-1: any) into ib, received without blocking: 1 when ib holds
+ * one (ib->buf: `fixed`, cap bytes, or a malloc of the message's size that the caller takes; ib->n, ib->src), 0
+ * while none has arrived or its bytes are still moving, -1 on an MPI error or no memory (rk->err). */
+static int inbox_next(pp_rank *rk, pp_inbox *ib, int from, int tag, void *fixed, size_t cap, uint64_t now)
+{
+    if (!ib->req) {
+        int src, r;
+        size_t n;
+        if ((r = bnd_mpi_probe(from, tag, &src, &n, &rk->err)) != 1)
+            return r < 0 ? -1 : 0;
+        rk->heard[src] = now;
+        if (!(ib->buf = fixed ? fixed : malloc(n ? n : 1)))
+            return dev_err_set(&rk->err, MEMRA_E_NOMEM, "rank %d: out of host memory", rk->self), -1;
+        ib->n = n, ib->src = src;
+        if (bnd_mpi_irecv(src, tag, ib->buf, fixed ? cap : n, &ib->req, &rk->err) != 0) {
+            if (!fixed)
+                free(ib->buf);
+            ib->buf = NULL;
+            return -1;
+        }
+    }
+    int done = 0;
+    if (bnd_mpi_test(ib->req, &done, &rk->err) != 0)
+        return -1;
+    if (!done)
+        return 0;
+    ib->req = NULL; /* freed by the test */
+    rk->heard[ib->src] = now;
+    return 1;
+}
+
 /* One round: steps out, credits both ways, messages in, beats. 1 when something moved. */
 static int poll_once(pp_rank *rk)
 {
@@ -392,27 +423,8 @@ static int poll_once(pp_rank *rk)
     /* steps from the previous rank, one at a time into rx, each received without blocking: a sender stopped
      * mid-message (a large one moves only while its sender runs) leaves this loop polling, so the beats and the
      * silence check below go on */
-    while (rk->in) {
-        if (!rk->rx_req) {
-            if ((r = bnd_mpi_probe(rk->in_peer, BND_TAG_SLOT, &src, &n, &rk->err)) != 1)
-                break;
-            rk->heard[src] = now;
-            rk->rx_n = n;
-            if (bnd_mpi_irecv(rk->in_peer, BND_TAG_SLOT, rk->rx, rk->rx_cap, &rk->rx_req, &rk->err) != 0) {
-                die(rk);
-                return 1;
-            }
-        }
-        int done = 0;
-        if (bnd_mpi_test(rk->rx_req, &done, &rk->err) != 0) {
-            die(rk);
-            return 1;
-        }
-        if (!done)
-            break;
-        rk->rx_req = NULL;
-        rk->heard[rk->in_peer] = now;
-        if (step_in(rk, rk->rx_n) != 0) {
+    while (rk->in && (r = inbox_next(rk, &rk->steps, rk->in_peer, BND_TAG_SLOT, rk->rx, rk->rx_cap, now)) != 0) {
+        if (r < 0 || step_in(rk, rk->steps.n) != 0) {
             die(rk);
             return 1;
         }
@@ -430,40 +442,17 @@ static int poll_once(pp_rank *rk)
         rk->credit_in[k] = 1;
         moved = 1;
     }
-    while (rk->self == 0) { /* results from the last rank, received without blocking as the steps above */
-        if (!rk->res_req) {
-            if ((r = bnd_mpi_probe(-1, BND_TAG_RESULT, &src, &n, &rk->err)) != 1)
-                break;
-            rk->heard[src] = now;
-            if (!(rk->res_buf = malloc(n ? n : 1))) {
-                dev_err_set(&rk->err, MEMRA_E_NOMEM, "rank 0: out of host memory");
-                die(rk);
-                return 1;
-            }
-            rk->res_n = n, rk->res_src = src;
-            if (bnd_mpi_irecv(src, BND_TAG_RESULT, rk->res_buf, n, &rk->res_req, &rk->err) != 0) {
-                free(rk->res_buf);
-                rk->res_buf = NULL;
-                die(rk);
-                return 1;
-            }
-        }
-        int done = 0;
-        if (bnd_mpi_test(rk->res_req, &done, &rk->err) != 0) {
-            die(rk);
-            return 1;
-        }
-        if (!done)
-            break;
-        char *buf = rk->res_buf;
-        rk->res_req = NULL, rk->res_buf = NULL;
-        rk->heard[rk->res_src] = now;
-        if (result_in(rk, rk->res_src, rk->res_n, buf) != 0) {
+    while (rk->self == 0 && (r = inbox_next(rk, &rk->results, -1, BND_TAG_RESULT, NULL, 0, now)) != 0) {
+        char *buf = rk->results.buf; /* the last rank's result, received the same way; result_in frees it */
+        rk->results.buf = NULL;
+        if (r < 0 || result_in(rk, rk->results.src, rk->results.n, buf) != 0) {
             die(rk);
             return 1;
         }
         moved = 1;
     }
+    if (rk->steps.req || rk->results.req)
+        moved = 1; /* a message mid-transfer moves only while MPI is called: poll again without a nap */
     while ((r = bnd_mpi_probe(-1, BND_TAG_BEAT, &src, &n, &rk->err)) == 1) {
         char b[8];
         rk->heard[src] = now;
