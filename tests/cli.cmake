@@ -19,6 +19,17 @@ foreach(arm eager replay batch prime prime-batch spec)
 endforeach()
 memra_cli(cli_gate_tiny_soak stress ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=4 MEMRA_PP_DEVICES=0,1,1,2
           MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> soak --runs 20 -m ${TINY})
+# A q5_K model (weights and embeddings; its 256-element blocks need embd and ff multiples of 256) through the CPU
+# backend: split over three devices, bit-identical to unsplit.
+set(TINY_Q5K ${CMAKE_BINARY_DIR}/tiny-q5_K.gguf)
+add_test(NAME cli_mkgguf_tiny_q5_K COMMAND memra-mkgguf -o ${TINY_Q5K} --layers 4 --embd 256 --ff 512 --type q5_K
+         --embd-type q5_K)
+set_tests_properties(cli_mkgguf_tiny_q5_K PROPERTIES FIXTURES_SETUP tiny_q5_K LABELS unit)
+foreach(arm eager replay)
+  memra_cli(cli_gate_tiny_q5_K_${arm} unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=3 MEMRA_PP_DEVICES=0,1,2
+            MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY_Q5K})
+  set_tests_properties(cli_gate_tiny_q5_K_${arm} PROPERTIES FIXTURES_REQUIRED tiny_q5_K)
+endforeach()
 # a gate whose split never runs exits 1 (door shut: vacuous), and a refused seam exits 2 with the message
 memra_cli(cli_gate_door_shut_fails unit $<TARGET_FILE:memra-gate> eager -m ${TINY})
 set_tests_properties(cli_gate_door_shut_fails PROPERTIES WILL_FAIL TRUE)
