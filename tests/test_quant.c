@@ -877,6 +877,16 @@ static void test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode(vo
     assert_true(krn_weight_cost(KRN_Q4_1, 8, 64, 7) == 0.0);
 }
 
+/* q5_K's CPU cost lies between q4_K's and q6_K's (kernels/krn.c); on CUDA it is its bytes, 176 per 256. */
+static void test_q5_K_costs_between_q4_K_and_q6_K(void **state)
+{
+    (void)state;
+    const double c4 = krn_weight_cost(KRN_Q4_K, 8, 256, KRN_COST_CPU);
+    const double c5 = krn_weight_cost(KRN_Q5_K, 8, 256, KRN_COST_CPU);
+    assert_true(c4 < c5 && c5 < krn_weight_cost(KRN_Q6_K, 8, 256, KRN_COST_CPU));
+    assert_true(krn_weight_cost(KRN_Q5_K, 8, 512, KRN_COST_CUDA) == 8.0 * 2 * 176);
+}
+
 typedef struct dot_job {
     const void *row;
     const float *x;
@@ -939,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks),
         cmocka_unit_test(test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot),
         cmocka_unit_test(test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode),
+        cmocka_unit_test(test_q5_K_costs_between_q4_K_and_q6_K),
         cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
