@@ -30,6 +30,10 @@ foreach(arm eager replay)
             MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY_Q5K})
   set_tests_properties(cli_gate_tiny_q5_K_${arm} PROPERTIES FIXTURES_REQUIRED tiny_q5_K)
 endforeach()
+# the fast mode's platform: q5_K has no int8-x GEMM, so its matmuls keep the exact dot
+memra_cli(cli_gate_tiny_q5_K_batch_x8 unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=3 MEMRA_PP_DEVICES=0,1,2
+          MEMRA_CPU_X8=1 $<TARGET_FILE:memra-gate> batch -m ${TINY_Q5K})
+set_tests_properties(cli_gate_tiny_q5_K_batch_x8 PROPERTIES FIXTURES_REQUIRED tiny_q5_K)
 # a gate whose split never runs exits 1 (door shut: vacuous), and a refused seam exits 2 with the message
 memra_cli(cli_gate_door_shut_fails unit $<TARGET_FILE:memra-gate> eager -m ${TINY})
 set_tests_properties(cli_gate_door_shut_fails PROPERTIES WILL_FAIL TRUE)
