@@ -40,6 +40,7 @@ int krn_fill_plan_make(krn_fill_plan *p, int type, int64_t n_out, int64_t n_in, 
     case KRN_Q4_0: p->d = krn_f32_to_f16(scale / 8.0f); break;
     case KRN_Q4_1: p->d = krn_f32_to_f16(scale / 7.5f), p->dmin = krn_f32_to_f16(-scale); break;
     case KRN_Q4_K: p->d = krn_f32_to_f16(scale / 256.0f), p->dmin = krn_f32_to_f16(scale / 32.0f); break;
+    case KRN_Q5_K: p->d = krn_f32_to_f16(scale / 512.0f), p->dmin = krn_f32_to_f16(scale / 32.0f); break; /* q to 31 */
     case KRN_Q6_K: p->d = krn_f32_to_f16(scale / 4096.0f); break;
     default: break;
     }
@@ -96,7 +97,7 @@ void krn_fill_host_range(const krn_fill_plan *p, void *dst, int64_t u0, int64_t 
                 memcpy(blk + bb - 2, &p->d, 2); /* d is the last field */
             } else {
                 memcpy(blk, &p->d, 2);
-                if (p->type == KRN_Q4_1 || p->type == KRN_Q4_K)
+                if (p->type == KRN_Q4_1 || p->type == KRN_Q4_K || p->type == KRN_Q5_K)
                     memcpy(blk + 2, &p->dmin, 2);
             }
         }

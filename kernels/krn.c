@@ -45,7 +45,9 @@ static int on_cuda(dev_stream *s)
 #endif
 
 /* ns per element of krn_dot_row at n = 4096, 2048 rows, best of 5 (AMD EPYC, 2 cores, the AVX2 path, gcc -O2;
- * 2026-11-30). Only the ratios matter: they balance stages against each other. */
+ * 2026-11-30). Only the ratios matter: they balance stages against each other. q5_K is the q6_K figure times
+ * q5_K / q6_K measured the same way on the same VM under a parallel build's load (0.215 / 0.217 ns, q4_K 0.172;
+ * 2026-12-03): the load moves every figure, not the ratio of two K types run back to back. */
 static double cpu_dot_ns(int type)
 {
     switch (type) {
@@ -56,6 +58,7 @@ static double cpu_dot_ns(int type)
     case KRN_Q4_0: return 0.197;
     case KRN_Q4_1: return 0.205;
     case KRN_Q4_K: return 0.126;
+    case KRN_Q5_K: return 0.152;
     case KRN_Q6_K: return 0.153;
     default: return 0.0;
     }

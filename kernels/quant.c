@@ -2,10 +2,11 @@
  * Dequantization and the dot product live in quant_dot.c. No shared mutable state.
  *
  * Quantizers: q4_0, q4_1 and q8_0 are GGML's quantize_row_*_ref, operation for operation (same bytes).
- * q4_K and q6_K are simpler than GGML's (which searches scales with make_qkx2_quants / make_qx_quants):
- * round-to-nearest with a scale from each sub-block's range, the sub-block scales themselves rounded to
- * 6 bits (q4_K) or int8 (q6_K) against the super-block scale, then every element re-quantized against the
- * scale it will actually be dequantized with. The bytes are valid GGML blocks; the error is a little above
+ * q4_K, q5_K and q6_K are simpler than GGML's (which searches scales with make_qkx2_quants /
+ * make_qx_quants): round-to-nearest with a scale from each sub-block's range, the
+ * sub-block scales themselves rounded to 6 bits (q4_K, q5_K: the same packed scales and mins, quants of
+ * 0..15 and 0..31) or int8 (q6_K) against the super-block scale, then every element re-quantized against
+ * the scale it will actually be dequantized with. The bytes are valid GGML blocks; the error is a little above
  * GGML's (tests/test_quant.c bounds it). Inputs must be finite. */
 #include "kernels/quant_impl.h"
 
@@ -18,7 +19,7 @@ int krn_type_supported(int t)
 {
     switch (t) {
     case KRN_F32: case KRN_F16: case KRN_BF16: case KRN_Q4_0: case KRN_Q4_1: case KRN_Q8_0:
-    case KRN_Q4_K: case KRN_Q6_K:
+    case KRN_Q4_K: case KRN_Q5_K: case KRN_Q6_K:
         return 1;
     default:
         return 0;
@@ -35,6 +36,7 @@ const char *krn_type_name(int t)
     case KRN_Q4_1: return "q4_1";
     case KRN_Q8_0: return "q8_0";
     case KRN_Q4_K: return "q4_K";
+    case KRN_Q5_K: return "q5_K";
     case KRN_Q6_K: return "q6_K";
     default: return "unknown";
     }
@@ -45,7 +47,7 @@ int krn_type_block_elems(int t)
     switch (t) {
     case KRN_F32: case KRN_F16: case KRN_BF16: return 1;
     case KRN_Q4_0: case KRN_Q4_1: case KRN_Q8_0: return 32;
-    case KRN_Q4_K: case KRN_Q6_K: return QK_K;
+    case KRN_Q4_K: case KRN_Q5_K: case KRN_Q6_K: return QK_K;
     default: return 0;
     }
 }
@@ -59,6 +61,7 @@ size_t krn_type_block_bytes(int t)
     case KRN_Q4_1: return sizeof(blk_q4_1);
     case KRN_Q8_0: return sizeof(blk_q8_0);
     case KRN_Q4_K: return sizeof(blk_q4_K);
+    case KRN_Q5_K: return sizeof(blk_q5_K);
     case KRN_Q6_K: return sizeof(blk_q6_K);
     default: return 0;
     }
@@ -167,51 +170,76 @@ static void quant_q8_0(const float *x, uint8_t *out, int64_t nb)
     }
 }
 
+/* q4_K / q5_K (same scales, quants of 0..qmax): the packed 6-bit scales and mins, d and dmin of one super-block
+ * x[0..256), then each element's level L[i] (0..qmax) against the scale it will be dequantized with. */
+static void quant_k_levels(const float *x, float qmax, uint8_t scales[K_SCALE_SIZE], uint16_t *d16,
+                           uint16_t *dmin16, uint8_t L[QK_K])
+{
+    float scale[8], mn[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) { /* sub-block j: x ~ scale*q - mn, q in 0..qmax, mn >= 0 */
+        float lo = 0.0f, hi = -FLT_MAX;
+        for (int l = 0; l < 32; l++) {
+            lo = x[32 * j + l] < lo ? x[32 * j + l] : lo;
+            hi = x[32 * j + l] > hi ? x[32 * j + l] : hi;
+        }
+        scale[j] = (hi - lo) / qmax;
+        mn[j] = -lo;
+        max_scale = scale[j] > max_scale ? scale[j] : max_scale;
+        max_min = mn[j] > max_min ? mn[j] : max_min;
+    }
+    const float is = max_scale > 0 ? 63 / max_scale : 0, im = max_min > 0 ? 63 / max_min : 0;
+    memset(scales, 0, K_SCALE_SIZE);
+    for (int j = 0; j < 8; j++) {
+        const uint8_t ls = (uint8_t)nearest(clampf(is * scale[j], 0.0f, 63.0f));
+        const uint8_t lm = (uint8_t)nearest(clampf(im * mn[j], 0.0f, 63.0f));
+        if (j < 4) {
+            scales[j] = ls;
+            scales[j + 4] = lm;
+        } else {
+            scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d16 = krn_f32_to_f16(max_scale / 63);
+    *dmin16 = krn_f32_to_f16(max_min / 63);
+    const float d = krn_f16_to_f32(*d16), dmin = krn_f16_to_f32(*dmin16);
+    for (int j = 0; j < 8; j++) { /* re-quantize against the scale dequantization will use */
+        uint8_t sc, m;
+        krn_q4k_scale_min(j, scales, &sc, &m);
+        const float dd = d * (float)sc, dm = dmin * (float)m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = dd != 0.0f ? (uint8_t)nearest(clampf((x[32 * j + l] + dm) / dd, 0.0f, qmax)) : 0;
+    }
+}
+
 static void quant_q4_K(const float *x, uint8_t *out, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += QK_K, out += sizeof(blk_q4_K)) {
         blk_q4_K b;
-        memset(&b, 0, sizeof b);
-        float scale[8], mn[8], max_scale = 0.0f, max_min = 0.0f;
-        for (int j = 0; j < 8; j++) { /* sub-block j: x ~ scale*q - mn, q in 0..15, mn >= 0 */
-            float lo = 0.0f, hi = -FLT_MAX;
-            for (int l = 0; l < 32; l++) {
-                lo = x[32 * j + l] < lo ? x[32 * j + l] : lo;
-                hi = x[32 * j + l] > hi ? x[32 * j + l] : hi;
-            }
-            scale[j] = (hi - lo) / 15;
-            mn[j] = -lo;
-            max_scale = scale[j] > max_scale ? scale[j] : max_scale;
-            max_min = mn[j] > max_min ? mn[j] : max_min;
-        }
-        const float is = max_scale > 0 ? 63 / max_scale : 0, im = max_min > 0 ? 63 / max_min : 0;
-        uint8_t ls[8], lm[8];
-        for (int j = 0; j < 8; j++) {
-            ls[j] = (uint8_t)nearest(clampf(is * scale[j], 0.0f, 63.0f));
-            lm[j] = (uint8_t)nearest(clampf(im * mn[j], 0.0f, 63.0f));
-            if (j < 4) {
-                b.scales[j] = ls[j];
-                b.scales[j + 4] = lm[j];
-            } else {
-                b.scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-                b.scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-                b.scales[j - 0] |= (uint8_t)((lm[j] >> 4) << 6);
-            }
-        }
-        b.d = krn_f32_to_f16(max_scale / 63);
-        b.dmin = krn_f32_to_f16(max_min / 63);
-        const float d = krn_f16_to_f32(b.d), dmin = krn_f16_to_f32(b.dmin);
         uint8_t L[QK_K];
-        for (int j = 0; j < 8; j++) { /* re-quantize against the scale dequantization will use */
-            uint8_t sc, m;
-            krn_q4k_scale_min(j, b.scales, &sc, &m);
-            const float dd = d * (float)sc, dm = dmin * (float)m;
-            for (int l = 0; l < 32; l++)
-                L[32 * j + l] = dd != 0.0f ? (uint8_t)nearest(clampf((x[32 * j + l] + dm) / dd, 0.0f, 15.0f)) : 0;
-        }
+        quant_k_levels(x, 15.0f, b.scales, &b.d, &b.dmin, L);
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++)
                 b.qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
+        memcpy(out, &b, sizeof b);
+    }
+}
+
+/* q5_K: q4_K's nibbles hold the low 4 bits; bit 4 of element 64j + l is bit 2j of qh[l], of 64j + 32 + l bit 2j + 1. */
+static void quant_q5_K(const float *x, uint8_t *out, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K, out += sizeof(blk_q5_K)) {
+        blk_q5_K b;
+        uint8_t L[QK_K];
+        quant_k_levels(x, 31.0f, b.scales, &b.d, &b.dmin, L);
+        memset(b.qh, 0, sizeof b.qh);
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t lo = L[64 * j + l], hi = L[64 * j + 32 + l];
+                b.qs[32 * j + l] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+                b.qh[l] |= (uint8_t)(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+            }
         memcpy(out, &b, sizeof b);
     }
 }
@@ -270,6 +298,7 @@ void krn_quant_row(int t, const float *src, void *dst, int64_t n)
     case KRN_Q4_1: quant_q4_1(src, o, nb); break;
     case KRN_Q8_0: quant_q8_0(src, o, nb); break;
     case KRN_Q4_K: quant_q4_K(src, o, nb); break;
+    case KRN_Q5_K: quant_q5_K(src, o, nb); break;
     case KRN_Q6_K: quant_q6_K(src, o, nb); break;
     default: break;
     }
@@ -277,7 +306,8 @@ void krn_quant_row(int t, const float *src, void *dst, int64_t n)
 
 int krn_type_parse(const char *name)
 {
-    static const int all[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+    static const int all[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K,
+                              KRN_Q6_K};
     for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
         if (!strcasecmp(name, krn_type_name(all[i])))
             return all[i];

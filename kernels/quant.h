@@ -14,6 +14,7 @@ typedef enum krn_type {
     KRN_Q4_1 = 3,  /* 32 elems: f16 d, f16 m, 16 B of nibbles;     x = d * q + m          */
     KRN_Q8_0 = 8,  /* 32 elems: f16 d, 32 int8;                    x = d * q              */
     KRN_Q4_K = 12, /* 256 elems: super-block of 8 x 32, 6-bit scales/mins                  */
+    KRN_Q5_K = 13, /* 256 elems: as q4_K, each quant 5 bits (a nibble + 1 bit of qh)        */
     KRN_Q6_K = 14, /* 256 elems: 16 x 16, int8 scales, 6-bit quants                        */
     KRN_BF16 = 30,
 } krn_type;

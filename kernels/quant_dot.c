@@ -2,7 +2,8 @@
  *
  * The defined result (every path computes exactly this, so all paths give the same bits):
  *  - element values are GGML's dequantize_row_* formulas, each an IEEE float expression evaluated as
- *    written (q4_0: d*(q-8); q4_1: d*q + m; q8_0: d*q; q4_K: (d*sc)*q - dmin*m; q6_K: (d*sc)*(q-32));
+ *    written (q4_0: d*(q-8); q4_1: d*q + m; q8_0: d*q; q4_K and q5_K: (d*sc)*q - dmin*m, q of 4 and 5 bits;
+ *    q6_K: (d*sc)*(q-32));
  *  - q4_0, q4_1, q8_0 dots: per 32-element block the integer quants (q - 8, q, q) as floats against x in 8 lanes,
  *    lane l: s_l = fma(q_{l+24}, x_{l+24}, fma(q_{l+16}, x_{l+16}, fma(q_{l+8}, x_{l+8}, q_l * x_l))) (elements in
  *    GGUF order), then acc_l = fma(d, s_l, acc_l) over the blocks in order; q4_1 also m_l = fma(m, (x_l + x_{l+8})
@@ -59,7 +60,10 @@ static AI float float_elem(const int t, const uint8_t *r, int64_t i)
 static AI int is_float_type(int t) { return t == KRN_F32 || t == KRN_F16 || t == KRN_BF16; }
 
 /* Elements and bytes of one block (16 elements for float types); t is a constant at every call site. */
-static AI int64_t chunk_elems(int t) { return is_float_type(t) ? 16 : (t == KRN_Q4_K || t == KRN_Q6_K) ? QK_K : 32; }
+static AI int64_t chunk_elems(int t)
+{
+    return is_float_type(t) ? 16 : (t == KRN_Q4_K || t == KRN_Q5_K || t == KRN_Q6_K) ? QK_K : 32;
+}
 static AI size_t chunk_bytes(int t)
 {
     switch (t) {
@@ -69,6 +73,7 @@ static AI size_t chunk_bytes(int t)
     case KRN_Q4_1: return sizeof(blk_q4_1);
     case KRN_Q8_0: return sizeof(blk_q8_0);
     case KRN_Q4_K: return sizeof(blk_q4_K);
+    case KRN_Q5_K: return sizeof(blk_q5_K);
     case KRN_Q6_K: return sizeof(blk_q6_K);
     default: return 0;
     }
@@ -83,6 +88,18 @@ static AI void g_nib16(const uint8_t *p, v8f w[4])
     for (int k = 0; k < 16; k++) {
         f[k] = (float)(p[k] & 0xF);
         f[16 + k] = (float)(p[k] >> 4);
+    }
+    memcpy(w, f, sizeof f);
+}
+
+/* q5_K: as g_nib16 over 16 bytes q of nibbles, plus 16 where qh[k] has bit u (low nibbles) or bit u << 1 (high
+ * nibbles): w[0..1] = the 5-bit values of the low nibbles, w[2..3] = of the high nibbles. */
+static AI void g_q5x16(const uint8_t *q, const uint8_t *qh, unsigned u, v8f w[4])
+{
+    float f[32];
+    for (int k = 0; k < 16; k++) {
+        f[k] = (float)((q[k] & 0xF) | (qh[k] & u ? 16 : 0));
+        f[16 + k] = (float)((q[k] >> 4) | (qh[k] & (u << 1) ? 16 : 0));
     }
     memcpy(w, f, sizeof f);
 }
@@ -154,6 +171,22 @@ XA void x_nib16(const uint8_t *p, v8f w[4])
 {
     const __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    w[0] = x_u8x8(lo);
+    w[1] = x_u8x8(_mm_srli_si128(lo, 8));
+    w[2] = x_u8x8(hi);
+    w[3] = x_u8x8(_mm_srli_si128(hi, 8));
+}
+
+XA void x_q5x16(const uint8_t *q, const uint8_t *qh, unsigned u, v8f w[4])
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)q), h = _mm_loadu_si128((const __m128i *)qh);
+    const __m128i m = _mm_set1_epi8(0x0F), c16 = _mm_set1_epi8(16);
+    const __m128i u1 = _mm_set1_epi8((char)u), u2 = _mm_set1_epi8((char)(u << 1));
+    /* 16 in each byte whose qh bit is set: (h & u) == u, an all-ones byte, masked to 16 */
+    const __m128i h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h, u1), u1), c16);
+    const __m128i h2 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h, u2), u2), c16);
+    const __m128i lo = _mm_or_si128(_mm_and_si128(b, m), h1);
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m), h2);
     w[0] = x_u8x8(lo);
     w[1] = x_u8x8(_mm_srli_si128(lo, 8));
     w[2] = x_u8x8(hi);

@@ -17,12 +17,19 @@ typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } blk_q4_0;                 
 typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } blk_q4_1;               /* 20 B  */
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } blk_q8_0;                       /* 34 B  */
 typedef struct { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } blk_q4_K; /* 144 B */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE]; /* q4_K's packed 6-bit scales and mins */
+    uint8_t qh[QK_K / 8];         /* bit 4 of each quant */
+    uint8_t qs[QK_K / 2];         /* the low 4 bits, q4_K's nibble order */
+} blk_q5_K;                       /* 176 B */
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } blk_q6_K; /* 210 B */
 
 _Static_assert(sizeof(blk_q4_0) == 18, "block_q4_0 is 18 bytes");
 _Static_assert(sizeof(blk_q4_1) == 20, "block_q4_1 is 20 bytes");
 _Static_assert(sizeof(blk_q8_0) == 34, "block_q8_0 is 34 bytes");
 _Static_assert(sizeof(blk_q4_K) == 144, "block_q4_K is 144 bytes");
+_Static_assert(sizeof(blk_q5_K) == 176, "block_q5_K is 176 bytes");
 _Static_assert(sizeof(blk_q6_K) == 210, "block_q6_K is 210 bytes");
 
 /* Exact f16 -> f32 (inline form of krn_f16_to_f32). */
@@ -43,7 +50,7 @@ static inline float krn_f16_to_f32_inl(uint16_t h)
     return o.f;
 }
 
-/* ggml's get_scale_min_k4: the j-th (0..7) 6-bit scale and min of a Q4_K super-block. */
+/* ggml's get_scale_min_k4: the j-th (0..7) 6-bit scale and min of a Q4_K or Q5_K super-block (same packing). */
 static inline void krn_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {
     if (j < 4) {

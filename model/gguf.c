@@ -271,7 +271,7 @@ static int read_tensor(rd *r, mdl_gguf *g, int i)
     if (!krn_type_supported((int)type))
         return rd_fail(r, MEMRA_E_UNSUPPORTED,
                        "tensor '%s' has type %u (%s), which memra does not support (supported: f32 f16 bf16 "
-                       "q4_0 q4_1 q8_0 q4_K q6_K)", name, type, ggml_type_name(type));
+                       "q4_0 q4_1 q8_0 q4_K q5_K q6_K)", name, type, ggml_type_name(type));
     t->type = (int)type;
     const int be = krn_type_block_elems(t->type);
     if (t->ne[0] % be != 0)

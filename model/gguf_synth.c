@@ -40,6 +40,7 @@ static uint32_t file_type(int t)
     case KRN_Q4_1: return 3;
     case KRN_Q8_0: return 7;
     case KRN_Q4_K: return 15; /* Q4_K_M */
+    case KRN_Q5_K: return 17; /* Q5_K_M */
     case KRN_Q6_K: return 18;
     case KRN_BF16: return 32;
     default: return 0;

@@ -14,7 +14,7 @@
 typedef struct mdl_gguf_synth {
     const char *arch;    /* "llama" (SmolLM2, Llama, Mistral) or "qwen2" (adds attn_q/k/v biases) */
     int n_layer;         /* blocks */
-    int n_embd;          /* hidden size; a multiple of the weight types' block (32; 256 for q4_K/q6_K) */
+    int n_embd;          /* hidden size; a multiple of the weight types' block (32; 256 for q4_K/q5_K/q6_K) */
     int n_head;          /* query heads; divides n_embd, head_dim = n_embd / n_head even */
     int n_head_kv;       /* kv heads; divides n_head */
     int n_ff;            /* feed-forward size; a multiple of the block too (ffn_down rows are n_ff long) */

@@ -186,7 +186,7 @@ static int get_tensor(const mdl_model *m, const char *name, int64_t n_out, int64
                            name, (long long)got_out, (long long)t->ne[0], (long long)n_out, (long long)n_in);
     if (!krn_type_supported(t->type))
         return dev_err_set(err, MEMRA_E_UNSUPPORTED, "tensor %s has type %d, not supported; supported: f32, f16, "
-                           "bf16, q8_0, q4_0, q4_1, q4_k, q6_k", name, t->type);
+                           "bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k", name, t->type);
     if (krn_row_bytes(t->type, n_in) == 0)
         return dev_err_set(err, MEMRA_E_FORMAT, "tensor %s: row length %lld is not a multiple of the %s block "
                            "(%d)", name, (long long)n_in, krn_type_name(t->type), krn_type_block_elems(t->type));

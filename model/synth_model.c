@@ -65,7 +65,7 @@ int mdl_synth_parse(const char *name, const char *type, mdl_gguf_synth *p, dev_e
     int t = krn_type_parse(type);
     if (t < 0 || mdl_synth_named(name ? name : "", t, p) != 0)
         return dev_err_set(err, MEMRA_E_INVAL, "synthetic model %s of type %s: shapes are llama3-8b, llama3-70b, "
-                                               "mid, tiny; types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k",
+                                               "mid, tiny; types f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k",
                            name ? name : "(none)", type ? type : "(none)");
     return 0;
 }

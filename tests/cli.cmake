@@ -29,6 +29,21 @@ foreach(arm batch prime)
             MEMRA_PP_DEVICES=0,1,2 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY_K})
   set_tests_properties(cli_gate_tiny_kquant_fast_${arm} PROPERTIES FIXTURES_REQUIRED "tiny;tiny_k")
 endforeach()
+# A q5_K model (weights and embeddings; its 256-element blocks need embd and ff multiples of 256) through the CPU
+# backend: split over three devices, bit-identical to unsplit.
+set(TINY_Q5K ${CMAKE_BINARY_DIR}/tiny-q5_K.gguf)
+add_test(NAME cli_mkgguf_tiny_q5_K COMMAND memra-mkgguf -o ${TINY_Q5K} --layers 4 --embd 256 --ff 512 --type q5_K
+         --embd-type q5_K)
+set_tests_properties(cli_mkgguf_tiny_q5_K PROPERTIES FIXTURES_SETUP tiny_q5_K LABELS unit)
+foreach(arm eager replay)
+  memra_cli(cli_gate_tiny_q5_K_${arm} unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=3 MEMRA_PP_DEVICES=0,1,2
+            MEMRA_PP_OVERLAP=1 $<TARGET_FILE:memra-gate> ${arm} -m ${TINY_Q5K})
+  set_tests_properties(cli_gate_tiny_q5_K_${arm} PROPERTIES FIXTURES_REQUIRED tiny_q5_K)
+endforeach()
+# the fast mode: q5_K through the int8 K-quant GEMM (kernels/x8_kquant.c)
+memra_cli(cli_gate_tiny_q5_K_batch_x8 unit ${CMAKE_COMMAND} -E env MEMRA_PP_STAGES=3 MEMRA_PP_DEVICES=0,1,2
+          MEMRA_CPU_X8=1 $<TARGET_FILE:memra-gate> batch -m ${TINY_Q5K})
+set_tests_properties(cli_gate_tiny_q5_K_batch_x8 PROPERTIES FIXTURES_REQUIRED tiny_q5_K)
 # a gate whose split never runs exits 1 (door shut: vacuous), and a refused seam exits 2 with the message
 memra_cli(cli_gate_door_shut_fails unit $<TARGET_FILE:memra-gate> eager -m ${TINY})
 set_tests_properties(cli_gate_door_shut_fails PROPERTIES WILL_FAIL TRUE)

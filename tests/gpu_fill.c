@@ -17,7 +17,7 @@
 #include "model/llama.h"
 
 static dev_platform *gpu, *cpu;
-static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
 
 static void test_cuda_fill_writes_the_host_bytes_for_every_type(void **state)
 {

@@ -68,7 +68,8 @@ static void prompt_logits(model_rig *r, const int *cuts, float *out)
 static void test_cuda_logits_match_the_cpu_backend_in_every_tensor_type(void **state)
 {
     (void)state;
-    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K,
+                                 KRN_Q5_K, KRN_Q6_K };
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         for (int arch = 0; arch < 2; arch++) {
             char path[256];

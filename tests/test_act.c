@@ -110,7 +110,8 @@ static void test_16bit_outputs_are_the_f32_results_rounded(void **state)
 static void test_16bit_x_gives_the_f32_bits_over_the_widened_rows(void **state)
 {
     (void)state;
-    static const int wtypes[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+    static const int wtypes[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K,
+                                  KRN_Q5_K, KRN_Q6_K };
     enum { B = 3, NOUT = 5, NIN = 256 };
     rig r = rig_open();
     dev_err err = { 0 };

@@ -16,7 +16,7 @@
 #include "kernels/krn.h"
 #include "kernels/quant.h"
 
-static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K };
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 static uint64_t rng_state;

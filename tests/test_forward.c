@@ -306,7 +306,7 @@ static void check_against_reference(const char *arch, int type, int tied)
     unlink(tm.path);
 }
 
-static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+static const int k_types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K };
 
 static void test_llama_in_every_tensor_type_matches_the_double_reference(void **state)
 {

@@ -60,7 +60,8 @@ static void test_rmsnorm_matches_the_double_reference(void **state)
 static void test_matmul_matches_the_double_reference_for_every_type(void **state)
 {
     (void)state;
-    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K };
+    static const int types[] = { KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K,
+                                 KRN_Q5_K, KRN_Q6_K };
     enum { B = 3, NOUT = 7, NIN = 512 };
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];

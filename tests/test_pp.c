@@ -197,7 +197,7 @@ static void test_eager_and_replay_gates_pass_for_two_to_eight_stages(void **stat
 static void test_every_tensor_type_splits_bit_identically(void **state)
 {
     (void)state;
-    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char path[256];
         write_model(path, sizeof path, types[i], 3, "type");

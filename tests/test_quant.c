@@ -16,7 +16,7 @@
 #include "kernels/krn.h"
 #include "kernels/cpu/krn_cpu.h"
 
-static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
+static const int all_types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -43,14 +43,21 @@ static void test_type_table_sizes_match_ggml(void **state)
     assert_int_equal(krn_row_bytes(KRN_Q4_0, 64), 2 * 18);
     assert_int_equal(krn_row_bytes(KRN_Q8_0, 32), 34);
     assert_int_equal(krn_row_bytes(KRN_Q4_K, 512), 2 * 144);
+    assert_int_equal(krn_row_bytes(KRN_Q5_K, 512), 2 * 176);
     assert_int_equal(krn_row_bytes(KRN_Q6_K, 256), 210);
     assert_int_equal(krn_row_bytes(KRN_F32, 3), 12);
     assert_int_equal(krn_row_bytes(KRN_F16, 3), 6);
     assert_int_equal(krn_row_bytes(KRN_BF16, 3), 6);
     assert_int_equal(krn_row_bytes(KRN_Q4_1, 33), 0);  /* not a multiple of the block */
     assert_int_equal(krn_row_bytes(KRN_Q4_K, 32), 0);
+    assert_int_equal(krn_row_bytes(KRN_Q5_K, 128), 0);
     assert_int_equal(krn_row_bytes(7, 32), 0);          /* q5_1: unsupported */
     assert_int_equal(krn_type_supported(KRN_Q6_K), 1);
+    assert_int_equal(krn_type_supported(KRN_Q5_K), 1);
+    assert_int_equal(KRN_Q5_K, 13); /* GGML's number */
+    assert_string_equal(krn_type_name(KRN_Q5_K), "q5_K");
+    assert_int_equal(krn_type_parse("Q5_k"), KRN_Q5_K);
+    assert_int_equal(krn_type_block_elems(KRN_Q5_K), 256);
     assert_int_equal(krn_type_supported(6), 0);
     assert_int_equal(krn_type_supported(-1), 0);
     assert_string_equal(krn_type_name(KRN_Q4_1), "q4_1");
@@ -100,6 +107,7 @@ static void tolerance(int t, double *max_rel, double *rms_rel)
     case KRN_Q4_0: *max_rel = 1.0 / 8 + 1e-3; *rms_rel = 0.12; break;
     case KRN_Q4_1: *max_rel = 1.0 / 15 + 1e-3; *rms_rel = 0.08; break;
     case KRN_Q4_K: *max_rel = 1.0 / 15 + 0.02; *rms_rel = 0.09; break;
+    case KRN_Q5_K: *max_rel = 1.0 / 31 + 0.02; *rms_rel = 0.045; break;
     case KRN_Q6_K: *max_rel = 1.0 / 63 + 0.01; *rms_rel = 0.03; break;
     default: fail();
     }
@@ -239,6 +247,98 @@ static void test_hand_made_q4_K_block_dequantizes_exactly(void **state)
     }
 }
 
+/* q5_K laid out from the format description (q4_K's scales, bit 4 of each quant in qh), checked against a
+ * transcription of GGML's dequantize_row_q5_K (its u1 / u2 bit walk) and against the per-element formula. */
+static void test_hand_made_q5_K_block_dequantizes_exactly(void **state)
+{
+    (void)state;
+    uint8_t b[176] = {0};
+    float y[256];
+    int sc[8], mn[8], q[256];
+    b[0] = 0x00, b[1] = 0x3C; /* d = 1 */
+    b[2] = 0x00, b[3] = 0x38; /* dmin = 0.5 */
+    for (int j = 0; j < 8; j++) {
+        sc[j] = 7 * j + 5;  /* 5..54 (needs the high bits for j >= 4 once > 15) */
+        mn[j] = 63 - 8 * j; /* 63..7 */
+    }
+    uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+    for (int e = 0; e < 256; e++) { /* every value 0..31, each sub-block with and without bit 4 */
+        q[e] = (e * 13 + 7) % 32;
+        const int chunk = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        qs[32 * chunk + l] |= (uint8_t)(hi ? (q[e] & 15) << 4 : q[e] & 15);
+        qh[l] |= (uint8_t)((q[e] >> 4) << (2 * chunk + hi));
+    }
+    krn_dequant_row(KRN_Q5_K, b, y, 256);
+    /* GGML's loop, in float (every value here is exact) */
+    float want[256], *w = want;
+    const uint8_t *ql = qs;
+    int is = 0;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < 256; j += 64) {
+        uint8_t scu, mu;
+        krn_q4k_scale_min(is + 0, s, &scu, &mu);
+        const float d1 = 1.0f * scu, m1 = 0.5f * mu;
+        krn_q4k_scale_min(is + 1, s, &scu, &mu);
+        const float d2 = 1.0f * scu, m2 = 0.5f * mu;
+        for (int l = 0; l < 32; ++l)
+            *w++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l)
+            *w++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        ql += 32;
+        is += 2;
+        u1 <<= 2;
+        u2 <<= 2;
+    }
+    for (int e = 0; e < 256; e++) {
+        const int sub = e / 32;
+        const double formula = 1.0 * sc[sub] * q[e] - 0.5 * mn[sub];
+        if ((double)y[e] != formula || want[e] != y[e])
+            fail_msg("q5_K element %d: got %g, GGML's loop %g, formula %g", e, y[e], want[e], formula);
+    }
+}
+
+/* The fifth bit is used: on the same rows q5_K's RMS error is well under q4_K's (about half: a step half as
+ * large), and the quantizer reaches both ends of 0..31. */
+static void test_q5_K_round_trip_error_is_about_half_of_q4_K(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t q[N];
+    fill(x, N, 0.05f);
+    double rms[2];
+    const int ts[2] = {KRN_Q4_K, KRN_Q5_K};
+    for (int k = 0; k < 2; k++) {
+        krn_quant_row(ts[k], x, q, N);
+        krn_dequant_row(ts[k], q, y, N);
+        double se = 0, sx = 0;
+        for (int i = 0; i < N; i++) {
+            se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+            sx += (double)x[i] * x[i];
+        }
+        rms[k] = sqrt(se / sx);
+    }
+    if (!(rms[1] < 0.6 * rms[0]))
+        fail_msg("q5_K rms error %g is not under 0.6 x q4_K's %g", rms[1], rms[0]);
+    krn_quant_row(KRN_Q5_K, x, q, N);
+    int seen0 = 0, seen31 = 0;
+    for (int blk = 0; blk < N / 256; blk++) {
+        const uint8_t *b = q + 176 * blk;
+        for (int e = 0; e < 256; e++) {
+            const int v = (b[48 + 32 * (e / 64) + e % 32] >> ((e % 64) >= 32 ? 4 : 0) & 15) |
+                          ((b[16 + e % 32] >> (e / 32)) & 1) << 4;
+            seen0 += v == 0;
+            seen31 += v == 31;
+        }
+    }
+    assert_true(seen0 > 0 && seen31 > 0);
+}
+
 static void test_hand_made_q6_K_block_dequantizes_exactly(void **state)
 {
     (void)state;
@@ -347,6 +447,39 @@ static void test_dot_equals_the_documented_lane_sum_and_the_double_sum(void **st
             free(v2);
         }
         free(q);
+    }
+}
+
+/* At the ends of the quant range (every quant 31: all nibbles and qh bits set; every quant 0) and on random
+ * bytes, the q5_K dot of every path is the documented 16-lane sum of the dequantized row, bit for bit. */
+static void test_q5_K_dot_is_the_lane_sum_on_every_path_at_the_ends_of_its_range(void **state)
+{
+    (void)state;
+    enum { NB = 6, N = NB * 256 };
+    static uint8_t row[NB * 176];
+    static float x[N], v[N], v2[N];
+    fill(x, N, 1.0f);
+    for (int pass = 0; pass < 3; pass++) {
+        for (int blk = 0; blk < NB; blk++) {
+            uint8_t *b = row + 176 * blk;
+            for (int i = 4; i < 176; i++)
+                b[i] = pass == 0 ? 0xFF : pass == 1 ? (i < 16 ? 0xFF : 0x00) : (uint8_t)(frand() * 128 + 128);
+            const uint16_t d = krn_f32_to_f16(0.001f * (float)(blk + 1));
+            const uint16_t dmin = krn_f32_to_f16(0.003f * (float)(blk + 2));
+            memcpy(b, &d, 2);
+            memcpy(b + 2, &dmin, 2);
+        }
+        krn_dequant_row(KRN_Q5_K, row, v, N);
+        const float want = lane_reference(v, x, N);
+        for (int p = 0; p < KRN_PATH_COUNT; p++) {
+            if (!krn_quant_path_available(p))
+                continue;
+            krn_dequant_row_path(p, KRN_Q5_K, row, v2, N);
+            assert_memory_equal(v2, v, sizeof v);
+            const float got = krn_dot_row_path(p, KRN_Q5_K, row, x, N);
+            if (fbits(got) != fbits(want))
+                fail_msg("pass %d path %d: dot %.9g, lane sum %.9g", pass, p, got, want);
+        }
     }
 }
 
@@ -744,6 +877,16 @@ static void test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode(vo
     assert_true(krn_weight_cost(KRN_Q4_1, 8, 64, 7) == 0.0);
 }
 
+/* q5_K's CPU cost lies between q4_K's and q6_K's (kernels/krn.c); on CUDA it is its bytes, 176 per 256. */
+static void test_q5_K_costs_between_q4_K_and_q6_K(void **state)
+{
+    (void)state;
+    const double c4 = krn_weight_cost(KRN_Q4_K, 8, 256, KRN_COST_CPU);
+    const double c5 = krn_weight_cost(KRN_Q5_K, 8, 256, KRN_COST_CPU);
+    assert_true(c4 < c5 && c5 < krn_weight_cost(KRN_Q6_K, 8, 256, KRN_COST_CPU));
+    assert_true(krn_weight_cost(KRN_Q5_K, 8, 512, KRN_COST_CUDA) == 8.0 * 2 * 176);
+}
+
 typedef struct dot_job {
     const void *row;
     const float *x;
@@ -794,6 +937,9 @@ int main(void)
         cmocka_unit_test(test_legacy_quantizers_match_ggml_bytes),
         cmocka_unit_test(test_hand_made_legacy_blocks_dequantize_exactly),
         cmocka_unit_test(test_hand_made_q4_K_block_dequantizes_exactly),
+        cmocka_unit_test(test_hand_made_q5_K_block_dequantizes_exactly),
+        cmocka_unit_test(test_q5_K_round_trip_error_is_about_half_of_q4_K),
+        cmocka_unit_test(test_q5_K_dot_is_the_lane_sum_on_every_path_at_the_ends_of_its_range),
         cmocka_unit_test(test_hand_made_q6_K_block_dequantizes_exactly),
         cmocka_unit_test(test_dot_equals_the_documented_lane_sum_and_the_double_sum),
         cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
@@ -803,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks),
         cmocka_unit_test(test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot),
         cmocka_unit_test(test_weight_cost_models_rank_q8_0_against_q4_1_by_the_matmul_mode),
+        cmocka_unit_test(test_q5_K_costs_between_q4_K_and_q6_K),
         cmocka_unit_test(test_int8_x_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_path), /* last: draws from the shared generator */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -119,6 +119,8 @@ static void test_planes_have_the_gguf_size_and_aligned_planes(void **state)
     assert_int_equal(krn_planes_qrow(KRN_F16, 256), 0);
     assert_int_equal(krn_planes_scale_bytes(KRN_F16), 0);
     assert_false(krn_planes_supported(KRN_F16));
+    assert_false(krn_planes_supported(KRN_Q5_K)); /* q5_K stays in GGUF blocks everywhere */
+    assert_int_equal(krn_planes_qrow(KRN_Q5_K, 256), 0);
 }
 
 static void test_repack_then_unpack_gives_back_the_gguf_bytes(void **state)
@@ -192,6 +194,10 @@ static void test_cpu_matmul_refuses_planes_with_a_message(void **state)
     assert_int_equal(krn_layout_check(&W, 1, &e3), MEMRA_E_INVAL);
     assert_non_null(strstr(e3.msg, "type bf16"));
     assert_non_null(strstr(e3.msg, "q8_0, q4_0, q4_1, q4_K, q6_K"));
+    W.type = KRN_Q5_K;
+    dev_err e4 = { 0 };
+    assert_int_equal(krn_layout_check(&W, 1, &e4), MEMRA_E_INVAL);
+    assert_non_null(strstr(e4.msg, "type q5_K"));
     W = (krn_weight){ .type = KRN_Q8_0, .n_out = 4, .n_in = 64, .data = w, .layout = KRN_LAYOUT_BLOCKS };
     assert_int_equal(krn_matmul_async(s, y, &W, x, 1), 0); /* blocks still run */
     assert_int_equal(dev_stream_sync(s, &err), 0);

@@ -15,7 +15,7 @@
 #include "model/llama.h"
 #include "support/gguf_tiny.h"
 
-static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q6_K};
+static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q8_0, KRN_Q4_0, KRN_Q4_1, KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
 
 static void test_fill_is_deterministic_and_any_split_gives_the_same_bytes(void **state)
 {

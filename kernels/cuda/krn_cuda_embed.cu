@@ -11,9 +11,9 @@
  * __fmul_rn / __fadd_rn / __fsub_rn so nvcc cannot contract `a * b + c` into an FMA (the host is ISO C17:
  * two roundings). f16 / bf16 -> f32 and small integers -> f32 are exact. (Every product here is in fact exact
  * in f32: an f16 scale, 11 significant bits, times integers of at most 12 bits together (q6_K: 7 + 5), so only
- * q4_1's add and q4_K's subtract round; the intrinsics keep the host's operations whatever nvcc does.) A NaN
- * gives a NaN, its payload not guaranteed to be the host's. No reduction: deterministic, a row's bits depend
- * neither on B nor on the run.
+ * q4_1's add and q4_K's / q5_K's subtract round; the intrinsics keep the host's operations whatever nvcc
+ * does.) A NaN gives a NaN, its payload not guaranteed to be the host's. No reduction: deterministic, a row's
+ * bits depend neither on B nor on the run.
  * Shared mutable state: none. */
 #include "kernels/cuda/krn_cuda_util.cuh"
 #include "kernels/cuda/krn_cuda_gguf.cuh"
@@ -29,6 +29,15 @@ static __device__ __forceinline__ float emb_q4_K(const uint8_t *p, int e) {
     uint32_t s, m;
     gguf_q4k_scale_min(e / 32, p + 4, &s, &m);
     const uint32_t q = gguf_q4k_nib(p + 16, e);
+    const float d1 = __fmul_rn(emb_h(p), (float)s), m1 = __fmul_rn(emb_h(p + 2), (float)m);
+    return __fsub_rn(__fmul_rn((float)q, d1), m1);
+}
+
+/* Element e (0..255) of a q5_K super-block p: as q4_K, with the 5-bit quant gguf_q5k_q. */
+static __device__ __forceinline__ float emb_q5_K(const uint8_t *p, int e) {
+    uint32_t s, m;
+    gguf_q4k_scale_min(e / 32, p + 4, &s, &m);
+    const uint32_t q = gguf_q5k_q(p, e);
     const float d1 = __fmul_rn(emb_h(p), (float)s), m1 = __fmul_rn(emb_h(p + 2), (float)m);
     return __fsub_rn(__fmul_rn((float)q, d1), m1);
 }
@@ -66,6 +75,7 @@ static __device__ __forceinline__ float emb_elem(int t, const uint8_t *r, int i)
         return __fadd_rn(__fmul_rn((float)gguf_q4_nib(p + 4, i % 32), emb_h(p)), emb_h(p + 2));
     }
     case KRN_Q4_K: return emb_q4_K(r + 144 * (size_t)(i / 256), i % 256);
+    case KRN_Q5_K: return emb_q5_K(r + 176 * (size_t)(i / 256), i % 256);
     case KRN_Q6_K: return emb_q6_K(r + 210 * (size_t)(i / 256), i % 256);
     default: return 0.0f; /* refused on the host */
     }
@@ -96,7 +106,7 @@ extern "C" int krn_cuda_embed_rows_async(void *cuda_stream, float *y, const krn_
     if (!krn_type_supported(T->type))
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_embed_rows: table type %d unsupported (allowed: f32, f16, bf16, q8_0, q4_0, "
-                           "q4_1, q4_K, q6_K)", T->type);
+                           "q4_1, q4_K, q5_K, q6_K)", T->type);
     if (T->layout != KRN_LAYOUT_BLOCKS)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_embed_rows: table layout %d (allowed: KRN_LAYOUT_BLOCKS, GGUF rows; planes "

@@ -51,7 +51,7 @@ __global__ void fill_kernel(krn_fill_plan p, unsigned char *out, int64_t units, 
             blk[bb - 2] = (unsigned char)(p.d & 0xFF), blk[bb - 1] = (unsigned char)(p.d >> 8);
         } else {
             blk[0] = (unsigned char)(p.d & 0xFF), blk[1] = (unsigned char)(p.d >> 8);
-            if (p.type == KRN_Q4_1 || p.type == KRN_Q4_K)
+            if (p.type == KRN_Q4_1 || p.type == KRN_Q4_K || p.type == KRN_Q5_K)
                 blk[2] = (unsigned char)(p.dmin & 0xFF), blk[3] = (unsigned char)(p.dmin >> 8);
         }
     }

@@ -1,5 +1,5 @@
 /* GGUF block decoding shared by the CUDA kernels that read blocks element by element (the embedding gather,
- * the repack to planes) and the block GEMV's q4_K scales: integer fields only, so every user applies its own
+ * the repack to planes) and the block GEMV's q4_K / q5_K scales: integer fields only, so every user applies its own
  * arithmetic order (kernels/quant.h's formulas). Device-only, header-only. */
 #ifndef MEMRA_KRN_CUDA_GGUF_CUH
 #define MEMRA_KRN_CUDA_GGUF_CUH
@@ -18,7 +18,14 @@ static __device__ __forceinline__ uint32_t gguf_q4k_nib(const uint8_t *qs, int e
     return (e % 64) < 32 ? (b & 0xFu) : (uint32_t)(b >> 4);
 }
 
-/* q4_K's 6-bit scale *sc and min *mn of sub-block j (0..7) from the 12 packed bytes s (GGUF's get_scale_min_k4). */
+/* Element e (0..255) of a q5_K super-block p (qh[32] at byte 16, qs[128] at 48): q4_K's nibble of qs plus bit 4
+ * from bit e / 32 of qh[e % 32]. */
+static __device__ __forceinline__ uint32_t gguf_q5k_q(const uint8_t *p, int e) {
+    return gguf_q4k_nib(p + 48, e) | (((uint32_t)p[16 + e % 32] >> (e / 32)) & 1u) << 4;
+}
+
+/* q4_K's (and q5_K's) 6-bit scale *sc and min *mn of sub-block j (0..7) from the 12 packed bytes s (GGUF's
+ * get_scale_min_k4). */
 static __device__ __forceinline__ void gguf_q4k_scale_min(int j, const uint8_t *s, uint32_t *sc, uint32_t *mn) {
     if (j < 4) {
         *sc = s[j] & 63;

@@ -402,7 +402,7 @@ static int mm_check(const float *y, const krn_weight *W, const void *x, int xt, 
     if (be == 0)
         return dev_err_set(err, MEMRA_E_INVAL,
                            "krn_cuda_matmul: weight type %d unsupported (allowed: f32, f16, bf16, q8_0, q4_0, "
-                           "q4_1, q4_k, q6_k)", W->type);
+                           "q4_1, q4_k, q5_k, q6_k)", W->type);
     if (B < 0 || W->n_out <= 0 || W->n_in <= 0)
         return dev_err_set(err, MEMRA_E_INVAL, "krn_cuda_matmul: B=%d n_out=%d n_in=%d (need B >= 0, n > 0)", B,
                            W->n_out, W->n_in);

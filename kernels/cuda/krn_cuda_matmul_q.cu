@@ -1,4 +1,4 @@
-/* Fused dequant GEMV for the block types (q4_0, q4_1, q8_0, q4_k, q6_k): y (B, n_out) = x (B, n_in) @ W^T.
+/* Fused dequant GEMV for the block types (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k): y (B, n_out) = x (B, n_in) @ W^T.
  *
  * A 128-thread block computes groups of R consecutive output rows (R = 4 at B <= 2, 2 at B <= 4, 1 above),
  * group g, g + gridDim.x, ... (the grid is at most MM_MINB(NB) blocks per SM). Its 4 warps split the rows into
@@ -32,6 +32,7 @@ template <> struct mm_layout<KRN_Q4_0> { enum { BE = 32, BB = 18, SPB = 4, CB = 
 template <> struct mm_layout<KRN_Q4_1> { enum { BE = 32, BB = 20, SPB = 4, CB = 32 }; };
 template <> struct mm_layout<KRN_Q8_0> { enum { BE = 32, BB = 34, SPB = 4, CB = 32 }; };
 template <> struct mm_layout<KRN_Q4_K> { enum { BE = 256, BB = 144, SPB = 16, CB = 4 }; };
+template <> struct mm_layout<KRN_Q5_K> { enum { BE = 256, BB = 176, SPB = 16, CB = 4 }; };
 template <> struct mm_layout<KRN_Q6_K> { enum { BE = 256, BB = 210, SPB = 16, CB = 4 }; };
 
 /* 16-byte vectors per lane to stage one chunk of one row at any alignment: ceil((15 + CB*BB + 15) / 16)
@@ -192,6 +193,29 @@ template <> struct mm_sub<KRN_Q4_K> {
         r = fmaf(-o.n1, xs[0], r);
         r = fmaf(o.d2, th, r);
         return fmaf(-o.n2, xs[1], r);
+    }
+};
+
+/* q5_K sub s: q4_K's sub-item (same scales, x and dot) over qs at byte 48, plus bit 4 of each quant from
+ * qh[8k..8k+8) (byte 16): bit 2p for the low nibbles (sub-block 2p), bit 2p+1 for the high ones. Shifting a
+ * whole word right by 2p (< 8) and masking bit 0 of each byte keeps only each byte's own bit. */
+template <> struct mm_sub<KRN_Q5_K> : mm_sub<KRN_Q4_K> {
+    static __device__ __forceinline__ void dec(const uint8_t *bp, int s, w_t &o) {
+        const int p = s >> 2, k = s & 3;
+        const float d = krn_h2f(ld_u16(bp)), dmin = krn_h2f(ld_u16(bp + 2));
+        float sc1, m1, sc2, m2;
+        q4k_scale_min(2 * p, bp + 4, &sc1, &m1);
+        q4k_scale_min(2 * p + 1, bp + 4, &sc2, &m2);
+        o.d1 = d * sc1;
+        o.d2 = d * sc2;
+        o.n1 = dmin * m1;
+        o.n2 = dmin * m2;
+        const uint32_t q0 = ld_u32_2(bp + 48 + 32 * p + 8 * k), q1 = ld_u32_2(bp + 52 + 32 * p + 8 * k);
+        const uint32_t h0 = ld_u32_2(bp + 16 + 8 * k), h1 = ld_u32_2(bp + 20 + 8 * k);
+        bytes_f((q0 & 0x0F0F0F0Fu) | (((h0 >> (2 * p)) & 0x01010101u) << 4), 0.0f, o.w);
+        bytes_f((q1 & 0x0F0F0F0Fu) | (((h1 >> (2 * p)) & 0x01010101u) << 4), 0.0f, o.w + 4);
+        bytes_f(((q0 >> 4) & 0x0F0F0F0Fu) | (((h0 >> (2 * p + 1)) & 0x01010101u) << 4), 0.0f, o.w + 8);
+        bytes_f(((q1 >> 4) & 0x0F0F0F0Fu) | (((h1 >> (2 * p + 1)) & 0x01010101u) << 4), 0.0f, o.w + 12);
     }
 };
 
@@ -444,7 +468,7 @@ static void mm_q_nb(const mm_args *a, int R, cudaStream_t st) {
             mm_q_go<T, XT, NB, 2, MM_MINB(NB)>(a, st);
         else
             mm_q_go<T, XT, NB, 1, MM_MINB(NB)>(a, st);
-    } else if constexpr (NB <= 4 && T != KRN_Q4_K) { /* q4_K: 16 x values per row of x, R = 2 would spill */
+    } else if constexpr (NB <= 4 && T != KRN_Q4_K && T != KRN_Q5_K) { /* 16 x values per row of x: R = 2 would spill */
         mm_q_go<T, XT, NB, 2, MM_MINB(NB)>(a, st);
     } else {
         mm_q_go<T, XT, NB, 1, MM_MINB(NB)>(a, st);
@@ -473,6 +497,7 @@ static void mm_q_xt(int type, const mm_args *a, int nb, cudaStream_t st) {
     case KRN_Q4_1: mm_q_type<KRN_Q4_1, XT>(a, nb, st); break;
     case KRN_Q8_0: mm_q_type<KRN_Q8_0, XT>(a, nb, st); break;
     case KRN_Q4_K: mm_q_type<KRN_Q4_K, XT>(a, nb, st); break;
+    case KRN_Q5_K: mm_q_type<KRN_Q5_K, XT>(a, nb, st); break;
     default: mm_q_type<KRN_Q6_K, XT>(a, nb, st); break;
     }
 }

@@ -67,7 +67,7 @@ static uint16_t get16(const uint8_t *p) {
 const cuda_ref_type CUDA_REF_TYPES[CUDA_REF_N_TYPES] = {
     {KRN_F32, "f32", 1, 4},         {KRN_F16, "f16", 1, 2},         {KRN_BF16, "bf16", 1, 2},
     {KRN_Q8_0, "q8_0", 32, 34},     {KRN_Q4_0, "q4_0", 32, 18},     {KRN_Q4_1, "q4_1", 32, 20},
-    {KRN_Q4_K, "q4_k", 256, 144},   {KRN_Q6_K, "q6_k", 256, 210},
+    {KRN_Q4_K, "q4_k", 256, 144},   {KRN_Q6_K, "q6_k", 256, 210},   {KRN_Q5_K, "q5_k", 256, 176},
 };
 
 const cuda_ref_type *cuda_ref_type_of(int type) {
@@ -90,7 +90,7 @@ void cuda_ref_rand_row(const cuda_ref_type *t, uint8_t *row, int n) {
         case KRN_BF16: put16(bp, rnd_bf16()); break;
         case KRN_Q8_0: case KRN_Q4_0: put16(bp, rnd_f16(5, 11, 1)); break;
         case KRN_Q4_1: put16(bp, rnd_f16(5, 11, 1)); put16(bp + 2, rnd_f16(5, 11, 1)); break;
-        case KRN_Q4_K: put16(bp, rnd_f16(3, 9, 0)); put16(bp + 2, rnd_f16(3, 9, 0)); break;
+        case KRN_Q4_K: case KRN_Q5_K: put16(bp, rnd_f16(3, 9, 0)); put16(bp + 2, rnd_f16(3, 9, 0)); break;
         case KRN_Q6_K: put16(bp + 208, rnd_f16(3, 9, 1)); break;
         }
     }
@@ -152,6 +152,24 @@ void cuda_ref_dequant(const cuda_ref_type *t, const uint8_t *row, int n, double 
                 q4k_scale_min(2 * j + 1, bp + 4, &s2, &m2);
                 for (int l = 0; l < 32; l++) {
                     const int lo = q[32 * j + l] & 0xF, hi = q[32 * j + l] >> 4;
+                    y[64 * j + l] = d * s1 * lo - dmin * m1;
+                    y[64 * j + 32 + l] = d * s2 * hi - dmin * m2;
+                    ya[64 * j + l] = fabs(d * s1 * lo) + fabs(dmin * m1);
+                    ya[64 * j + 32 + l] = fabs(d * s2 * hi) + fabs(dmin * m2);
+                }
+            }
+            break;
+        }
+        case KRN_Q5_K: { /* q4_K's layout after qh[32] (byte 16): bit 4 of element 64j + l (+ 32) in bit 2j (+ 1) */
+            const double d = h2f(get16(bp)), dmin = h2f(get16(bp + 2));
+            const uint8_t *qh = bp + 16, *q = bp + 48;
+            for (int j = 0; j < 4; j++) {
+                int s1, m1, s2, m2;
+                q4k_scale_min(2 * j, bp + 4, &s1, &m1);
+                q4k_scale_min(2 * j + 1, bp + 4, &s2, &m2);
+                for (int l = 0; l < 32; l++) {
+                    const int lo = (q[32 * j + l] & 0xF) | ((qh[l] >> (2 * j)) & 1) << 4;
+                    const int hi = (q[32 * j + l] >> 4) | ((qh[l] >> (2 * j + 1)) & 1) << 4;
                     y[64 * j + l] = d * s1 * lo - dmin * m1;
                     y[64 * j + 32 + l] = d * s2 * hi - dmin * m2;
                     ya[64 * j + l] = fabs(d * s1 * lo) + fabs(dmin * m1);

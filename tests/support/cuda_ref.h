@@ -13,8 +13,9 @@ typedef struct cuda_ref_type {
     int be, bb;
 } cuda_ref_type;
 
-#define CUDA_REF_N_TYPES 8
-extern const cuda_ref_type CUDA_REF_TYPES[CUDA_REF_N_TYPES]; /* f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k */
+#define CUDA_REF_N_TYPES 9
+/* f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q6_k q5_k: the planar types are entries 3..7, q5_k (no planes) last */
+extern const cuda_ref_type CUDA_REF_TYPES[CUDA_REF_N_TYPES];
 
 /* The entry of krn_type `type` (KRN_*), or NULL when the table has none. */
 const cuda_ref_type *cuda_ref_type_of(int type);

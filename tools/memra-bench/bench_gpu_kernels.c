@@ -45,6 +45,7 @@ typedef struct gk_type {
 static const gk_type GK_TYPES[] = {
     {KRN_F32, "f32", 1, 4},       {KRN_F16, "f16", 1, 2},     {KRN_BF16, "bf16", 1, 2},   {KRN_Q8_0, "q8_0", 32, 34},
     {KRN_Q6_K, "q6_k", 256, 210}, {KRN_Q4_1, "q4_1", 32, 20}, {KRN_Q4_0, "q4_0", 32, 18}, {KRN_Q4_K, "q4_k", 256, 144},
+    {KRN_Q5_K, "q5_k", 256, 176},
 };
 static const int GK_SHAPES[][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}; /* n_out, n_in */
 

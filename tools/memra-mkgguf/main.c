@@ -18,13 +18,14 @@ static void usage(FILE *f)
             "                    [--kv-heads K] [--ff F] [--vocab V] [--ctx C] [--type T] [--embd-type T]\n"
             "                    [--seed S] [--tied] [--version 2|3]\n"
             "       memra-mkgguf --dump FILE.gguf\n"
-            "T is one of f32 f16 bf16 q4_0 q4_1 q8_0 q4_K q6_K. Defaults: llama, 4 layers, embd 64, 4 heads,\n"
+            "T is one of f32 f16 bf16 q4_0 q4_1 q8_0 q4_K q5_K q6_K. Defaults: llama, 4 layers, embd 64, 4 heads,\n"
             "2 kv heads, ff 128, vocab 300, ctx 256, q4_1 weights, q8_0 embeddings, seed 1, untied, v3.\n");
 }
 
 static int parse_type(const char *s, int *t)
 {
-    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
+    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q5_K,
+                                KRN_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strcasecmp(s, krn_type_name(types[i])) == 0) {
             *t = types[i];
@@ -132,7 +133,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--type") || !strcmp(a, "--embd-type")) {
             int t;
             if (parse_type(v, &t)) {
-                fprintf(stderr, "memra-mkgguf: %s '%s': allowed f32 f16 bf16 q4_0 q4_1 q8_0 q4_K q6_K\n", a, v);
+                fprintf(stderr, "memra-mkgguf: %s '%s': allowed f32 f16 bf16 q4_0 q4_1 q8_0 q4_K q5_K q6_K\n", a, v);
                 return 2;
             }
             if (!strcmp(a, "--type"))

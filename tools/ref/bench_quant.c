@@ -18,7 +18,8 @@ static double now(void)
 
 int main(void)
 {
-    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q6_K};
+    static const int types[] = {KRN_F32, KRN_F16, KRN_BF16, KRN_Q4_0, KRN_Q4_1, KRN_Q8_0, KRN_Q4_K, KRN_Q5_K,
+                                KRN_Q6_K};
     const int n = 1536, rows = 576, passes = 50;
     float *src = malloc(sizeof(float) * (size_t)n * rows), *x = malloc(sizeof(float) * (size_t)n);
     srand(1);

@@ -88,7 +88,8 @@ def main():
     tmp = None
     if not files:
         tmp = tempfile.TemporaryDirectory()
-        specs = [("llama", t, "256", "2") for t in ("f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "q4_K", "q6_K")]
+        types = ("f32", "f16", "bf16", "q4_0", "q4_1", "q8_0", "q4_K", "q5_K", "q6_K")
+        specs = [("llama", t, "256", "2") for t in types]
         specs += [("qwen2", "q4_1", "64", "3"), ("llama", "q4_K", "256", "3")]
         for i, (arch, ty, embd, ver) in enumerate(specs):
             p = os.path.join(tmp.name, f"m{i}_{arch}_{ty}_v{ver}.gguf")
