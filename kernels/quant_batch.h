@@ -31,7 +31,7 @@ int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_
 enum { KRN_X8_GENERIC = 0, KRN_X8_AVX2 = 1, KRN_X8_VNNI = 2, KRN_X8_PATH_COUNT = 3 };
 int krn_x8_path(void);              /* the best path this CPU runs (picked once, at first use) */
 int krn_x8_path_available(int p);   /* 1 when path p can run on this CPU */
-int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0, q4_K, q6_K: the weight types the fast mode multiplies */
+int krn_x8_type_ok(int t);          /* 1 for q4_0, q4_1, q8_0, q4_K, q5_K, q6_K: the types the fast mode multiplies */
 int krn_x8_kquant_type_ok(int t);   /* 1 for the K-quants among them (kernels/x8_kquant.c) */
 
 /* y (B, n_out) with row stride ldy: y[b * ldy + o] = (acc ? y[b * ldy + o] + : ) dot(W row o, x8 row b), W

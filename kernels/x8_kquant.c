@@ -1,16 +1,17 @@
-/* The fast mode's matmul (MEMRA_CPU_X8) for K-quant weights in GGUF blocks (q4_K, q6_K): weight rows against rows
+/* The fast mode's matmul (MEMRA_CPU_X8) for K-quant weights in GGUF blocks (q4_K, q5_K, q6_K): weight rows against rows
  * of x quantized to int8 per 32-block (kernels/krn.h "x quantized to int8"), with a defined result so the portable
  * and AVX2 paths, every tile and every B give the same bits.
  *
  * The defined result of one weight row (super-blocks of 256 in order, each 8 x blocks j of 32 elements, x block
  * values dx and sx = dx * the sum of its quants) against one x8 row:
- *  - per x block an exact integer I: q4_K I = sum of q_i * xq_i (q the nibble of the block's sub-block);
+ *  - per x block an exact integer I: q4_K / q5_K I = sum of q_i * xq_i (q the sub-block's 4-bit, or 5-bit, quant);
  *    q6_K I = sc_{2j} * P_{2j} + sc_{2j+1} * P_{2j+1}, P_s = sum of (q_i - 32) * xq_i over 16-element sub-block
  *    s, sc_s its int8 scale (|I| <= 2 * 128 * 65024 < 2^24, so (float)I is exact);
  *  - 8 lanes, lane j for x block j of every super-block: main_j = fma((float)I, F * dx, main_j) over the
- *    super-blocks in order from 0, F = d * sc_j for q4_K (its 6-bit scale), d for q6_K; q4_K also mins_j =
+ *    super-blocks in order from 0, F = d * sc_j for q4_K / q5_K (its 6-bit scale), d for q6_K; they also add mins_j =
  *    fma(dmin * m_j, sx, mins_j) (m_j its 6-bit min); every product rounded as written;
- *  - the lanes folded for s = 4, 2, 1: lane[l] += lane[l + s]; the result is main_0 - mins_0 (q4_K) or main_0;
+ *  - the lanes folded for s = 4, 2, 1: lane[l] += lane[l + s]; the result is main_0 - mins_0 (q4_K, q5_K) or
+ *    main_0 (q6_K);
  *  - acc = 1: y = y + result (the bits of a plain matmul then krn_cpu_add).
  * The integers are exact on both paths (AVX2 maddubs pairs stay within int16: 2 * 63 * 127 for q6_K's unsigned
  * 6-bit q, whose - 32 is applied through the x sums) and the float steps are the same IEEE operations lane by
@@ -39,7 +40,11 @@
 static AI uint16_t kq_ld16(const void *p) { uint16_t v; memcpy(&v, p, sizeof v); return v; }
 static AI float kq_ldf(const void *p) { float v; memcpy(&v, p, sizeof v); return v; }
 
-int krn_x8_kquant_type_ok(int t) { return t == KRN_Q4_K || t == KRN_Q6_K; }
+int krn_x8_kquant_type_ok(int t) { return t == KRN_Q4_K || t == KRN_Q5_K || t == KRN_Q6_K; }
+
+/* Bytes of a super-block; q4_K / q5_K: where its nibbles start. */
+static AI size_t kq_sbb(int t) { return t == KRN_Q4_K ? sizeof(blk_q4_K) : t == KRN_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K); }
+static AI size_t kq_qs(int t) { return t == KRN_Q4_K ? offsetof(blk_q4_K, qs) : offsetof(blk_q5_K, qs); }
 
 /* One call's x rows: quants, and per x row dx_j, sx_j (nb of them) and q6_K's 16-element quant sums. */
 typedef struct kq_xs {
@@ -66,9 +71,12 @@ static AI void kq_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
 /* Weight quant e (0..255) of a super-block: q4_K the nibble, q6_K the unsigned 6-bit value. */
 static AI int kq_q(const int t, const uint8_t *sb, int e)
 {
-    if (t == KRN_Q4_K) { /* qs bytes 32p .. 32p + 31: low nibbles elements 64p + l, high ones 64p + 32 + l */
-        const uint8_t b = sb[16 + 32 * (e / 64) + e % 32];
-        return (e / 32) % 2 ? b >> 4 : b & 0xF;
+    if (t != KRN_Q6_K) { /* qs bytes 32p .. 32p + 31: low nibbles elements 64p + l, high ones 64p + 32 + l */
+        const uint8_t b = sb[kq_qs(t) + 32 * (e / 64) + e % 32];
+        const int nib = (e / 32) % 2 ? b >> 4 : b & 0xF;
+        if (t == KRN_Q4_K)
+            return nib;
+        return nib | ((sb[offsetof(blk_q5_K, qh) + e % 32] >> (e / 32)) & 1) << 4; /* q5_K: qh bit j, j = e / 32 */
     }
     const int h = e / 128, k = (e % 128) / 32, l = e % 32; /* ggml's q1..q4 of half h */
     const uint8_t *ql = sb + 64 * h, *qh = sb + offsetof(blk_q6_K, qh) + 32 * h;
@@ -79,7 +87,7 @@ static AI int kq_q(const int t, const uint8_t *sb, int e)
 static AI void kq_ints_generic(const int t, const uint8_t *sb, const int8_t *xq, const int32_t *s16, int32_t I[8])
 {
     for (int j = 0; j < 8; j++) {
-        if (t == KRN_Q4_K) {
+        if (t != KRN_Q6_K) {
             int32_t p = 0;
             for (int i = 0; i < 32; i++)
                 p += kq_q(t, sb, 32 * j + i) * xq[32 * j + i];
@@ -103,7 +111,7 @@ static void kq_gemm_generic(const int t, const uint8_t *w, size_t rb, int n_out,
                             int64_t ldy, int acc)
 {
     const int64_t ns = xs->nb / 8;
-    const size_t sbb = t == KRN_Q4_K ? sizeof(blk_q4_K) : sizeof(blk_q6_K);
+    const size_t sbb = kq_sbb(t);
     for (int o = 0; o < n_out; o++)
         for (int b = 0; b < B; b++) {
             float main[8] = {0}, mins[8] = {0};
@@ -131,7 +139,7 @@ static void kq_gemm_generic(const int t, const uint8_t *w, size_t rb, int n_out,
                     main[l] += main[l + s];
                     mins[l] += mins[l + s];
                 }
-            const float v = t == KRN_Q4_K ? main[0] - mins[0] : main[0];
+            const float v = t != KRN_Q6_K ? main[0] - mins[0] : main[0];
             float *yo = y + (size_t)b * ldy + o;
             *yo = acc ? *yo + v : v;
         }
@@ -161,9 +169,14 @@ XA __m256i kq_reduce(const int t, const __m256i v[8], const __m256i scv[2], cons
 XA __m256i kq_wq(const int t, const uint8_t *sb, int j)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    if (t == KRN_Q4_K) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(sb + 16 + 32 * (j / 2)));
-        return j % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+    if (t != KRN_Q6_K) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(sb + kq_qs(t) + 32 * (j / 2)));
+        const __m256i nib = j % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+        if (t == KRN_Q4_K)
+            return nib;
+        /* q5_K: bit j of qh[l] is bit 4 of element l (16-bit shifts: the mask keeps each byte's own bit) */
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(sb + offsetof(blk_q5_K, qh)));
+        return _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, j), _mm256_set1_epi8(1)), 4));
     }
     const int h = j / 4, k = j % 4;
     const __m256i L = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32 * (k % 2)));
@@ -178,7 +191,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                           int64_t ldy, int acc)
 {
     const int64_t ns = xs->nb / 8;
-    const size_t sbb = t == KRN_Q4_K ? sizeof(blk_q4_K) : sizeof(blk_q6_K);
+    const size_t sbb = kq_sbb(t);
     const __m256i ones = _mm256_set1_epi16(1), ord = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     for (int o0 = 0; o0 < n_out; o0 += KQ_R) {
         const int R = n_out - o0 < KQ_R ? n_out - o0 : KQ_R;
@@ -226,7 +239,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                         const __m256 I = _mm256_cvtepi32_ps(kq_reduce(t, v, scv, x16));
                         const float *dx = xs->dx + (size_t)b * xs->nb + 8 * s;
                         main[r][c] = _mm256_fmadd_ps(I, _mm256_mul_ps(F, _mm256_loadu_ps(dx)), main[r][c]);
-                        if (t == KRN_Q4_K)
+                        if (t != KRN_Q6_K)
                             mins[r][c] = _mm256_fmadd_ps(G, _mm256_loadu_ps(xs->sx + (size_t)b * xs->nb + 8 * s),
                                                          mins[r][c]);
                     }
@@ -241,7 +254,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                             mv[l] += mv[l + s];
                             nv[l] += nv[l + s];
                         }
-                    const float v = t == KRN_Q4_K ? mv[0] - nv[0] : mv[0];
+                    const float v = t != KRN_Q6_K ? mv[0] - nv[0] : mv[0];
                     float *yo = y + (size_t)(b0 + c) * ldy + o0 + r;
                     *yo = acc ? *yo + v : v;
                 }
@@ -255,6 +268,8 @@ static __attribute__((target("avx2,fma,f16c"))) void kq_gemm_avx2(int t, const u
 {
     if (t == KRN_Q4_K)
         kq_gemm_avx2_type(KRN_Q4_K, w, rb, n_out, xs, B, y, ldy, acc);
+    else if (t == KRN_Q5_K)
+        kq_gemm_avx2_type(KRN_Q5_K, w, rb, n_out, xs, B, y, ldy, acc);
     else
         kq_gemm_avx2_type(KRN_Q6_K, w, rb, n_out, xs, B, y, ldy, acc);
 }

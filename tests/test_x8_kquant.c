@@ -1,4 +1,4 @@
-/* kernels/x8_kquant.c: the fast mode's K-quant matmul (q4_K, q6_K in GGUF blocks against int8 x blocks). */
+/* kernels/x8_kquant.c: the fast mode's K-quant matmul (q4_K, q5_K, q6_K in GGUF blocks against int8 x blocks). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,10 +25,12 @@ static float frand(void) /* [-1, 1) */
 
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
-static const int ktypes[] = {KRN_Q4_K, KRN_Q6_K};
+static const int ktypes[] = {KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
+#define N_KTYPES 3
 
 /* Weights (n_out, n) of type t, quantized from uneven values; row 0 at the ends of the quant range: q4_K nibbles
- * 15 (scales and mins at 63), q6_K quants 63 (and 0 in the second half) with scales of -128 and 127. */
+ * 15 and q5_K quants 31 (scales and mins at 63), q6_K quants 63 (and 0 in the second half) with scales of -128
+ * and 127. */
 static uint8_t *weights(int t, int n_out, int n)
 {
     const size_t rb = krn_row_bytes(t, n);
@@ -42,9 +44,8 @@ static uint8_t *weights(int t, int n_out, int n)
     }
     for (int s = 0; s < n / 256; s++) {
         uint8_t *sb = q + (size_t)s * krn_type_block_bytes(t);
-        if (t == KRN_Q4_K) {
-            memset(sb + 4, 0xFF, 12);  /* every 6-bit scale and min 63 */
-            memset(sb + 16, 0xFF, 128); /* every nibble 15 */
+        if (t != KRN_Q6_K) {
+            memset(sb + 4, 0xFF, krn_type_block_bytes(t) - 4); /* every 6-bit scale and min 63, every quant 15 / 31 */
         } else {
             memset(sb, 0xFF, 128 + 32); /* half 0: every quant 63 */
             memset(sb + 64, 0x00, 64);  /* half 1: low bits 0 ... */
@@ -95,7 +96,7 @@ static void test_kquant_gemm_gives_each_pair_the_bits_of_its_lone_dot_on_every_p
     (void)state;
     enum { NO = 11, BMAX = 5 };
     const int ns[] = {256, 768};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < N_KTYPES; k++)
         for (int in = 0; in < 2; in++) {
             const int t = ktypes[k], n = ns[in];
             const size_t rb = krn_row_bytes(t, n), xrb = krn_x8_row_bytes(n);
@@ -138,7 +139,7 @@ static void test_fast_mode_matmul_takes_k_quants_through_the_int8_gemm(void **st
 {
     (void)state;
     enum { N = 512, NO = 9, B = 3 };
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < N_KTYPES; k++) {
         const int t = ktypes[k];
         assert_true(krn_x8_type_ok(t));
         const size_t rb = krn_row_bytes(t, N), xrb = krn_x8_row_bytes(N);

@@ -1,9 +1,10 @@
 /* memra-bench cpu-kernels: microseconds per CPU matmul call on SmolLM2-135M's shapes, for the fast mode's int8
  * GEMM in GGUF blocks and in rows of 8 (krn_x8_gemm, kernels/x8_gemm.c) and for the exact mode's f32 dot in GGUF
- * blocks and in rows of 8 (krn_cpu_matmul with x8 = 0; kernels/exact_rows8.c), with B rows of x. The weights are `copies` distinct matrices cycled call after
- * call, so that (with the default) they come from memory or L3 as in decode, not from L2. Random weights and x,
- * fixed seed; one thread. Median of 5 runs of `reps` calls. Two K-quant rows of Llama-3-8B's ffn shape (n_in 4096)
- * time the exact dot against the fast mode's K-quant GEMM (kernels/x8_kquant.c); K-quants have no rows of 8. */
+ * blocks and in rows of 8 (krn_cpu_matmul with x8 = 0; kernels/exact_rows8.c), with B rows of x. The weights are
+ * `copies` distinct matrices cycled call after call, so that (with the default) they come from memory or L3 as in
+ * decode, not from L2. Random weights and x, fixed seed; one thread. Median of 5 runs of `reps` calls. Three
+ * K-quant rows of Llama-3-8B's ffn shape (n_in 4096) time the exact dot against the fast mode's K-quant GEMM
+ * (kernels/x8_kquant.c); K-quants have no rows of 8. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,8 @@ int bench_cpu_kernels(int argc, char **argv)
         return rc;
     const shape shapes[] = {{"ffn up/gate", KRN_Q4_1, 1536, 576}, {"ffn down", KRN_Q4_1, 576, 1536},
                             {"attn q/o", KRN_Q4_1, 576, 576}, {"head (tied)", KRN_Q8_0, 49152, 576},
-                            {"Llama-3 ffn rows", KRN_Q4_K, 1024, 4096}, {"Llama-3 ffn rows", KRN_Q6_K, 1024, 4096}};
+                            {"Llama-3 ffn rows", KRN_Q4_K, 1024, 4096}, {"Llama-3 ffn rows", KRN_Q5_K, 1024, 4096},
+                            {"Llama-3 ffn rows", KRN_Q6_K, 1024, 4096}};
     const int Bs[] = {1, 2, 4, 32};
     printf("cpu-kernels: us per call (median of 5 runs of %d calls), weights cycled over %d MiB; x8 path %d\n", reps,
            mib, krn_x8_path());
