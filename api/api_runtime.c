@@ -26,6 +26,7 @@ memra_runtime_params memra_runtime_default_params(void)
     p.max_rows = 64;
     p.apply_env = 1;
     p.cpu_x8 = 1; /* the fast CPU matmul: docs/bench/cpu.md, "Against llama.cpp" */
+    p.cpu_threads = 1;
     return p;
 }
 
@@ -68,6 +69,8 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
         BAD("memra_runtime_params.act_type = %d (allowed MEMRA_KV_DEFAULT 0, F32 1, F16 2, BF16 3)", (int)p->act_type);
     if (p->cpu_x8 < 0 || p->cpu_x8 > 1)
         BAD("memra_runtime_params.cpu_x8 = %d (allowed 0 = exact f32 x, 1 = fast int8 x)", p->cpu_x8);
+    if (dev_cpu_threads_check(p->cpu_threads, "memra_runtime_params.cpu_threads", err) != 0)
+        return MEMRA_E_INVAL;
     if (p->batch_invariant < 0 || p->batch_invariant > 1)
         BAD("memra_runtime_params.batch_invariant = %d (allowed 0 or 1)", p->batch_invariant);
     if (p->micro_batches < 0 || p->micro_batches > p->n_seq)
@@ -78,7 +81,7 @@ static int check_params(const memra_runtime_params *p, dev_err *err)
 }
 
 /* The doors of the fields read here rather than by act_pp_create, on top of the params: MEMRA_BACKEND and
- * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_CPU_X8 (device/'s parser), MEMRA_DEVICE_FEED,
+ * MEMRA_CPU_DEVICES (device/'s parser), MEMRA_CPU_X8 and MEMRA_CPU_THREADS (device/'s parsers), MEMRA_DEVICE_FEED,
  * MEMRA_PP_MICRO_BATCHES. */
 static int backend_doors(memra_runtime_params *p, dev_err *err)
 {
@@ -90,6 +93,8 @@ static int backend_doors(memra_runtime_params *p, dev_err *err)
         p->cpu_devices = n;
     }
     if (r == 0 && dev_cpu_x8_door(&p->cpu_x8, err) < 0) /* cpu_x8's door */
+        r = MEMRA_E_INVAL;
+    if (r == 0 && dev_cpu_threads_door(&p->cpu_threads, err) < 0) /* cpu_threads' door */
         r = MEMRA_E_INVAL;
     const char *f = getenv("MEMRA_DEVICE_FEED"); /* device_feed's door */
     if (r == 0 && f) {
@@ -181,6 +186,7 @@ memra_runtime *memra_runtime_create(const memra_model *model, const memra_runtim
         check_ctx_fits(model, &p, dev_platform_kind(rt->plat) == DEV_KIND_CPU, &err))
         goto fail;
     dev_platform_set_matmul_x8(rt->plat, p.cpu_x8); /* before the first launch: the weights are not loaded yet */
+    dev_platform_set_cpu_threads(rt->plat, p.cpu_threads);
     act_pp_params ap = act_pp_default_params();
     ap.config.stages = p.stages;
     ap.config.n_cuts = p.n_cuts;

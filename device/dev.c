@@ -42,15 +42,19 @@ dev_platform *dev_platform_open(dev_kind kind, int n_cpu_devices, dev_err *err)
 {
     if (kind == DEV_KIND_CPU) {
         dev_platform *p = dev_cpu_open(n_cpu_devices, err);
-        if (p)
+        if (p) {
             dev_platform_set_matmul_x8(p, 0); /* exact until the opener says otherwise */
+            dev_platform_set_cpu_threads(p, 1);
+        }
         return p;
     }
     if (kind == DEV_KIND_CUDA) {
 #ifdef MEMRA_HAVE_CUDA
         dev_platform *p = dev_cuda_open(err);
-        if (p)
+        if (p) {
             dev_platform_set_matmul_x8(p, 0);
+            dev_platform_set_cpu_threads(p, 1);
+        }
         return p;
 #else
         dev_err_set(err, MEMRA_E_UNSUPPORTED,
@@ -114,10 +118,48 @@ int dev_platform_matmul_x8(const dev_platform *p)
     return atomic_load_explicit(&((dev_platform *)p)->matmul_x8, memory_order_relaxed);
 }
 
+int dev_cpu_threads_check(int n, const char *what, dev_err *err)
+{
+    if (n < 1 || n > DEV_CPU_THREADS_MAX)
+        return dev_err_set(err, MEMRA_E_INVAL, "%s = %d: allowed 1..%d threads per CPU matmul (1, the default: the "
+                           "stage's stream worker alone)", what, n, DEV_CPU_THREADS_MAX);
+#ifndef MEMRA_HAVE_OPENMP
+    if (n > 1)
+        return dev_err_set(err, MEMRA_E_INVAL, "%s = %d: this build has no OpenMP (the team that splits a CPU "
+                           "matmul); allowed 1", what, n);
+#endif
+    return 0;
+}
+
+int dev_cpu_threads_door(int *n, dev_err *err)
+{
+    const char *v = getenv("MEMRA_CPU_THREADS");
+    long t;
+    if (!v)
+        return 0;
+    if (act_door_parse_int(v, strlen(v), 1, DEV_CPU_THREADS_MAX, &t) != 0)
+        return dev_err_set(err, MEMRA_E_INVAL, "MEMRA_CPU_THREADS=\"%s\": must be an integer in 1..%d, digits only "
+                           "(default 1: the stage's stream worker alone)", v, DEV_CPU_THREADS_MAX);
+    if (dev_cpu_threads_check((int)t, "MEMRA_CPU_THREADS", err) != 0)
+        return MEMRA_E_INVAL;
+    *n = (int)t;
+    return 1;
+}
+
+void dev_platform_set_cpu_threads(dev_platform *p, int n)
+{
+    atomic_store_explicit(&p->cpu_threads, n < 1 ? 1 : n, memory_order_relaxed); /* launches read it on the host */
+}
+
+int dev_platform_cpu_threads(const dev_platform *p)
+{
+    return atomic_load_explicit(&((dev_platform *)p)->cpu_threads, memory_order_relaxed);
+}
+
 dev_platform *dev_platform_open_env(dev_err *err)
 {
-    int x8 = 0;
-    if (dev_cpu_x8_door(&x8, err) < 0)
+    int x8 = 0, threads = 1;
+    if (dev_cpu_x8_door(&x8, err) < 0 || dev_cpu_threads_door(&threads, err) < 0)
         return NULL;
     int kind = -1, n = DEV_CPU_DEVICES_DEFAULT;
     if (dev_backend_doors(&kind, &n, err) != 0)
@@ -135,6 +177,7 @@ dev_platform *dev_platform_open_env(dev_err *err)
         dev_err_wrap(err, "MEMRA_BACKEND=%s", be && be[0] ? be : "(unset)");
     } else {
         dev_platform_set_matmul_x8(p, x8);
+        dev_platform_set_cpu_threads(p, threads);
     }
     return p;
 }

@@ -62,6 +62,20 @@ int dev_platform_matmul_x8(const dev_platform *p);
  * naming the variable and the allowed values. Returns 0 when unset. */
 int dev_cpu_x8_door(int *on, dev_err *err);
 
+/* Threads per CPU matmul on p (MEMRA_CPU_THREADS, 1..DEV_CPU_THREADS_MAX): 1 (the default) keeps each stage on
+ * its one stream worker, so pipeline scaling stays visible; n > 1 splits each matmul's output rows over a team of
+ * n OpenMP threads (when cores outnumber stages). The bits do not change: every output row is computed alone
+ * (kernels/cpu/cpu_matmul.c). Read by every CPU matmul launch; set it after open, before the first launch. The
+ * platforms dev_platform_open gives start at 1; dev_platform_open_env applies the door. CUDA ignores it. */
+#define DEV_CPU_THREADS_MAX 256
+void dev_platform_set_cpu_threads(dev_platform *p, int n);
+int dev_platform_cpu_threads(const dev_platform *p);
+/* The MEMRA_CPU_THREADS door: unset leaves *n (returns 0); an integer in 1..DEV_CPU_THREADS_MAX sets it (returns
+ * 1); anything else, or a value above 1 in a build without OpenMP, MEMRA_E_INVAL naming the variable and what is
+ * allowed. dev_cpu_threads_check applies the same rule to a value from elsewhere (an API field): 0 or the error. */
+int dev_cpu_threads_door(int *n, dev_err *err);
+int dev_cpu_threads_check(int n, const char *what, dev_err *err);
+
 void dev_platform_close(dev_platform *p);
 dev_kind dev_platform_kind(const dev_platform *p);
 int dev_platform_count(const dev_platform *p);              /* number of devices */

@@ -60,6 +60,7 @@ struct dev_platform {
     int n_dev;
     dev_device *dev[DEV_MAX_DEVICES]; /* owned; set at open, read-only after */
     atomic_int matmul_x8;             /* dev_platform_set_matmul_x8; set by the opener before any launch */
+    atomic_int cpu_threads;           /* dev_platform_set_cpu_threads; the same */
 };
 
 struct dev_device {

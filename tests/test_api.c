@@ -168,8 +168,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
 {
     assert_null(memra_runtime_create(NULL, NULL));
     assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
-    struct { const char *field; memra_runtime_params p; } cases[8];
-    for (int i = 0; i < 8; i++)
+    struct { const char *field; memra_runtime_params p; } cases[9];
+    for (int i = 0; i < 9; i++)
         cases[i].p = memra_runtime_default_params();
     cases[0].field = "n_seq", cases[0].p.n_seq = 0;
     cases[1].field = "slots", cases[1].p.slots = 17;
@@ -179,7 +179,8 @@ static void test_runtime_create_refuses_null_model_and_bad_params_naming_the_fie
     cases[5].field = "overlap", cases[5].p.overlap = 2;
     cases[6].field = "kv_type", cases[6].p.kv_type = (memra_kv_type)9;
     cases[7].field = "act_type", cases[7].p.act_type = (memra_kv_type)-1;
-    for (int i = 0; i < 8; i++) {
+    cases[8].field = "cpu_threads", cases[8].p.cpu_threads = 0;
+    for (int i = 0; i < 9; i++) {
         assert_null(memra_runtime_create(api_tiny_model, &cases[i].p));
         assert_int_equal(memra_last_status(), MEMRA_E_INVAL);
         api_tiny_assert_error(memra_last_error(), MEMRA_E_INVAL, cases[i].field);

@@ -75,7 +75,7 @@ static void test_matmul_matches_the_double_reference_for_every_type(void **state
                 src[i] = frand();
             krn_quant_row(t, src, W + o * rb, NIN);
         }
-        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, W, x, t, NOUT, NIN, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS, 1 });
         for (int o = 0; o < NOUT; o++) {
             krn_dequant_row(t, W + o * rb, deq, NIN);
             for (int b = 0; b < B; b++) {
@@ -322,7 +322,7 @@ static void test_matmul_on_a_stream_gives_the_pure_kernel_bits_and_counts_remote
     assert_true(rb * NOUT <= sizeof wq);
     for (int o = 0; o < NOUT; o++)
         krn_quant_row(KRN_Q8_0, w_host + o * NIN, wq + o * rb, NIN);
-    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+    krn_cpu_matmul(&(krn_cpu_matmul_args){ want, wq, x_host, KRN_Q8_0, NOUT, NIN, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS, 1 });
 
     void *w0 = dev_malloc(d0, rb * NOUT, &err);               /* weight on device 0 */
     float *x1 = dev_malloc(d1, sizeof(float) * B * NIN, &err);  /* activations on device 1 */

@@ -708,8 +708,8 @@ static void test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks(vo
         for (int acc = 0; acc < 2; acc++) {
             for (int i = 0; i < B * NO; i++)
                 y[i] = y8[i] = 0.5f;
-            krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_BLOCKS });
-            krn_cpu_matmul(&(krn_cpu_matmul_args){ y8, q8, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_ROWS8 });
+            krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_BLOCKS, 1 });
+            krn_cpu_matmul(&(krn_cpu_matmul_args){ y8, q8, x, t, NO, N, B, rb, acc, KRN_F32, 0, KRN_LAYOUT_ROWS8, 1 });
             for (int i = 0; i < B * NO; i++)
                 assert_int_equal(fbits(y8[i]), fbits(y[i]));
         }

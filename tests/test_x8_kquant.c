@@ -147,12 +147,12 @@ static void test_fast_mode_matmul_takes_k_quants_through_the_int8_gemm(void **st
         float x[B * N], y[B * NO], want[B * NO];
         assert_non_null(xq);
         xrows(x, B, N);
-        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, 0, KRN_F32, 1, KRN_LAYOUT_BLOCKS });
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, 0, KRN_F32, 1, KRN_LAYOUT_BLOCKS, 1 });
         krn_x8_quantize_host(xq, x, B, N);
         assert_int_equal(krn_x8_gemm(t, KRN_LAYOUT_BLOCKS, q, rb, NO, xq, B, N, want, NO, 0), 0);
         for (int i = 0; i < B * NO; i++)
             assert_int_equal(fbits(y[i]), fbits(want[i]));
-        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS });
+        krn_cpu_matmul(&(krn_cpu_matmul_args){ y, q, x, t, NO, N, B, rb, 0, KRN_F32, 0, KRN_LAYOUT_BLOCKS, 1 });
         for (int b = 0; b < B; b++)
             for (int o = 0; o < NO; o++)
                 assert_int_equal(fbits(y[b * NO + o]), fbits(krn_dot_row(t, q + (size_t)o * rb, x + b * N, N)));

@@ -244,11 +244,16 @@ typedef struct memra_runtime_params {
                               * 0 (default): eager walks unless the door asks. The CPU backend has no graphs: its
                               * walks are eager either way */
     int cpu_x8;              /* CPU backend matmuls: 1 (default) = fast: x quantized once per matmul to int8 blocks
-                              * of 32, int8 products for q4_0 / q4_1 / q8_0 weights (llama.cpp's way; other types
-                              * stay exact); 0 = exact: f32 x in a fixed order (the float64 oracle's and the
+                              * of 32, int8 products for q4_0 / q4_1 / q8_0 / q4_K / q5_K / q6_K weights (llama.cpp's
+                              * way; other types stay exact); 0 = exact: f32 x in a fixed order (the float64 oracle's and the
                               * bit-identity gates' mode). Both are deterministic: a row's tokens do not depend on
                               * the stages, the batch or the rows beside it. CUDA ignores it (MEMRA_CUDA_X8 there).
                               * Door: MEMRA_CPU_X8 = 1 | 0 (with apply_env; wins over the field) */
+    int cpu_threads;         /* CPU backend: threads per matmul, 1..256. 1 (default): each stage's matmuls run on its
+                              * stream worker alone, one core per stage, so pipeline scaling stays visible; n > 1:
+                              * each matmul's output rows are split over an OpenMP team of n, for when cores
+                              * outnumber stages. The bits do not change. A build without OpenMP refuses n > 1.
+                              * CUDA ignores it. Door: MEMRA_CPU_THREADS (with apply_env; wins over the field) */
 } memra_runtime_params;
 
 MEMRA_API memra_runtime_params memra_runtime_default_params(void);

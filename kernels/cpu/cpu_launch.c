@@ -72,7 +72,9 @@ static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const void *
     const size_t rb = krn_row_bytes(W->type, W->n_in);
     const int x8 = dev_platform_matmul_x8(dev_device_platform(dev_stream_device(s))) && krn_x8_type_ok(W->type) &&
                    W->n_in % 32 == 0; /* the platform's mode (MEMRA_CPU_X8), for the types it covers */
-    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt, x8, W->layout };
+    const dev_platform *pl = dev_device_platform(dev_stream_device(s));
+    krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt, x8, W->layout,
+                              dev_platform_cpu_threads(pl) };
     acc_list l = { .n = 0 };
     acc_add(&l, W->data, rb * (size_t)W->n_out, DEV_READ);
     acc_add(&l, x, act_bytes(xt, (size_t)B * W->n_in), DEV_READ);

@@ -22,6 +22,7 @@ typedef struct krn_cpu_matmul_args {
     float *y; const void *w; const void *x; int type, n_out, n_in, B; size_t row_bytes; int acc; int xt;
     int x8; /* 1: the fast mode (x quantized to int8 blocks, krn_x8_gemm); only for krn_x8_type_ok types, n_in % 32 == 0 */
     int layout;
+    int threads; /* > 1: the output rows split over an OpenMP team of this many (dev_platform_cpu_threads); 0, 1: one */
 } krn_cpu_matmul_args;
 /* y (B, n) += bias (n,) */
 typedef struct krn_cpu_add_bias_args { float *y; const float *bias; int B, n; } krn_cpu_add_bias_args;

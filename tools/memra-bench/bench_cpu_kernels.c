@@ -31,7 +31,7 @@ static double time_arm(int a, const shape *sh, const uint8_t *w, const uint8_t *
             if (a == 0 || a == 3)
                 krn_cpu_matmul(&(krn_cpu_matmul_args){ y, (a == 0 ? w : w8) + off, x, sh->type, sh->n_out, sh->n_in, B,
                                                        rb, 0, KRN_F32, 0,
-                                                       a == 0 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8 });
+                                                       a == 0 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8, 1 });
             else
                 krn_x8_gemm(sh->type, a == 1 ? KRN_LAYOUT_BLOCKS : KRN_LAYOUT_ROWS8, (a == 1 ? w : w8) + off, rb,
                             sh->n_out, xq, B, sh->n_in, y, sh->n_out, 0);

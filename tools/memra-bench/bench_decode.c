@@ -61,13 +61,15 @@ int bench_decode(int argc, char **argv)
     int rc = 1;
     dev_err err = { 0 };
     dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
-    int x8 = 0; /* MEMRA_CPU_X8: the fast matmul (unset: exact) */
-    if (p && dev_cpu_x8_door(&x8, &err) < 0) {
+    int x8 = 0, threads = 1; /* MEMRA_CPU_X8: the fast matmul (unset: exact); MEMRA_CPU_THREADS (unset: 1) */
+    if (p && (dev_cpu_x8_door(&x8, &err) < 0 || dev_cpu_threads_door(&threads, &err) < 0)) {
         dev_platform_close(p);
         p = NULL;
     }
-    if (p)
+    if (p) {
         dev_platform_set_matmul_x8(p, x8);
+        dev_platform_set_cpu_threads(p, threads);
+    }
     mdl_model *m = NULL;
     mdl_kv *kv = NULL;
     mdl_scratch *sc = NULL;
@@ -123,8 +125,9 @@ int bench_decode(int argc, char **argv)
             goto out;
     }
     const double t2 = bench_now_s();
-    printf("memra-bench decode: %s (%s, %d layers, n_embd %d), CPU backend, 1 stream, chunk %d rows, %s matmul\n",
-           path, mdl_model_arch_name(m), hp->n_layer, hp->n_embd, C, x8 ? "fast (MEMRA_CPU_X8=1)" : "exact");
+    printf("memra-bench decode: %s (%s, %d layers, n_embd %d), CPU backend, 1 stream, chunk %d rows, %s matmul, %d "
+           "thread%s per matmul\n", path, mdl_model_arch_name(m), hp->n_layer, hp->n_embd, C,
+           x8 ? "fast (MEMRA_CPU_X8=1)" : "exact", threads, threads > 1 ? "s" : "");
     printf("| phase   | tokens | seconds | tokens/s |\n|---------|-------:|--------:|---------:|\n");
     printf("| prefill | %6d | %7.3f | %8.2f |\n", P, t1 - t0, P / (t1 - t0));
     printf("| decode  | %6d | %7.3f | %8.2f |\n", D, t2 - t1, D / (t2 - t1));
