@@ -161,8 +161,8 @@ static __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *s, fl
 template <> struct mm_sub<KRN_Q4_K> {
     enum { NX = 4 };
     struct w_t { float w[16], d1, d2, n1, n2; };
-    static __device__ __forceinline__ void dec(const uint8_t *bp, int s, w_t &o) {
-        const int p = s >> 2, k = s & 3;
+    /* the scales of sub-blocks 2p and 2p + 1 (the same 12 bytes in q4_K and q5_K) */
+    static __device__ __forceinline__ void scales(const uint8_t *bp, int p, w_t &o) {
         const float d = krn_h2f(ld_u16(bp)), dmin = krn_h2f(ld_u16(bp + 2));
         float sc1, m1, sc2, m2;
         q4k_scale_min(2 * p, bp + 4, &sc1, &m1);
@@ -171,6 +171,10 @@ template <> struct mm_sub<KRN_Q4_K> {
         o.d2 = d * sc2;
         o.n1 = dmin * m1;
         o.n2 = dmin * m2;
+    }
+    static __device__ __forceinline__ void dec(const uint8_t *bp, int s, w_t &o) {
+        const int p = s >> 2, k = s & 3;
+        scales(bp, p, o);
         const uint32_t q0 = ld_u32_2(bp + 16 + 32 * p + 8 * k), q1 = ld_u32_2(bp + 20 + 32 * p + 8 * k);
         bytes_f(q0 & 0x0F0F0F0Fu, 0.0f, o.w);
         bytes_f(q1 & 0x0F0F0F0Fu, 0.0f, o.w + 4);
@@ -202,14 +206,7 @@ template <> struct mm_sub<KRN_Q4_K> {
 template <> struct mm_sub<KRN_Q5_K> : mm_sub<KRN_Q4_K> {
     static __device__ __forceinline__ void dec(const uint8_t *bp, int s, w_t &o) {
         const int p = s >> 2, k = s & 3;
-        const float d = krn_h2f(ld_u16(bp)), dmin = krn_h2f(ld_u16(bp + 2));
-        float sc1, m1, sc2, m2;
-        q4k_scale_min(2 * p, bp + 4, &sc1, &m1);
-        q4k_scale_min(2 * p + 1, bp + 4, &sc2, &m2);
-        o.d1 = d * sc1;
-        o.d2 = d * sc2;
-        o.n1 = dmin * m1;
-        o.n2 = dmin * m2;
+        scales(bp, p, o);
         const uint32_t q0 = ld_u32_2(bp + 48 + 32 * p + 8 * k), q1 = ld_u32_2(bp + 52 + 32 * p + 8 * k);
         const uint32_t h0 = ld_u32_2(bp + 16 + 8 * k), h1 = ld_u32_2(bp + 20 + 8 * k);
         bytes_f((q0 & 0x0F0F0F0Fu) | (((h0 >> (2 * p)) & 0x01010101u) << 4), 0.0f, o.w);
