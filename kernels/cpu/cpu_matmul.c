@@ -3,7 +3,8 @@
  * krn_dot_row (kernels/quant.c), whose fixed block order makes the result independent of B, of the
  * stream and of the stage. Rows of x are taken in groups through krn_dot_row_batch (same bits, the weight
  * row dequantized once per 4 vectors); weights in rows of 8 go through krn_rows8_exact (kernels/exact_rows8.c,
- * 8 rows per vector, same bits). No shared state. */
+ * 8 rows per vector, same bits). With a->threads > 1 (MEMRA_CPU_THREADS) the output rows are split over an
+ * OpenMP team; each row is computed alone either way, so the bits do not change. No shared state. */
 #include <math.h>
 #include <stdlib.h>
 
