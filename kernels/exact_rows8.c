@@ -126,11 +126,10 @@ XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
                          const float *xsum, int B, float *ds, float *ms, float *y, int64_t ldy, int acc)
 {
     const int64_t nb = n / 32;
-    const size_t bb = t == KRN_Q4_1 ? sizeof(blk_q4_1) : t == KRN_Q4_0 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
-    const size_t gbb = 8 * bb, qo = t == KRN_Q4_1 ? 32 : 16;
-        for (int g = 0; g < ng; g++) {
+    const size_t gbb = 8 * krn_type_block_bytes(t), qo = t == KRN_Q4_1 ? 32 : 16;
+    for (int g = 0; g < ng; g++) {
         const uint8_t *G = w + (size_t)g * 8 * row_bytes;
-        for (int64_t j = 0; j < nb; j++) { /* the 8 rows' d (times 2^64 for q4: exact), q4_1's m */
+        for (int64_t j = 0; j < nb; j++) { /* the 8 rows' d, q4_1's m */
             const uint8_t *gb = G + (size_t)j * gbb;
             _mm256_storeu_ps(ds + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)));
             if (t == KRN_Q4_1)
@@ -184,11 +183,11 @@ __attribute__((target("avx2,f16c,fma"))) static void rows8_exact_avx2(int t, con
 }
 #endif
 
-/* Every x of the B rows finite and, with `tiny` = 0, 0 or at least 2^-102 in magnitude: the range in which the
+/* Every x of the B rows finite and, unless `any_size`, 0 or at least 2^-102 in magnitude: the range in which the
  * scaled q4 x are exact (see the header). */
-static int x_in_range(const float *x, int64_t ldx, int B, int64_t n, int tiny)
+static int x_in_range(const float *x, int64_t ldx, int B, int64_t n, int any_size)
 {
-    const float lo = tiny ? 0.0f : 0x1p-102f;
+    const float lo = any_size ? 0.0f : 0x1p-102f;
     for (int b = 0; b < B; b++)
         for (int64_t i = 0; i < n; i++) {
             const float a = fabsf(x[(size_t)b * ldx + i]);

@@ -42,8 +42,7 @@ static AI float kq_ldf(const void *p) { float v; memcpy(&v, p, sizeof v); return
 
 int krn_x8_kquant_type_ok(int t) { return t == KRN_Q4_K || t == KRN_Q5_K || t == KRN_Q6_K; }
 
-/* Bytes of a super-block; q4_K / q5_K: where its nibbles start. */
-static AI size_t kq_sbb(int t) { return t == KRN_Q4_K ? sizeof(blk_q4_K) : t == KRN_Q5_K ? sizeof(blk_q5_K) : sizeof(blk_q6_K); }
+/* q4_K / q5_K: where a super-block's nibbles start. */
 static AI size_t kq_qs(int t) { return t == KRN_Q4_K ? offsetof(blk_q4_K, qs) : offsetof(blk_q5_K, qs); }
 
 /* One call's x rows: quants, and per x row dx_j, sx_j (nb of them) and q6_K's 16-element quant sums. */
@@ -68,7 +67,7 @@ static AI void kq_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
 
 /* ---- portable path: the integers element by element ---- */
 
-/* Weight quant e (0..255) of a super-block: q4_K the nibble, q6_K the unsigned 6-bit value. */
+/* Weight quant e (0..255) of a super-block: q4_K the nibble, q5_K the 5-bit value, q6_K the unsigned 6-bit one. */
 static AI int kq_q(const int t, const uint8_t *sb, int e)
 {
     if (t != KRN_Q6_K) { /* qs bytes 32p .. 32p + 31: low nibbles elements 64p + l, high ones 64p + 32 + l */
@@ -107,11 +106,22 @@ static AI void kq_ints_generic(const int t, const uint8_t *sb, const int8_t *xq,
     }
 }
 
+/* The defined fold of a (row, x row) pair's 8 lanes (for s = 4, 2, 1: lane[l] += lane[l + s]) and its result. */
+static AI float kq_fold(const int t, float main[8], float mins[8])
+{
+    for (int s = 4; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++) {
+            main[l] += main[l + s];
+            mins[l] += mins[l + s];
+        }
+    return t != KRN_Q6_K ? main[0] - mins[0] : main[0];
+}
+
 static void kq_gemm_generic(const int t, const uint8_t *w, size_t rb, int n_out, const kq_xs *xs, int B, float *y,
                             int64_t ldy, int acc)
 {
     const int64_t ns = xs->nb / 8;
-    const size_t sbb = kq_sbb(t);
+    const size_t sbb = krn_type_block_bytes(t);
     for (int o = 0; o < n_out; o++)
         for (int b = 0; b < B; b++) {
             float main[8] = {0}, mins[8] = {0};
@@ -134,12 +144,7 @@ static void kq_gemm_generic(const int t, const uint8_t *w, size_t rb, int n_out,
                     mins[j] = fmaf(dmin * (float)m[j], sx[j], mins[j]);
                 }
             }
-            for (int s = 4; s >= 1; s >>= 1)
-                for (int l = 0; l < s; l++) {
-                    main[l] += main[l + s];
-                    mins[l] += mins[l + s];
-                }
-            const float v = t != KRN_Q6_K ? main[0] - mins[0] : main[0];
+            const float v = kq_fold(t, main, mins);
             float *yo = y + (size_t)b * ldy + o;
             *yo = acc ? *yo + v : v;
         }
@@ -165,7 +170,7 @@ XA __m256i kq_reduce(const int t, const __m256i v[8], const __m256i scv[2], cons
     return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b4, 0x20), _mm256_permute2x128_si256(b0, b4, 0x31));
 }
 
-/* Block j's 32 weight quants as unsigned bytes (q4_K nibbles, q6_K 6-bit values). */
+/* Block j's 32 weight quants as unsigned bytes (q4_K nibbles, q5_K 5-bit values, q6_K 6-bit ones). */
 XA __m256i kq_wq(const int t, const uint8_t *sb, int j)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
@@ -191,7 +196,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                           int64_t ldy, int acc)
 {
     const int64_t ns = xs->nb / 8;
-    const size_t sbb = kq_sbb(t);
+    const size_t sbb = krn_type_block_bytes(t);
     const __m256i ones = _mm256_set1_epi16(1), ord = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     for (int o0 = 0; o0 < n_out; o0 += KQ_R) {
         const int R = n_out - o0 < KQ_R ? n_out - o0 : KQ_R;
@@ -249,12 +254,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                     float mv[8], nv[8];
                     _mm256_storeu_ps(mv, main[r][c]);
                     _mm256_storeu_ps(nv, mins[r][c]);
-                    for (int s = 4; s >= 1; s >>= 1)
-                        for (int l = 0; l < s; l++) {
-                            mv[l] += mv[l + s];
-                            nv[l] += nv[l + s];
-                        }
-                    const float v = t != KRN_Q6_K ? mv[0] - nv[0] : mv[0];
+                    const float v = kq_fold(t, mv, nv);
                     float *yo = y + (size_t)(b0 + c) * ldy + o0 + r;
                     *yo = acc ? *yo + v : v;
                 }

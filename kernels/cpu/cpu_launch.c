@@ -70,9 +70,9 @@ int krn_cpu_rmsnorm_t_async(dev_stream *s, void *y, int yt, const float *x, cons
 static int cpu_matmul(dev_stream *s, float *y, const krn_weight *W, const void *x, int xt, int B, int acc)
 {
     const size_t rb = krn_row_bytes(W->type, W->n_in);
-    const int x8 = dev_platform_matmul_x8(dev_device_platform(dev_stream_device(s))) && krn_x8_type_ok(W->type) &&
-                   W->n_in % 32 == 0; /* the platform's mode (MEMRA_CPU_X8), for the types it covers */
     const dev_platform *pl = dev_device_platform(dev_stream_device(s));
+    const int x8 = dev_platform_matmul_x8(pl) && krn_x8_type_ok(W->type) &&
+                   W->n_in % 32 == 0; /* the platform's mode (MEMRA_CPU_X8), for the types it covers */
     krn_cpu_matmul_args a = { y, W->data, x, W->type, W->n_out, W->n_in, B, rb, acc, xt, x8, W->layout,
                               dev_platform_cpu_threads(pl) };
     acc_list l = { .n = 0 };
