@@ -76,7 +76,7 @@ size_t krn_planes_scale_bytes(int type);
  * Host memory. Exact byte permutations: unpack(repack(x)) == x. O(bytes). */
 void krn_repack_host(int type, int n_out, int n_in, const void *src_blocks, void *dst_planes);
 void krn_unpack_host(int type, int n_out, int n_in, const void *src_planes, void *dst_blocks);
-/* ---- rows of 8 (KRN_LAYOUT_ROWS8; pure C, kernels/repack.c) ---- */
+/* ---- rows of 8 (KRN_LAYOUT_ROWS8; kernels/repack.c) ---- */
 /* 1 when a (n_out, n_in) weight of type can take the layout: q4_0, q4_1, q8_0, n_out >= 8, n_in % 32 == 0. */
 int krn_rows8_supported(int type, int64_t n_out, int64_t n_in);
 /* One group: rows[0 .. nr) (GGUF blocks, row r at r * rb, nr in 1..8, rb = krn_row_bytes(type, n_in)) -> the

@@ -1,10 +1,15 @@
 /* The planar layout of q8_0 / q4_0 / q4_1 / q4_K / q6_K weights (KRN_LAYOUT_PLANES, kernels/krn.h): byte offsets, the
  * host reference of the repack (GGUF blocks -> planes) and its inverse, the CPU's rows of 8 (KRN_LAYOUT_ROWS8)
- * group by group, and the layout check the op table runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
+ * group by group (a whole group's pack transposed on AVX2 where the CPU has it, the same bytes), and the layout check
+ * the op table runs before a matmul. The CUDA repack (kernels/cuda/krn_cuda_repack.cu) produces the same bytes.
  * No shared state. */
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/krn.h"
+#include "kernels/quant_impl.h"
 
 int krn_planes_supported(int type)
 {
@@ -220,9 +225,49 @@ static void rows8_block(int type, uint8_t *g, uint8_t *const rows[8], int nr, in
     }
 }
 
+#if defined(__x86_64__)
+/* A whole group's pack (8 rows) on AVX2: per block, the quant dwords of the 8 rows transposed in registers (4 x 4
+ * dword transposes in both 128-bit halves, rows r and r + 4 sharing a vector), the d (and m) copied; the bytes of
+ * rows8_block. */
+__attribute__((target("avx2"))) static void rows8_pack8_avx2(int type, int64_t n_in, uint8_t *g, const uint8_t *rows,
+                                                              size_t rb)
+{
+    const int hb = type == KRN_Q4_1 ? 4 : 2, qb = type == KRN_Q8_0 ? 32 : 16;
+    const size_t bb = krn_row_bytes(type, 32);
+    for (int64_t j = 0; j < n_in / 32; j++, g += 8 * bb) {
+        const uint8_t *b = rows + (size_t)j * bb;
+        for (int r = 0; r < 8; r++)
+            for (int h = 0; h < hb; h += 2)
+                memcpy(g + 8 * h + 2 * r, b + (size_t)r * rb + h, 2);
+        for (int q = 0; q < qb; q += 16) { /* 16 quant bytes (4 dwords) of each row -> chunks q / 4 .. q / 4 + 3 */
+            __m256i R[4], t[4];
+            for (int r = 0; r < 4; r++)
+                R[r] = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + (size_t)r * rb + hb + q))),
+                    _mm_loadu_si128((const __m128i *)(b + (size_t)(r + 4) * rb + hb + q)), 1);
+            t[0] = _mm256_unpacklo_epi32(R[0], R[1]); /* r0.0 r1.0 r0.1 r1.1 | r4.0 r5.0 r4.1 r5.1 */
+            t[1] = _mm256_unpackhi_epi32(R[0], R[1]); /* dwords 2, 3 */
+            t[2] = _mm256_unpacklo_epi32(R[2], R[3]);
+            t[3] = _mm256_unpackhi_epi32(R[2], R[3]);
+            uint8_t *c = g + 8 * hb + 8 * q; /* chunk q / 4: 32 bytes */
+            _mm256_storeu_si256((__m256i *)c, _mm256_unpacklo_epi64(t[0], t[2]));
+            _mm256_storeu_si256((__m256i *)(c + 32), _mm256_unpackhi_epi64(t[0], t[2]));
+            _mm256_storeu_si256((__m256i *)(c + 64), _mm256_unpacklo_epi64(t[1], t[3]));
+            _mm256_storeu_si256((__m256i *)(c + 96), _mm256_unpackhi_epi64(t[1], t[3]));
+        }
+    }
+}
+#endif
+
 static void rows8_group(int type, int64_t n_in, uint8_t *g, uint8_t *rows, int nr, size_t rb, int dir)
 {
     const size_t bb = krn_row_bytes(type, 32);
+#if defined(__x86_64__)
+    if (dir && nr == 8 && krn_quant_path() == KRN_PATH_AVX2) {
+        rows8_pack8_avx2(type, n_in, g, rows, rb);
+        return;
+    }
+#endif
     for (int64_t j = 0; j < n_in / 32; j++) {
         uint8_t *at[8] = { 0 };
         for (int r = 0; r < nr && r < 8; r++)

@@ -691,6 +691,20 @@ static void test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks(vo
         for (int g = 0; g < NO / 8; g++)
             krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
         assert_memory_not_equal(q, q8, NO * rb);
+        /* every byte where kernels/krn.h puts it (a whole group takes the AVX2 transpose where the CPU has it):
+         * block j of the group, d of row r at 2r (q4_1's m at 16 + 2r), then chunk c's dword r = the row's quant
+         * bytes 4c .. 4c + 3 */
+        const int hb = t == KRN_Q4_1 ? 4 : 2, qb = t == KRN_Q8_0 ? 32 : 16;
+        const size_t bb = krn_row_bytes(t, 32);
+        for (int g = 0; g < NO / 8; g++)
+            for (int j = 0; j < N / 32; j++)
+                for (int r = 0; r < 8; r++) {
+                    const uint8_t *row = q + (size_t)(8 * g + r) * rb + j * bb, *gb = q8 + 8 * g * rb + j * 8 * bb;
+                    for (int h = 0; h < hb; h++)
+                        assert_int_equal(gb[8 * (h & ~1) + 2 * r + (h & 1)], row[h]);
+                    for (int i = 0; i < qb; i++)
+                        assert_int_equal(gb[8 * hb + 32 * (i / 4) + 4 * r + i % 4], row[hb + i]);
+                }
         for (int g = 0; g < NO / 8; g++)
             krn_rows8_unpack_group(t, N, q8 + 8 * g * rb, 8, rb, back + 8 * g * rb);
         assert_memory_equal(q, back, NO / 8 * 8 * rb);
