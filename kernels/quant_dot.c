@@ -104,6 +104,25 @@ static AI void g_q5x16(const uint8_t *q, const uint8_t *qh, unsigned u, v8f w[4]
     memcpy(w, f, sizeof f);
 }
 
+/* q4_K / q5_K: the 8 sub-block scales and mins of a super-block's 12 packed bytes q, times d and dmin:
+ * d1[s] = d * sc_s, m1[s] = dmin * m_s. */
+static AI void g_kscales(const uint8_t *q, float d, float dmin, float d1[8], float m1[8])
+{
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        krn_q4k_scale_min(j, q, &sc, &m);
+        d1[j] = d * (float)sc;
+        m1[j] = dmin * (float)m;
+    }
+}
+
+/* q6_K: its 16 signed 8-bit scales sc times d: ds[s] = d * sc_s. */
+static AI void g_k6scales(const int8_t *sc, float d, float ds[16])
+{
+    for (int s = 0; s < 16; s++)
+        ds[s] = d * (float)sc[s];
+}
+
 static AI v8f g_i8x8(const int8_t *p)
 {
     float f[8];
@@ -165,32 +184,54 @@ static AI v8f g_fma8(v8f a, v8f b, v8f c)
 
 #define XA static AI __attribute__((target("avx2,f16c,fma")))
 
-XA v8f x_u8x8(__m128i b) { return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
+/* Bytes 8k .. 8k + 7 of p (k = 0, 1) widened to dwords straight from memory (one shuffle); a dword's low nibble
+ * is then a mask away, its high nibble a shift. */
+XA __m256i x_z8(const uint8_t *p, int k) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))); }
 
 XA void x_nib16(const uint8_t *p, v8f w[4])
 {
-    const __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    w[0] = x_u8x8(lo);
-    w[1] = x_u8x8(_mm_srli_si128(lo, 8));
-    w[2] = x_u8x8(hi);
-    w[3] = x_u8x8(_mm_srli_si128(hi, 8));
+    const __m256i z0 = x_z8(p, 0), z1 = x_z8(p, 1), m = _mm256_set1_epi32(0x0F);
+    w[0] = (v8f)_mm256_cvtepi32_ps(_mm256_and_si256(z0, m));
+    w[1] = (v8f)_mm256_cvtepi32_ps(_mm256_and_si256(z1, m));
+    w[2] = (v8f)_mm256_cvtepi32_ps(_mm256_srli_epi32(z0, 4));
+    w[3] = (v8f)_mm256_cvtepi32_ps(_mm256_srli_epi32(z1, 4));
+}
+
+/* The 8 scales and mins at once: as 32-bit words w0, w1, w2 of the 12 bytes, scales 0..3 are w0 & 0x3f (per
+ * byte), 4..7 the low nibbles of w2 with w0's top two bits above; mins likewise from w1 and w2's high nibbles. */
+XA void x_kscales(const uint8_t *q, float d, float dmin, float d1[8], float m1[8])
+{
+    uint32_t w[3];
+    memcpy(w, q, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, top2 = 0x30303030u;
+    const uint64_t sc = (uint64_t)(w[0] & lo6) | (uint64_t)((w[2] & lo4) | ((w[0] >> 2) & top2)) << 32;
+    const uint64_t mn = (uint64_t)(w[1] & lo6) | (uint64_t)(((w[2] >> 4) & lo4) | ((w[1] >> 2) & top2)) << 32;
+    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+    _mm256_storeu_ps(d1, _mm256_mul_ps(_mm256_set1_ps(d), vs));
+    _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(dmin), vm));
+}
+
+XA void x_k6scales(const int8_t *sc, float d, float ds[16])
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)sc);
+    const __m256 dv = _mm256_set1_ps(d);
+    _mm256_storeu_ps(ds, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))));
+    _mm256_storeu_ps(ds + 8, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))));
 }
 
 XA void x_q5x16(const uint8_t *q, const uint8_t *qh, unsigned u, v8f w[4])
 {
-    const __m128i b = _mm_loadu_si128((const __m128i *)q), h = _mm_loadu_si128((const __m128i *)qh);
-    const __m128i m = _mm_set1_epi8(0x0F), c16 = _mm_set1_epi8(16);
-    const __m128i u1 = _mm_set1_epi8((char)u), u2 = _mm_set1_epi8((char)(u << 1));
-    /* 16 in each byte whose qh bit is set: (h & u) == u, an all-ones byte, masked to 16 */
-    const __m128i h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h, u1), u1), c16);
-    const __m128i h2 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h, u2), u2), c16);
-    const __m128i lo = _mm_or_si128(_mm_and_si128(b, m), h1);
-    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m), h2);
-    w[0] = x_u8x8(lo);
-    w[1] = x_u8x8(_mm_srli_si128(lo, 8));
-    w[2] = x_u8x8(hi);
-    w[3] = x_u8x8(_mm_srli_si128(hi, 8));
+    const __m256i m = _mm256_set1_epi32(0x0F), c16 = _mm256_set1_epi32(16), vu = _mm256_set1_epi32((int)u);
+    for (int k = 0; k < 2; k++) {
+        const __m256i z = x_z8(q, k), h = x_z8(qh, k);
+        /* 16 in each dword whose qh bit is set: (h & u) == u, an all-ones dword, masked to 16 */
+        const __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, vu), vu), c16);
+        const __m256i u2 = _mm256_add_epi32(vu, vu);
+        const __m256i h2 = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, u2), u2), c16);
+        w[k] = (v8f)_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(z, m), h1));
+        w[2 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(z, 4), h2));
+    }
 }
 
 XA v8f x_i8x8(const int8_t *p)
@@ -198,27 +239,22 @@ XA v8f x_i8x8(const int8_t *p)
     return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-XA void x_q6pair(__m128i q, v8f *w)
-{
-    const __m256i c32 = _mm256_set1_epi32(32);
-    w[0] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), c32));
-    w[1] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)), c32));
-}
-
+/* q6_K: dwords of the 4-bit halves (a: ql[l], b: ql[l + 32]) and the 2-bit pairs (h) of 8 elements, widened
+ * from memory; the four 6-bit values - 32 per element come out as 8-float vectors. */
 XA void x_q6x16(const uint8_t *a, const uint8_t *b, const uint8_t *h, v8f w[8])
 {
-    const __m128i A = _mm_loadu_si128((const __m128i *)a), B = _mm_loadu_si128((const __m128i *)b);
-    const __m128i H = _mm_loadu_si128((const __m128i *)h);
-    const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
-    /* 16-bit shifts move bits across the bytes of a pair; the masks keep only each byte's own bits */
-    const __m128i h0 = _mm_slli_epi16(_mm_and_si128(H, m2), 4);
-    const __m128i h1 = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(H, 2), m2), 4);
-    const __m128i h2 = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(H, 4), m2), 4);
-    const __m128i h3 = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(H, 6), m2), 4);
-    x_q6pair(_mm_or_si128(_mm_and_si128(A, m4), h0), w + 0);
-    x_q6pair(_mm_or_si128(_mm_and_si128(B, m4), h1), w + 2);
-    x_q6pair(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(A, 4), m4), h2), w + 4);
-    x_q6pair(_mm_or_si128(_mm_and_si128(_mm_srli_epi16(B, 4), m4), h3), w + 6);
+    const __m256i m4 = _mm256_set1_epi32(0x0F), m30 = _mm256_set1_epi32(0x30), c32 = _mm256_set1_epi32(32);
+    for (int k = 0; k < 2; k++) {
+        const __m256i A = x_z8(a, k), B = x_z8(b, k), H = x_z8(h, k);
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi32(H, 4), m30));
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi32(H, 2), m30));
+        const __m256i q3 = _mm256_or_si256(_mm256_srli_epi32(A, 4), _mm256_and_si256(H, m30));
+        const __m256i q4 = _mm256_or_si256(_mm256_srli_epi32(B, 4), _mm256_and_si256(_mm256_srli_epi32(H, 2), m30));
+        w[0 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(q1, c32));
+        w[2 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(q2, c32));
+        w[4 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(q3, c32));
+        w[6 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(q4, c32));
+    }
 }
 
 XA v8f x_h8(const void *p) { return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
