@@ -197,17 +197,13 @@ XA void x_nib16(const uint8_t *p, v8f w[4])
     w[3] = (v8f)_mm256_cvtepi32_ps(_mm256_srli_epi32(z1, 4));
 }
 
-/* The 8 scales and mins at once: as 32-bit words w0, w1, w2 of the 12 bytes, scales 0..3 are w0 & 0x3f (per
- * byte), 4..7 the low nibbles of w2 with w0's top two bits above; mins likewise from w1 and w2's high nibbles. */
+/* The 8 scales and mins widened and converted together. */
 XA void x_kscales(const uint8_t *q, float d, float dmin, float d1[8], float m1[8])
 {
-    uint32_t w[3];
-    memcpy(w, q, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, top2 = 0x30303030u;
-    const uint64_t sc = (uint64_t)(w[0] & lo6) | (uint64_t)((w[2] & lo4) | ((w[0] >> 2) & top2)) << 32;
-    const uint64_t mn = (uint64_t)(w[1] & lo6) | (uint64_t)(((w[2] >> 4) & lo4) | ((w[1] >> 2) & top2)) << 32;
-    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+    uint8_t sc[8], m[8];
+    krn_q4k_scales_mins(q, sc, m);
+    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
     _mm256_storeu_ps(d1, _mm256_mul_ps(_mm256_set1_ps(d), vs));
     _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(dmin), vm));
 }

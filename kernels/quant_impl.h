@@ -4,6 +4,7 @@
 #define KRN_QUANT_IMPL_H
 
 #include <stdint.h>
+#include <string.h>
 #include "kernels/quant.h"
 
 #define QK4_0 32
@@ -60,6 +61,21 @@ static inline void krn_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_
         *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
     }
+}
+
+/* All 8 of them at once, four bytes per 32-bit step: scale j < 4 is the low 6 bits of byte j, j >= 4 the low
+ * nibble of byte j + 4 with the top 2 bits of byte j - 4 above it; the mins the same from bytes j + 4 and the high
+ * nibbles. The values of krn_q4k_scale_min. */
+static inline void krn_q4k_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[3], o[4];
+    memcpy(u, q, 12);
+    o[0] = u[0] & 0x3f3f3f3fu;
+    o[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    o[2] = u[1] & 0x3f3f3f3fu;
+    o[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    memcpy(sc, o, 8);
+    memcpy(m, o + 2, 8);
 }
 
 /* Vector paths (quant_dot.c). The value of every element and the lane order of every dot are defined once

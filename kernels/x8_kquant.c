@@ -50,21 +50,6 @@ typedef struct kq_xs {
     const int8_t *xq; size_t xrb; const float *dx, *sx; const int32_t *s16; int64_t nb;
 } kq_xs;
 
-/* q4_K's 12 scale bytes -> sc[0..7] (6-bit scales) and m[0..7] (6-bit mins), the values of krn_q4k_scale_min,
- * four bytes per 32-bit step: scale j < 4 is the low 6 bits of byte j, j >= 4 the low nibble of byte j + 4 with
- * the top 2 bits of byte j - 4 above it; the mins the same from bytes j + 4 and the high nibbles. */
-static AI void kq_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t u[3], o[4];
-    memcpy(u, q, 12);
-    o[0] = u[0] & 0x3f3f3f3fu;
-    o[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    o[2] = u[1] & 0x3f3f3f3fu;
-    o[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    memcpy(sc, o, 8);
-    memcpy(m, o + 2, 8);
-}
-
 /* ---- portable path: the integers element by element ---- */
 
 /* Weight quant e (0..255) of a super-block: q4_K the nibble, q5_K the 5-bit value, q6_K the unsigned 6-bit one. */
@@ -138,7 +123,7 @@ static void kq_gemm_generic(const int t, const uint8_t *w, size_t rb, int n_out,
                 }
                 const float d = krn_f16_to_f32_inl(kq_ld16(sb)), dmin = krn_f16_to_f32_inl(kq_ld16(sb + 2));
                 uint8_t sc[8], m[8];
-                kq_scales(sb + 4, sc, m);
+                krn_q4k_scales_mins(sb + 4, sc, m);
                 for (int j = 0; j < 8; j++) {
                     main[j] = fmaf((float)I[j], (d * (float)sc[j]) * dx[j], main[j]);
                     mins[j] = fmaf(dmin * (float)m[j], sx[j], mins[j]);
@@ -223,7 +208,7 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                                 _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * q))), ord);
                     } else {
                         uint8_t sc[8], m[8];
-                        kq_scales(sb + 4, sc, m);
+                        krn_q4k_scales_mins(sb + 4, sc, m);
                         F = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(kq_ld16(sb))),
                                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
                         G = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(kq_ld16(sb + 2))),
