@@ -523,6 +523,60 @@ static void test_bad_length_or_type_gives_nan_not_a_crash(void **state)
     assert_true(krn_dot_row(KRN_Q4_1, row, x, 0) == 0.0f);
 }
 
+/* The K-quant scales and mins unpacked 8 at a time are the one-at-a-time values for every byte pattern, and
+ * K-quant blocks of arbitrary bytes (every scale, min, qh and sign bit, finite d) dequantize and dot to the same
+ * bits on every path. A local generator: the shared one belongs to the last test. */
+static void test_k_quant_blocks_of_any_bytes_agree_on_every_path(void **state)
+{
+    (void)state;
+    uint64_t r = 0x9e3779b97f4a7c15u;
+#define NEXT() (r = r * 6364136223846793005u + 1442695040888963407u, (uint8_t)(r >> 56))
+    for (int n = 0; n < 20000; n++) {
+        uint8_t q[12], sc[8], m[8];
+        for (int i = 0; i < 12; i++)
+            q[i] = NEXT();
+        krn_q4k_scales_mins(q, sc, m);
+        for (int j = 0; j < 8; j++) {
+            uint8_t s1, m1;
+            krn_q4k_scale_min(j, q, &s1, &m1);
+            assert_int_equal(sc[j], s1);
+            assert_int_equal(m[j], m1);
+        }
+    }
+    enum { NB = 3, N = NB * 256 };
+    static float x[N], want[N], got[N];
+    fill(x, N, 1.0f);
+    const int types[] = {KRN_Q4_K, KRN_Q5_K, KRN_Q6_K};
+    for (int k = 0; k < 3; k++) {
+        const int t = types[k];
+        const size_t bb = krn_type_block_bytes(t);
+        uint8_t blk[NB * 256];
+        for (int round = 0; round < 50; round++) {
+            for (size_t i = 0; i < NB * bb; i++)
+                blk[i] = NEXT();
+            for (int b = 0; b < NB; b++) { /* d (and dmin) finite f16s: exponent bits below 0x7c00 */
+                uint8_t *d = blk + b * bb + (t == KRN_Q6_K ? bb - 2 : 0);
+                d[1] &= 0x3b;
+                if (t != KRN_Q6_K)
+                    blk[b * bb + 3] &= 0x3b;
+            }
+            const float want_dot = krn_dot_row_path(KRN_PATH_GENERIC, t, blk, x, N);
+            krn_dequant_row_path(KRN_PATH_GENERIC, t, blk, want, N);
+            for (int p = 1; p < KRN_PATH_COUNT; p++) {
+                if (!krn_quant_path_available(p))
+                    continue;
+                krn_dequant_row_path(p, t, blk, got, N);
+                for (int i = 0; i < N; i++)
+                    if (fbits(got[i]) != fbits(want[i]))
+                        fail_msg("%s path %d round %d: element %d is %a, the portable path's %a", krn_type_name(t), p,
+                                 round, i, got[i], want[i]);
+                assert_int_equal(fbits(krn_dot_row_path(p, t, blk, x, N)), fbits(want_dot));
+            }
+        }
+    }
+#undef NEXT
+}
+
 static void test_batched_dot_gives_the_bits_of_single_dots(void **state)
 {
     (void)state;
@@ -958,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_dot_equals_the_documented_lane_sum_and_the_double_sum),
         cmocka_unit_test(test_dot_is_bit_identical_across_calls_and_buffer_alignments),
         cmocka_unit_test(test_bad_length_or_type_gives_nan_not_a_crash),
+        cmocka_unit_test(test_k_quant_blocks_of_any_bytes_agree_on_every_path),
         cmocka_unit_test(test_batched_dot_gives_the_bits_of_single_dots),
         cmocka_unit_test(test_int8_x_gemm_is_exact_at_the_ends_of_the_quant_ranges_on_every_path),
         cmocka_unit_test(test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks),
