@@ -197,15 +197,12 @@ XA void x_nib16(const uint8_t *p, v8f w[4])
     w[3] = (v8f)_mm256_cvtepi32_ps(_mm256_srli_epi32(z1, 4));
 }
 
-/* The 8 scales and mins widened and converted together. */
 XA void x_kscales(const uint8_t *q, float d, float dmin, float d1[8], float m1[8])
 {
-    uint8_t sc[8], m[8];
-    krn_q4k_scales_mins(q, sc, m);
-    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
-    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
-    _mm256_storeu_ps(d1, _mm256_mul_ps(_mm256_set1_ps(d), vs));
-    _mm256_storeu_ps(m1, _mm256_mul_ps(_mm256_set1_ps(dmin), vm));
+    __m256 ds, ms;
+    krn_q4k_scales_mins_avx2(q, d, dmin, &ds, &ms);
+    _mm256_storeu_ps(d1, ds);
+    _mm256_storeu_ps(m1, ms);
 }
 
 XA void x_k6scales(const int8_t *sc, float d, float ds[16])
@@ -219,11 +216,11 @@ XA void x_k6scales(const int8_t *sc, float d, float ds[16])
 XA void x_q5x16(const uint8_t *q, const uint8_t *qh, unsigned u, v8f w[4])
 {
     const __m256i m = _mm256_set1_epi32(0x0F), c16 = _mm256_set1_epi32(16), vu = _mm256_set1_epi32((int)u);
+    const __m256i u2 = _mm256_add_epi32(vu, vu); /* the high nibbles' bit, u << 1 */
     for (int k = 0; k < 2; k++) {
         const __m256i z = x_z8(q, k), h = x_z8(qh, k);
         /* 16 in each dword whose qh bit is set: (h & u) == u, an all-ones dword, masked to 16 */
         const __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, vu), vu), c16);
-        const __m256i u2 = _mm256_add_epi32(vu, vu);
         const __m256i h2 = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, u2), u2), c16);
         w[k] = (v8f)_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(z, m), h1));
         w[2 + k] = (v8f)_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(z, 4), h2));

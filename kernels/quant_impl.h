@@ -78,6 +78,22 @@ static inline void krn_q4k_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t 
     memcpy(m, o + 2, 8);
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* The same 8 scales and mins as floats times d and dmin (*ds = d * sc, *ms = dmin * m, lane j for sub-block j):
+ * one widening and one convert each. For the AVX2 paths (quant_dot.c, x8_kquant.c). */
+static inline __attribute__((always_inline, target("avx2"))) void
+krn_q4k_scales_mins_avx2(const uint8_t *q, float d, float dmin, __m256 *ds, __m256 *ms)
+{
+    uint8_t sc[8], m[8];
+    krn_q4k_scales_mins(q, sc, m);
+    const __m256i s8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc));
+    const __m256i m8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m));
+    *ds = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s8));
+    *ms = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(m8));
+}
+#endif
+
 /* Vector paths (quant_dot.c). The value of every element and the lane order of every dot are defined once
  * (see quant_dot.c); each path computes exactly those IEEE operations (no FMA, no contraction), so the paths
  * agree bit for bit. KRN_PATH_GENERIC is the baseline-ISA build, KRN_PATH_AVX2 the same code built for AVX2. */

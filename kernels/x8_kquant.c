@@ -206,14 +206,8 @@ XA void kq_gemm_avx2_type(const int t, const uint8_t *w, size_t rb, int n_out, c
                         for (int q = 0; q < 2; q++)
                             scv[q] = _mm256_permutevar8x32_epi32(
                                 _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * q))), ord);
-                    } else {
-                        uint8_t sc[8], m[8];
-                        krn_q4k_scales_mins(sb + 4, sc, m);
-                        F = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(kq_ld16(sb))),
-                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
-                        G = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(kq_ld16(sb + 2))),
-                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m))));
-                    }
+                    } else
+                        krn_q4k_scales_mins_avx2(sb + 4, _cvtsh_ss(kq_ld16(sb)), _cvtsh_ss(kq_ld16(sb + 2)), &F, &G);
                     for (int c = 0; c < C; c++) {
                         const int b = b0 + c;
                         const int8_t *xr = xs->xq + (size_t)b * xs->xrb + 256 * s;
