@@ -25,6 +25,9 @@ target_include_directories(memra_shared
   PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include
   INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>)
 memra_library_deps(memra_shared PRIVATE)
+# Symbols of the static archives linked in (libcudart_static, libculibos, and libstdc++ where a toolchain links
+# it statically) stay local: an embedder's own C++ runtime must not meet a second copy of __cxa_* in libmemra.so.
+target_link_options(memra_shared PRIVATE -Wl,--exclude-libs,ALL)
 if(MEMRA_SANITIZE STREQUAL "")
   target_link_options(memra_shared PRIVATE -Wl,--no-undefined)
 endif()
