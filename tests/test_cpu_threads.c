@@ -114,6 +114,7 @@ static void test_the_threads_door_takes_1_to_256_and_names_itself_otherwise(void
     assert_non_null(q);
     assert_int_equal(dev_platform_cpu_threads(q), 1);
     dev_platform_close(q);
+    err = (dev_err){ 0 };
     assert_true(dev_cpu_threads_check(0, "field", &err) < 0);
     assert_non_null(strstr(err.msg, "field = 0"));
 }
