@@ -1,5 +1,6 @@
 /* Stress: 8 producers x STRESS_PER_PRODUCER messages into one actor's mailbox. Nothing lost, per-producer
- * FIFO, the free list stops growing, and the consumer sleeps when the producers pause (wake-ups << messages).
+ * FIFO, the free list stops growing, and the consumer sleeps when the producers pause (wake-ups a fraction of
+ * the messages).
  * Bounded: seconds normally; sanitizer legs send fewer messages (still >= 1e4 per producer). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -167,7 +168,11 @@ static void test_eight_producers_lose_nothing_keep_fifo_and_the_idle_consumer_sl
     for (int i = 0; i < STRESS_PRODUCERS; i++)
         assert_int_equal(s.next[i], STRESS_PER_PRODUCER);
     assert_true(st.mailbox.wakeups > idle.mailbox.wakeups); /* the first post after the pause woke it */
-    assert_true(st.mailbox.wakeups * 20 < total);      /* wake-ups << messages */
+    /* Only a post that finds the queue empty may wake, and wake-ups stay a fraction of the messages: how small
+     * depends on the cores (a consumer with a core of its own catches up and sleeps more often, since the
+     * default does not spin), so the bound catches a wake per post, not a machine's ratio. */
+    assert_true(st.mailbox.wakeups <= st.mailbox.was_empty);
+    assert_true(st.mailbox.wakeups * 4 < total);
     assert_true(st.mailbox.free.msgs <= STRESS_MAX_MSGS);
     assert_int_equal(st.mailbox.free.takes, st.mailbox.free.gives); /* every message came back */
     act_actor_destroy(a);
