@@ -37,7 +37,10 @@ typedef float v8f __attribute__((vector_size(32)));
 
 #define AI inline __attribute__((always_inline))
 
+/* 8 floats from p, unaligned. The block code calls it as P(ldf): each path has its own, compiled for that path's
+ * ISA, since a 32-byte vector returned across ISAs changes the ABI (clang refuses it). */
 static AI v8f ldf(const void *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+#define g_ldf ldf
 static AI uint16_t ld16(const void *p) { uint16_t v; memcpy(&v, p, sizeof v); return v; }
 
 /* Scalar value of element i of a float-type row (the tail past the last 16-element chunk). */
@@ -186,6 +189,8 @@ static AI v8f g_fma8(v8f a, v8f b, v8f c)
 
 /* Bytes 8k .. 8k + 7 of p (k = 0, 1) widened to dwords straight from memory (one shuffle); a dword's low nibble
  * is then a mask away, its high nibble a shift. */
+XA v8f x_ldf(const void *p) { return (v8f)_mm256_loadu_ps((const float *)p); }
+
 XA __m256i x_z8(const uint8_t *p, int k) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))); }
 
 XA void x_nib16(const uint8_t *p, v8f w[4])

@@ -670,7 +670,7 @@ static void test_a_byte_without_a_byte_token_becomes_u_fffd_and_is_never_dropped
 static void test_spm_bytes_without_byte_tokens_become_u_fffd(void **state)
 {
     /* <unk> <s> </s>, U+FFFD's byte tokens and "a": every other byte lacks a <0xXX> token */
-    const char *tok[] = {"<unk>", "<s>", "</s>", "<0xEF>", "<0xBF>", "<0xBD>", "a", "\xE2\x96\x81" "a"};
+    const char *tok[] = {"<unk>", "<s>", "</s>", "<0xEF>", "<0xBF>", "<0xBD>", "a", "\xE2\x96\x81\x61" /* U+2581 a */};
     int32_t types[] = {MDL_TOKEN_UNKNOWN, MDL_TOKEN_CONTROL, MDL_TOKEN_CONTROL, MDL_TOKEN_BYTE, MDL_TOKEN_BYTE,
                        MDL_TOKEN_BYTE, MDL_TOKEN_NORMAL, MDL_TOKEN_NORMAL};
     float scores[8] = {0};

@@ -290,7 +290,7 @@ int main(int argc, char **argv)
     tune_job job = {.n_stages = 2, .seqs = 4, .prompt = 16, .gen = 16, .budget_s = 300, .prefix = "memra-tune"};
     const char *devices = NULL, *synth = NULL, *type = NULL;
     int budget = 300, n_dev = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option but -h takes one value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -325,7 +325,6 @@ int main(int argc, char **argv)
         }
         if (bad)
             return 2;
-        i++;
     }
     job.budget_s = budget;
     static const char *overriding[] = {"MEMRA_PP_STAGES", "MEMRA_PP_SPLITS", "MEMRA_PP_SPLIT", "MEMRA_PP_DEVICES",
