@@ -100,7 +100,8 @@ XA void group_lanes(const int t, const int C, const int LN, const int l0, const 
 }
 
 /* q4_1's min lanes of one group against one x row: m[l] = sum over blocks of fma(m_j, xsum_jl, .), in block order
- * (xsum: 8 per block, (x_l + x_{l+8}) + (x_{l+16} + x_{l+24})). */
+ * (xsum: 8 per block, (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}), each stored 8 times: a load, not a broadcast, per
+ * FMA). */
 XA void group_mins(const float *ms, const float *xsum, int64_t nb, __m256 m[8])
 {
     for (int l = 0; l < 8; l++)
@@ -108,7 +109,7 @@ XA void group_mins(const float *ms, const float *xsum, int64_t nb, __m256 m[8])
     for (int64_t j = 0; j < nb; j++) {
         const __m256 mv = _mm256_loadu_ps(ms + 8 * j);
         for (int l = 0; l < 8; l++)
-            m[l] = _mm256_fmadd_ps(mv, _mm256_broadcast_ss(xsum + 8 * j + l), m[l]);
+            m[l] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xsum + 64 * j + 8 * l), m[l]);
     }
 }
 
@@ -158,7 +159,7 @@ XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
                 __m256 r = fold8(lane[c]);
                 if (t == KRN_Q4_1) {
                     __m256 m[8];
-                    group_mins(ms, xsum + (size_t)(b0 + c) * nb * 8, nb, m);
+                    group_mins(ms, xsum + (size_t)(b0 + c) * nb * 64, nb, m);
                     r = _mm256_add_ps(r, fold8(m));
                 }
                 float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
@@ -205,8 +206,8 @@ int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_
         krn_quant_path() != KRN_PATH_AVX2 || !x_in_range(x, ldx, B, n, t == KRN_Q8_0))
         return 0;
     const int64_t nb = n / 32;
-    /* scratch: the x rows (scaled for q4), q4_1's block x sums, one group's scales and mins */
-    const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb * 8 : 0;
+    /* scratch: the x rows (scaled for q4), q4_1's block x sums (8 copies of each), one group's scales and mins */
+    const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb * 64 : 0;
     float *xs = malloc((nx + nsum + 16 * (size_t)nb) * sizeof(float));
     if (!xs)
         return 0;
@@ -220,8 +221,11 @@ int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_
     for (int b = 0; b < B && nsum; b++)
         for (int64_t j = 0; j < nb; j++) {
             const float *xb = x + (size_t)b * ldx + 32 * j;
-            for (int l = 0; l < 8; l++)
-                xsum[((size_t)b * nb + j) * 8 + l] = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
+            for (int l = 0; l < 8; l++) {
+                const float v = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
+                for (int k = 0; k < 8; k++)
+                    xsum[(((size_t)b * nb + j) * 8 + l) * 8 + k] = v;
+            }
         }
     rows8_exact_avx2(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
     free(xs);
