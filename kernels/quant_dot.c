@@ -187,10 +187,10 @@ static AI v8f g_fma8(v8f a, v8f b, v8f c)
 
 #define XA static AI __attribute__((target("avx2,f16c,fma")))
 
-/* Bytes 8k .. 8k + 7 of p (k = 0, 1) widened to dwords straight from memory (one shuffle); a dword's low nibble
- * is then a mask away, its high nibble a shift. */
 XA v8f x_ldf(const void *p) { return (v8f)_mm256_loadu_ps((const float *)p); }
 
+/* Bytes 8k .. 8k + 7 of p (k = 0, 1) widened to dwords straight from memory (one shuffle); a dword's low nibble
+ * is then a mask away, its high nibble a shift. */
 XA __m256i x_z8(const uint8_t *p, int k) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))); }
 
 XA void x_nib16(const uint8_t *p, v8f w[4])
