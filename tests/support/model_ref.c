@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/err.h"
+
 /* Parse "id:val id:val ..." after the 2-char tag; returns the count. */
 static int parse_pairs(const char *line, int cap, int *ids, double *vals)
 {
@@ -108,4 +110,48 @@ int model_ref_compare(const model_ref_step *rs, const float *lg, int n_vocab, do
     d = fmax(d, fmax(fabs(lse - rs->lse), fmax(fabs(mean - rs->mean), fabs(sd - rs->std))));
     *diff = d;
     return am;
+}
+
+int model_ref_teacher_force(model_rig *r, const model_ref *ref, double tol, model_ref_outcome *o, dev_err *err)
+{
+    memset(o, 0, sizeof *o);
+    float *lg = malloc(sizeof(float) * MODEL_REF_TOKENS * (size_t)r->n_vocab);
+    if (!lg)
+        return dev_err_set(err, MEMRA_E_NOMEM, "model_ref: no memory for %d rows of logits", MODEL_REF_TOKENS);
+    int rc = 0;
+    for (int pi = 0; pi < ref->n_prompt && !rc; pi++) {
+        const model_ref_prompt *rp = &ref->prompt[pi];
+        for (int st = 0; st < rp->n_steps && !rc; st++) {
+            const model_ref_step *rs = &rp->step[st];
+            const int32_t *toks = st == 0 ? rp->ids : &rs->fed;
+            const int B = st == 0 ? rp->n : 1, pos0 = st == 0 ? 0 : rp->n + st - 1;
+            int32_t pos[MODEL_REF_TOKENS], seq[MODEL_REF_TOKENS];
+            for (int b = 0; b < B; b++) {
+                pos[b] = pos0 + b;
+                seq[b] = pi;
+            }
+            if (toks[B - 1] != rs->fed) {
+                rc = dev_err_set(err, MEMRA_E_INVAL, "model_ref: prompt %d step %d: the file feeds %d, the run %d", pi,
+                                 st, rs->fed, toks[B - 1]);
+                break;
+            }
+            if ((rc = model_rig_rows(r, toks, seq, pos, B, NULL, lg, err)))
+                break;
+            double diff;
+            const int am = model_ref_compare(rs, lg + (size_t)(B - 1) * r->n_vocab, r->n_vocab, &diff);
+            o->steps++;
+            o->worst = diff > o->worst ? diff : o->worst;
+            const int flip = am != rs->argmax, tie = rs->top[0] - rs->top[1] < tol;
+            if (flip && tie)
+                o->near_ties++;
+            if (!o->fail[0] && diff > tol)
+                snprintf(o->fail, sizeof o->fail, "prompt %d step %d: max |ours - oracle| = %g > %g", pi, st, diff,
+                         tol);
+            else if (!o->fail[0] && flip && !tie)
+                snprintf(o->fail, sizeof o->fail, "prompt %d step %d: our top-1 %d != oracle %d (oracle gap %g)", pi,
+                         st, am, rs->argmax, rs->top[0] - rs->top[1]);
+        }
+    }
+    free(lg);
+    return rc;
 }

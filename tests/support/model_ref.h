@@ -1,9 +1,11 @@
-/* Test helper: the oracle files written by tools/ref/ref_logits.py (tests/data/ref_logits_*.txt) and the
- * comparison of our logits against one of their steps. */
+/* Test helper: the oracle files written by tools/ref/ref_logits.py (tests/data/ref_logits_*.txt), the
+ * comparison of our logits against one of their steps, and the teacher-forced run of a whole file on a model rig
+ * (any platform). */
 #ifndef TESTS_MODEL_REF_H
 #define TESTS_MODEL_REF_H
 
 #include <stdint.h>
+#include "support/model_rig.h"
 
 #define MODEL_REF_PROMPTS 4
 #define MODEL_REF_STEPS 8
@@ -38,5 +40,19 @@ int model_ref_load(const char *rel, model_ref *r);
 /* Compare logits (n_vocab) with step rs: the max abs difference over the oracle's top ids, its probe ids
  * and the full-vector lse/mean/std goes to *diff; returns our argmax (lowest index on ties). */
 int model_ref_compare(const model_ref_step *rs, const float *logits, int n_vocab, double *diff);
+
+/* What model_ref_teacher_force found. */
+typedef struct model_ref_outcome {
+    int steps;         /* steps compared */
+    int near_ties;     /* top-1 flips where the oracle's own top-2 gap is below the tolerance (tolerated) */
+    double worst;      /* the largest max |ours - oracle| of any step */
+    char fail[256];    /* the first step beyond the tolerance or with a top-1 flip outside a near tie; "" if none */
+} model_ref_outcome;
+
+/* Every prompt pi of ref as sequence pi of r: its ids in one chunk, then the oracle's fed tokens one by one (teacher
+ * forcing), each step's last row compared with model_ref_compare against tol. r needs n_seq >= ref->n_prompt and
+ * max_rows >= the longest prompt. Returns 0 with *o filled (a failed comparison is reported in o->fail, and the run
+ * goes on), or MEMRA_E_* + err when a step cannot run (o then covers the steps before it). */
+int model_ref_teacher_force(model_rig *r, const model_ref *ref, double tol, model_ref_outcome *o, dev_err *err);
 
 #endif
