@@ -17,7 +17,9 @@
                                                  naming it (exit 77 without mpirun or openai)
 
 Each mode starts memra-server on port 0 with 2 stages, reads the port it prints, and ends it with SIGTERM
-(exit status 0 asked). Exit 77 (skip) when the openai package is missing."""
+(exit status 0 asked). Exit 77 (skip) when the openai package is missing. The backend is the CPU's, or
+SERVER_TEST_BACKEND's (scripts/gpu-check's `server` step gives cuda, with MEMRA_BATCH_INVARIANT=1 so concurrent
+requests keep memra-run's greedy text)."""
 import http.client
 import json
 import os
@@ -29,6 +31,7 @@ import sys
 import threading
 import time
 
+BACKEND = os.environ.get("SERVER_TEST_BACKEND", "cpu")
 DEADLINE = time.monotonic() + 590  # every wait below is bounded (ctest gives 300 to 600 s); a normal run takes seconds
 
 
@@ -44,7 +47,7 @@ def check(cond, msg):
 
 class Server:
     def __init__(self, binary, model, *extra, launcher=(), env_extra=None):
-        env = dict(os.environ, MEMRA_BACKEND="cpu", **(env_extra or {}))
+        env = dict(os.environ, MEMRA_BACKEND=BACKEND, **(env_extra or {}))
         self.p = subprocess.Popen([*launcher, binary, "-m", model, "--port", "0", "--stages", "2", *extra],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
         line = self.p.stdout.readline()
@@ -114,7 +117,7 @@ PROMPT = "The capital of France is"
 
 def memra_run_greedy(run, model, prompt, n):
     out = subprocess.run([run, "-m", model, "-p", prompt, "-n", str(n), "--temp", "0"], capture_output=True,
-                         text=True, timeout=120, env=dict(os.environ, MEMRA_BACKEND="cpu"))
+                         text=True, timeout=120, env=dict(os.environ, MEMRA_BACKEND=BACKEND))
     check(out.returncode == 0, "memra-run failed: %s" % out.stderr)
     check(out.stdout.startswith(prompt), "memra-run's stdout does not start with the prompt: %r" % out.stdout)
     check(out.stdout.endswith("\n"), "memra-run's stdout does not end with its newline: %r" % out.stdout)
@@ -246,7 +249,7 @@ def mode_openai(server, run, model):
     finally:
         if srv.p.poll() is None:
             srv.stop()
-    print("openai: ok")
+    print("openai: ok (backend %s)" % BACKEND)
 
 
 def sse_events(body):
@@ -473,7 +476,7 @@ def mode_http(server, model):
     finally:
         if srv.p.poll() is None:
             srv.p.kill()
-    print("http: ok")
+    print("http: ok (backend %s)" % BACKEND)
 
 
 def procs_of(binary):
