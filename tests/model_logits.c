@@ -56,30 +56,21 @@ static void test_cpu_logits_match_the_float64_oracle_at_every_step(void **state)
     (void)state;
     dev_err err = { 0 };
     dev_platform *p = dev_platform_open(DEV_KIND_CPU, 1, &err);
-    model_rig r;
-    if (model_rig_open(&r, p, g_model, NULL, g_ref.n_prompt, MODEL_REF_TOKENS, MODEL_REF_TOKENS, &err))
-        fail_msg("open: %s", err.msg);
     model_ref_outcome o;
-    if (model_ref_teacher_force(&r, &g_ref, TOL, &o, &err))
-        fail_msg("rows: %s", err.msg);
+    if (!p || model_ref_run(p, g_model, &g_ref, TOL, &o, &err))
+        fail_msg("%s", err.msg);
+    dev_platform_close(p);
     printf("model_logits: worst max |ours - oracle| = %.3g over %d steps (tolerance %g); near-tie top-1 flips: %d\n",
            o.worst, o.steps, TOL, o.near_ties);
     if (o.fail[0])
         fail_msg("%s", o.fail);
     assert_int_equal(o.steps, 24);
-    model_rig_close(&r);
-    dev_platform_close(p);
 }
 
 int main(void)
 {
-    g_model = getenv("MEMRA_MODEL");
-    FILE *f = g_model ? fopen(g_model, "rb") : NULL;
-    if (!f) {
-        printf("model_logits: skipped: MEMRA_MODEL (%s) is not a readable file\n", g_model ? g_model : "unset");
+    if (!(g_model = model_ref_model_or_skip("model_logits")))
         return 77;
-    }
-    fclose(f);
     if (model_ref_load("tests/data/ref_logits_smollm2.txt", &g_ref))
         return 1;
     const struct CMUnitTest tests[] = {

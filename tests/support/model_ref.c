@@ -155,3 +155,28 @@ int model_ref_teacher_force(model_rig *r, const model_ref *ref, double tol, mode
     free(lg);
     return rc;
 }
+
+int model_ref_run(dev_platform *p, const char *path, const model_ref *ref, double tol, model_ref_outcome *o,
+                  dev_err *err)
+{
+    memset(o, 0, sizeof *o);
+    model_rig r;
+    int rc = model_rig_open(&r, p, path, NULL, ref->n_prompt, MODEL_REF_TOKENS, MODEL_REF_TOKENS, err);
+    if (rc)
+        return rc;
+    rc = model_ref_teacher_force(&r, ref, tol, o, err);
+    model_rig_close(&r);
+    return rc;
+}
+
+const char *model_ref_model_or_skip(const char *who)
+{
+    const char *path = getenv("MEMRA_MODEL");
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        printf("%s: skipped: MEMRA_MODEL (%s) is not a readable file\n", who, path ? path : "unset");
+        return NULL;
+    }
+    fclose(f);
+    return path;
+}

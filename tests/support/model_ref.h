@@ -55,4 +55,13 @@ typedef struct model_ref_outcome {
  * goes on), or MEMRA_E_* + err when a step cannot run (o then covers the steps before it). */
 int model_ref_teacher_force(model_rig *r, const model_ref *ref, double tol, model_ref_outcome *o, dev_err *err);
 
+/* The model at path on platform p (device 0, a KV for every prompt of ref), through model_ref_teacher_force, then
+ * released. Returns 0 with *o filled, or MEMRA_E_* + err when the model cannot open or a step cannot run. */
+int model_ref_run(dev_platform *p, const char *path, const model_ref *ref, double tol, model_ref_outcome *o,
+                  dev_err *err);
+
+/* $MEMRA_MODEL when it names a readable file; otherwise NULL after printing "<who>: skipped: ..." (the caller
+ * returns 77). */
+const char *model_ref_model_or_skip(const char *who);
+
 #endif
