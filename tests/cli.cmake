@@ -176,6 +176,9 @@ memra_cli(cli_bench_serve_bad_micro_batches unit $<TARGET_FILE:memra-bench> serv
           --micro-batches 3)
 set_tests_properties(cli_bench_serve_bad_micro_batches PROPERTIES PASS_REGULAR_EXPRESSION
   "micro_batches = 3 \\(allowed 0..n_seq = 2")
+memra_cli(cli_bench_unknown_subcommand_is_named unit $<TARGET_FILE:memra-bench> decoed -m ${TINY})
+set_tests_properties(cli_bench_unknown_subcommand_is_named PROPERTIES
+  PASS_REGULAR_EXPRESSION "memra-bench: unknown subcommand 'decoed'\nusage: memra-bench <subcommand>")
 memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES

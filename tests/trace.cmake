@@ -20,6 +20,19 @@ if(TARGET memra-trace)
            COMMAND memra-trace summary ${CMAKE_CURRENT_SOURCE_DIR}/trace.cmake)
   set_tests_properties(trace_summary_refuses_a_file_that_is_not_json PROPERTIES LABELS unit TIMEOUT 60
     PASS_REGULAR_EXPRESSION "trace.cmake: not valid JSON \\(at byte 0\\)")
+  # a file without a command, a missing file, an unwritable output: each named, with why
+  add_test(NAME trace_names_a_file_given_without_a_command
+           COMMAND memra-trace ${CMAKE_CURRENT_SOURCE_DIR}/trace_synth.json)
+  set_tests_properties(trace_names_a_file_given_without_a_command PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "trace_synth.json': expected a command and a file \\(summary FILE, html FILE -o OUT\\)")
+  add_test(NAME trace_names_a_missing_file_and_why
+           COMMAND memra-trace summary ${PROJECT_BINARY_DIR}/no-such-trace.json)
+  set_tests_properties(trace_names_a_missing_file_and_why PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "cannot open .*no-such-trace.json: No such file or directory")
+  add_test(NAME trace_html_names_an_unwritable_output_and_why
+           COMMAND memra-trace html ${CMAKE_CURRENT_SOURCE_DIR}/trace_synth.json -o /nonexistent-dir/t.html)
+  set_tests_properties(trace_html_names_an_unwritable_output_and_why PROPERTIES LABELS unit TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "cannot open /nonexistent-dir/t.html for writing: No such file or directory")
   add_test(NAME trace_html_viewer_draws_both_stages_and_hops_in_chromium
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/trace_html.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR}
                    ${MEMRA_MODEL_PATH})

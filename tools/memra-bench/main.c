@@ -51,6 +51,8 @@ int main(int argc, char **argv)
                 return r;
             }
     FILE *f = argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr;
+    if (f == stderr && argc >= 2)
+        fprintf(stderr, "memra-bench: unknown subcommand '%s'\n", argv[1]);
     fprintf(f, "usage: memra-bench <subcommand> [options]   (subcommand -h for its options)\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", cmds[i].name, cmds[i].what);

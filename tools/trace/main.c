@@ -4,6 +4,7 @@
  *                           the top stalls with their cause; the last line starts with "bubble"
  *   html FILE -o OUT.html   writes one self-contained HTML viewer (viewer.h: inline JS/CSS, no network)
  * Exit: 0 ok, 1 the file could not be read or parsed, 2 bad usage. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +206,7 @@ static int html(const trc_trace *t, const char *src, const char *out)
 {
     FILE *f = fopen(out, "w");
     if (!f) {
-        fprintf(stderr, "memra-trace: cannot open %s for writing\n", out);
+        fprintf(stderr, "memra-trace: cannot open %s for writing: %s\n", out, strerror(errno));
         return 1;
     }
     fputs(VIEWER_HEAD, f);
@@ -251,8 +252,12 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
         return usage(stdout, 0);
-    if (argc < 3)
+    if (argc < 3) {
+        if (argc == 2)
+            fprintf(stderr, "memra-trace: '%s': expected a command and a file (summary FILE, html FILE -o OUT)\n",
+                    argv[1]);
         return usage(stderr, 2);
+    }
     const char *cmd = argv[1], *file = argv[2], *out = NULL;
     if (!strcmp(cmd, "html")) {
         if (argc != 5 || strcmp(argv[3], "-o")) {

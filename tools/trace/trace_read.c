@@ -2,6 +2,7 @@
 #include "trace_read.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,7 +193,7 @@ int trc_load(const char *path, trc_trace *t, int flags, char *why, size_t why_ca
     t->keep_args = (flags & TRC_KEEP_ARGS) != 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(why, why_cap, "cannot open %s", path);
+        snprintf(why, why_cap, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     opens *o = calloc(1, sizeof *o);
