@@ -179,6 +179,9 @@ set_tests_properties(cli_bench_serve_bad_micro_batches PROPERTIES PASS_REGULAR_E
 memra_cli(cli_bench_unknown_subcommand_is_named unit $<TARGET_FILE:memra-bench> decoed -m ${TINY})
 set_tests_properties(cli_bench_unknown_subcommand_is_named PROPERTIES
   PASS_REGULAR_EXPRESSION "memra-bench: unknown subcommand 'decoed'\nusage: memra-bench <subcommand>")
+memra_cli(cli_bench_every_subcommand_has_help unit sh ${CMAKE_CURRENT_SOURCE_DIR}/bench_help.sh
+          $<TARGET_FILE:memra-bench>)
+set_tests_properties(cli_bench_every_subcommand_has_help PROPERTIES PASS_REGULAR_EXPRESSION "bench_help: OK")
 memra_cli(cli_bench_kernel_trace_refused_on_cpu unit $<TARGET_FILE:memra-bench> pp-scaling -m ${TINY} --stages 2
           --kernel-trace ${CMAKE_BINARY_DIR}/kt.csv)
 set_tests_properties(cli_bench_kernel_trace_refused_on_cpu PROPERTIES

@@ -28,7 +28,11 @@ typedef struct bench_flag {
     int lo, hi;
 } bench_flag;
 
-/* Parse argv[1..) against flags; returns 0, or 2 after printing what was wrong and the usage line. */
+/* bench_parse's return after -h or --help: the usage went to stdout, and the subcommand exits 0. */
+#define BENCH_HELP 1
+
+/* Parse argv[1..) against flags; returns 0, BENCH_HELP, or 2 after printing what was wrong and the usage line.
+ * usage: the options after "memra-bench <cmd> ". */
 int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n, const char *usage);
 
 /* v as an integer in [lo, hi] into *out: 0, or 2 after printing "memra-bench cmd: name v: expected ...". */

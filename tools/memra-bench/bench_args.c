@@ -10,6 +10,11 @@
 
 int bench_parse(const char *cmd, int argc, char **argv, const bench_flag *flags, int n, const char *usage)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: memra-bench %s %s\n", cmd, usage);
+            return BENCH_HELP;
+        }
     for (int i = 1; i < argc; i++) {
         const bench_flag *f = NULL;
         for (int k = 0; k < n && !f; k++)

@@ -107,8 +107,10 @@ int bench_hop(int argc, char **argv)
 {
     int R = 2000, n_embd = 576;
     const bench_flag flags[] = {{"--hops", &R, NULL, 10, 1 << 24}, {"--embd", &n_embd, NULL, 1, 1 << 20}};
-    if (bench_parse("hop", argc, argv, flags, 2, "[--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)"))
-        return 2;
+    const int prc = bench_parse("hop", argc, argv, flags, 2,
+                                "[--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)");
+    if (prc)
+        return prc == BENCH_HELP ? 0 : prc;
     if (act_rank_count() > 1)
         return hop_mpi(R, n_embd);
     dev_err err = {0};

@@ -307,20 +307,21 @@ int bench_pp_scaling(int argc, char **argv)
                                 {"--device-argmax", &dev_argmax, NULL, 0, 2}, {"--repeat", &repeat, NULL, 1, 64},
                                 {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--ctx", &ctx, NULL, 0, 1 << 20},
                                 {"--trace", NULL, &trace, 0, 0}};
-    if (bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
-                    "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
-                    "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
-                    "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json] [--ctx POSITIONS] [--trace FILE.json]\n"
-                    "(--trace: PP-N once more with its timed steps traced into FILE, docs/trace.md, and tok/s on/off; "
-                    "--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
-                    "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
-                    "each pair's ratio and their median (the table shows the first pair); placement and "
-                    "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
-                    "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
-                    "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json; "
-                    "--ctx: the KV cache's positions per sequence, 0 = the runtime's default, min(1024, the model's context); "
-                    "exits 1 when PP-N decodes other tokens than PP-1)"))
-        return 2;
+    const int prc = bench_parse("pp-scaling", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
+        "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
+        "    [--stages N=2] [--seqs S=4] [--tokens T=32] [--prompt P=8] [--no-pp1 1] [--device-argmax 1|2]\n"
+        "    [--repeat R=1] [--kernel-trace FILE.csv|FILE.json] [--ctx POSITIONS] [--trace FILE.json]\n"
+        "(--trace: PP-N once more with its timed steps traced into FILE, docs/trace.md, and tok/s on/off; "
+        "--device-argmax: greedy on the device, ACT_LOGITS_ARGMAX; 2: and each next step fed on the device "
+        "(act_pp_step.feed) before the current one is waited; --repeat: R pairs of PP-1 then PP-N, "
+        "each pair's ratio and their median (the table shows the first pair); placement and "
+        "slots from MEMRA_PP_DEVICES, MEMRA_PP_SLOTS; MEMRA_PP_OVERLAP defaults to 1 here; a synthetic "
+        "model is generated on the stage devices; --kernel-trace: every kernel of PP-1's timed steps on the GPU's "
+        "clock (CUPTI): a table per (kernel, grid) per token, and FILE: a CSV, or a Perfetto trace if *.json; "
+        "--ctx: the KV cache's positions per sequence, 0 = the runtime's default, min(1024, the model's context); "
+        "exits 1 when PP-N decodes other tokens than PP-1)");
+    if (prc)
+        return prc == BENCH_HELP ? 0 : prc;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
         dev_err se = {0};

@@ -46,8 +46,10 @@ int bench_prime(int argc, char **argv)
     const bench_flag flags[] = {{"-m", NULL, &model, 0, 0},     {"--stages", &N, NULL, 2, 64},
                                 {"--prompt", &P, NULL, 1, 1 << 20}, {"--chunk", &C, NULL, 1, 4096},
                                 {"--reps", &reps, NULL, 1, 100}};
-    if (bench_parse("prime", argc, argv, flags, 5, "-m MODEL [--stages N=2] [--prompt P=512] [--chunk C=64] [--reps R=3]"))
-        return 2;
+    const int prc = bench_parse("prime", argc, argv, flags, 5,
+                                "-m MODEL [--stages N=2] [--prompt P=512] [--chunk C=64] [--reps R=3]");
+    if (prc)
+        return prc == BENCH_HELP ? 0 : prc;
     if (!model) {
         fprintf(stderr, "memra-bench prime: -m MODEL is required\n");
         return 2;

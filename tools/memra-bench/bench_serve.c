@@ -124,22 +124,23 @@ int bench_serve(int argc, char **argv)
                                 {"--ctx", &ctx, NULL, 0, 1 << 20},   {"--repeat", &repeat, NULL, 1, 64},
                                 {"--max-rows", &max_rows, NULL, 0, 65536}, {"--check-all", &check_all, NULL, 0, 1},
                                 {"--kernel-trace", NULL, &ktrace, 0, 0}, {"--trace", NULL, &trace, 0, 0}};
-    if (bench_parse("serve", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
-                    "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
-                    "    [--stages N=1] [--seqs S=8] [--tokens T=32] [--prompt P=8] [--micro-batches M=0]\n"
-                    "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1] [--kernel-trace FILE.csv|.json]\n"
-                    "    [--trace FILE.json]\n"
-                    "(S greedy requests of P prompt tokens and T generated tokens each through memra_generate, then one "
-                    "alone, on one runtime: tokens/s of each and their ratio; --micro-batches: 0 = the runtime's "
-                    "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = S (P + 1) within 64..4096; "
-                    "steady tok/s: while every request decodes; --ctx: 0 = "
-                    "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
-                    "with every kernel recorded (CUPTI), a table per step and FILE; --trace: max(R, 3) more pairs of S arms, "
-                    "untraced then traced into FILE (docs/trace.md), and tok/s on/off (with --kernel-trace, FILE then "
-                    "holds the kernel-traced arm, its kernels merged in); backend, devices, seams and "
-                    "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
-                    "in the S arm than alone)"))
-        return 2;
+    const int prc = bench_parse("serve", argc, argv, flags, (int)(sizeof flags / sizeof flags[0]),
+        "-m MODEL | --synthetic llama3-8b|llama3-70b|mid|tiny [--type bf16|f16|q8_0|q4_k|...]\n"
+        "    [--stages N=1] [--seqs S=8] [--tokens T=32] [--prompt P=8] [--micro-batches M=0]\n"
+        "    [--max-rows R=0] [--ctx POSITIONS] [--repeat R=1] [--check-all 1] [--kernel-trace FILE.csv|.json]\n"
+        "    [--trace FILE.json]\n"
+        "(S greedy requests of P prompt tokens and T generated tokens each through memra_generate, then one "
+        "alone, on one runtime: tokens/s of each and their ratio; --micro-batches: 0 = the runtime's "
+        "(MEMRA_PP_MICRO_BATCHES, else N); --max-rows: rows a step may hold, 0 = S (P + 1) within 64..4096; "
+        "steady tok/s: while every request decodes; --ctx: 0 = "
+        "P + T; --check-all: every request also alone (else request 0 only); --kernel-trace: one more S arm "
+        "with every kernel recorded (CUPTI), a table per step and FILE; --trace: max(R, 3) more pairs of S arms, "
+        "untraced then traced into FILE (docs/trace.md), and tok/s on/off (with --kernel-trace, FILE then "
+        "holds the kernel-traced arm, its kernels merged in); backend, devices, seams and "
+        "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
+        "in the S arm than alone)");
+    if (prc)
+        return prc == BENCH_HELP ? 0 : prc;
     if (ktrace && !bench_ktrace_available()) {
         fprintf(stderr, "memra-bench serve: --kernel-trace needs a build with CUDA 13 and its CUPTI\n");
         return 2;

@@ -73,9 +73,9 @@ int bench_tokenize(int argc, char **argv)
     const bench_flag flags[] = {{"-m", NULL, &path, 0, 0}, {"--kib", &kib, NULL, 2, 1 << 16},
                                 {"--user", &n_user, NULL, 1, 1 << 20}};
     int rc = bench_parse("tokenize", argc, argv, flags, 3,
-                         "memra-bench tokenize [-m MODEL] [--kib K=256] [--user U=100000]\n  MODEL defaults to $MEMRA_MODEL");
+                         "[-m MODEL] [--kib K=256] [--user U=100000]\n  MODEL defaults to $MEMRA_MODEL");
     if (rc)
-        return rc;
+        return rc == BENCH_HELP ? 0 : rc;
     if (!path)
         return fprintf(stderr, "memra-bench tokenize: no model: pass -m MODEL.gguf or set MEMRA_MODEL\n"), 2;
     memra_model *m = memra_model_load(path, NULL);
