@@ -40,6 +40,14 @@ def fail(msg):
     sys.exit(1)
 
 
+def skip(reason):
+    """Exit 77 (ctest's skip) with the reason; under CI (CI=true), where .ci/run installs everything, a failure."""
+    if os.environ.get("CI") == "true":
+        fail(reason + " (CI=true: .ci/run installs it, so the test must run)")
+    print("SKIP: " + reason)
+    sys.exit(77)
+
+
 def check(cond, msg):
     if not cond:
         fail(msg)
@@ -128,9 +136,8 @@ def mode_openai(server, run, model):
     try:
         import openai
     except ImportError:
-        print("SKIP: the openai Python package is missing (scripts/setup installs it: "
-              "python3 -m pip install --break-system-packages openai)")
-        sys.exit(77)
+        skip("the openai Python package is missing (scripts/setup installs it: "
+             "python3 -m pip install --break-system-packages openai)")
     want = memra_run_greedy(run, model, PROMPT, 16)
     check(len(want) > 0, "memra-run generated nothing")
     srv = Server(server, model, "--seqs", "4")
@@ -519,11 +526,9 @@ def mode_mpi(server, mpirun, model):
     try:
         import openai
     except ImportError:
-        print("SKIP: the openai Python package is missing (scripts/setup installs it)")
-        sys.exit(77)
+        skip("the openai Python package is missing (scripts/setup installs it)")
     if not (os.path.isfile(mpirun) and os.access(mpirun, os.X_OK)):
-        print("SKIP: no mpirun at %s" % mpirun)
-        sys.exit(77)
+        skip("no mpirun at %s" % mpirun)
     check(not procs_of(server), "a memra-server of this build is already running")
     msgs = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Name a color."}]
 
