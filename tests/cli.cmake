@@ -143,6 +143,9 @@ set_tests_properties(cli_run_echoes_prompt_and_splits_tok_s PROPERTIES PASS_REGU
 # --spec prints exactly plain greedy's text (tiny model in every leg; SmolLM2 in the normal leg)
 memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${TINY} 3)
+# -n past the context: both end where it fills (every position used), say so, and exit 0
+memra_cli(cli_run_tiny_spec_equals_greedy_to_a_full_context unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
+          $<TARGET_FILE:memra-run> ${TINY} 2 500 128)
 memra_cli(cli_run_smollm2_spec_equals_greedy model sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${MEMRA_MODEL_PATH} 2)
 # memra-bench pp-scaling with device-fed steps (warm-up token + fed step, then each next step fed on the device):

@@ -104,7 +104,10 @@ static int run_spec(memra_runtime *rt, const memra_model *m, const memra_token *
     pd = NULL;
     stop = emit(m, k, hist[n]);
     n++, produced++;
-    while (!stop && produced < n_predict && n < n_ctx) {
+    /* hist holds n tokens, the cache the first n - 1 (the last one is the next row): n - 1 < n_ctx leaves room for
+     * it and for n_ctx - n drafts after it, so the last token comes from the cache's last position, as in plain
+     * greedy */
+    while (!stop && produced < n_predict && n <= n_ctx) {
         int room = n_ctx - n, draft = mdl_draft_lookup(hist, n, 1, 3, 1024, rows + 1, K < room ? K : room);
         rows[0] = hist[n - 1];
         int p = memra_seq_pos(seq); /* == n - 1 */
@@ -113,7 +116,7 @@ static int run_spec(memra_runtime *rt, const memra_model *m, const memra_token *
         st->steps++;
         st->drafted += draft;
         int kept = 0; /* rows whose input token the model agreed with (row 0 always) */
-        for (int i = 0; i <= draft && !stop && produced < n_predict && n < n_ctx; i++) {
+        for (int i = 0; i <= draft && !stop && produced < n_predict && n <= n_ctx; i++) {
             memra_token want = memra_argmax(l + (size_t)i * (size_t)n_vocab, n_vocab);
             kept = i + 1;
             hist[n++] = want;
@@ -130,6 +133,8 @@ static int run_spec(memra_runtime *rt, const memra_model *m, const memra_token *
             goto done;
     }
     st->gen_tokens = produced;
+    k->outs[0].n_tokens = produced;
+    k->outs[0].ctx_full = !stop && produced < n_predict && n > n_ctx;
 done:
     memra_pending_free(pd);
     if (seq)
@@ -165,6 +170,11 @@ int gen_run(memra_runtime *rt, const memra_model *m, memra_token **prompts, cons
         r = memra_generate(rt, reqs, n, chunk, on_token, &k);
         for (int i = 0; i < n; i++) {
             st->gen_tokens += reqs[i].n_out;
+            outs[i].n_tokens = reqs[i].n_out;
+            if (reqs[i].status == MEMRA_E_FULL && reqs[i].n_out > 0) { /* its context filled: an end */
+                outs[i].ctx_full = 1;
+                continue;
+            }
             if (!st->failed && reqs[i].status != MEMRA_OK && (r == MEMRA_OK || r == reqs[i].status))
                 st->failed = i + 1;
             if (r == MEMRA_OK && reqs[i].status != MEMRA_OK)

@@ -10,6 +10,8 @@ typedef struct gen_out {
     char *text;     /* generated text of one prompt, NUL-terminated */
     size_t len, cap;
     size_t printed; /* bytes of text already on stdout (several prompts: whole lines, as they complete) */
+    int n_tokens;   /* tokens generated */
+    int ctx_full;   /* 1: generation stopped where the context filled (an end, as at n_predict) */
 } gen_out;
 
 typedef struct gen_stats {
@@ -26,6 +28,7 @@ typedef struct gen_stats {
  * out as soon as it is complete, prefixed "[i] " (i = the prompt's 1-based number), so interleaved requests
  * stay readable; each request's last partial line follows when the run ends, however it ends (done,
  * failed, or stopped by the runtime's abort callback). spec > 0: speculative greedy, one prompt only.
+ * A request whose context fills ends there, as at n_predict (outs[i].ctx_full says which did).
  * Returns MEMRA_OK or the API's status (memra_runtime_last_error says why; st->failed which prompt). */
 int gen_run(memra_runtime *rt, const memra_model *m, memra_token **prompts, const int *n_prompt, int n,
             int n_predict, int chunk, const memra_sampler_params *sp, int spec, int stream, gen_out *outs,

@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "  -m, --model PATH        GGUF model (llama, qwen2 architectures)\n"
             "  -p, --prompt TEXT       prompt text; give -p up to 16 times to run the prompts as sequences in\n"
             "                          flight at once (their lines printed as they complete, prefixed [i])\n"
-            "  -n, --n-predict N       tokens to generate (default 128; stops early at end of generation)\n"
+            "  -n, --n-predict N       tokens to generate (default 128; stops early at end of generation, or where\n"
+            "                          the context fills, saying so)\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 = off (default 40)\n"
             "      --top-p P           nucleus sampling in (0, 1], 1 = off (default 0.95)\n"
@@ -416,6 +417,10 @@ int main(int argc, char **argv)
             why = why_buf;
         goto out;
     }
+    for (int i = 0; i < o.n_prompts; i++)
+        if (outs[i].ctx_full)
+            fprintf(stderr, "memra-run: prompt %d: the context (--ctx-size %d) filled after %d generated tokens; its "
+                            "generation ends there\n", i + 1, o.n_ctx, outs[i].n_tokens);
     if (o.n_predict > 0) {
         fprintf(stderr, "memra-run: %d stage(s), %d sequence(s): %d prompt + %d generated tokens in %.2f s\n",
                 memra_runtime_n_stages(rt), o.n_prompts, st.prompt_tokens, st.gen_tokens, st.seconds);
