@@ -143,6 +143,20 @@ set_tests_properties(cli_run_echoes_prompt_and_splits_tok_s PROPERTIES PASS_REGU
 # --spec prints exactly plain greedy's text (tiny model in every leg; SmolLM2 in the normal leg)
 memra_cli(cli_run_tiny_spec_equals_greedy unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${TINY} 3)
+# --chat on a model without a chat template is named once (no doubled status); --chat-template gives it one; a
+# template of an unknown format is refused before the model loads
+memra_cli(cli_run_chat_without_a_template_is_named unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi -n 2 --chat)
+set_tests_properties(cli_run_chat_without_a_template_is_named PROPERTIES
+  PASS_REGULAR_EXPRESSION "memra-run: prompt 1: MEMRA_E_UNSUPPORTED: memra_chat_apply: the model has no chat template"
+  FAIL_REGULAR_EXPRESSION "UNSUPPORTED: MEMRA_E_UNSUPPORTED")
+memra_cli(cli_run_chat_template_gives_a_model_one unit $<TARGET_FILE:memra-run> -m ${TINY} -p hi -n 2
+          --chat-template chatml)
+set_tests_properties(cli_run_chat_template_gives_a_model_one PROPERTIES
+  PASS_REGULAR_EXPRESSION "1 sequence\\(s\\): [0-9]+ prompt \\+ [0-9]+ generated tokens")
+memra_cli(cli_run_chat_template_of_an_unknown_format_is_refused unit $<TARGET_FILE:memra-run> -m /nonexistent.gguf
+          -p hi --chat-template bogus)
+set_tests_properties(cli_run_chat_template_of_an_unknown_format_is_refused PROPERTIES
+  PASS_REGULAR_EXPRESSION "--chat-template bogus: MEMRA_E_UNSUPPORTED: chat template not recognised .*chatml")
 # -n past the context: both end where it fills (every position used), say so, and exit 0
 memra_cli(cli_run_tiny_spec_equals_greedy_to_a_full_context unit sh ${CMAKE_CURRENT_SOURCE_DIR}/spec_equals_greedy.sh
           $<TARGET_FILE:memra-run> ${TINY} 2 500 128)

@@ -351,7 +351,8 @@ def mode_fuzz(server, model):
 
 def mode_curl(server, model):
     """curl, as a user would: SSE framing of a streamed completion (data: lines, [DONE] last), a malformed body's
-    400 with an OpenAI-style JSON error naming what is wrong, and a non-streamed answer."""
+    400 with an OpenAI-style JSON error naming what is wrong, a non-streamed answer; a chat request to a model
+    without a chat template is a 400 naming it, and answered with --chat-template chatml."""
     srv = Server(server, model, "--seqs", "2")
     try:
         def curl(*args):
@@ -379,6 +380,25 @@ def mode_curl(server, model):
                                                                               "temperature": 0}), url)
         j = json.loads(out)
         check(j["object"] == "text_completion" and j["usage"]["completion_tokens"] <= 4, "a plain answer: %r" % j)
+        chat = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0})
+        out = curl("-w", "\n%{http_code}", "-H", "Content-Type: application/json", "-d", chat,
+                   srv.base + "/v1/chat/completions").decode()
+        body_txt, code = out.rsplit("\n", 1)
+        check(code == "400" and "chat template" in json.loads(body_txt)["error"]["message"],
+              "a chat request to a model without a chat template: %s %r" % (code, body_txt[:300]))
+        srv.stop()
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+    # --chat-template gives such a model one: the same chat request is answered
+    srv = Server(server, model, "--seqs", "1", "--chat-template", "chatml")
+    try:
+        r = subprocess.run(["curl", "-sS", "--max-time", "120", "-H", "Content-Type: application/json", "-d", chat,
+                            srv.base + "/v1/chat/completions"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=150)
+        j = json.loads(r.stdout)
+        check(j.get("object") == "chat.completion" and j["choices"][0]["message"]["role"] == "assistant",
+              "a chat request with --chat-template chatml: %r" % j)
         srv.stop()
     finally:
         if srv.p.poll() is None:

@@ -22,6 +22,7 @@
 typedef struct run_opts {
     const char *model, *prompt[RUN_MAX_PROMPTS];
     const char *trace; /* --trace FILE, or NULL */
+    const char *chat_template; /* --chat-template: a name or template text; NULL = the model's */
     int n_prompts, n_predict, top_k, chat, n_ctx, chunk, spec;
     float temp, top_p, min_p, repeat_penalty;
     uint64_t seed;
@@ -47,6 +48,8 @@ static void usage(FILE *f)
             "      --seed S            sampler seed (default 42)\n"
             "      --chat              wrap the prompt as a user turn with the model's chat template: an\n"
             "                          instruct model then answers a question instead of continuing the text\n"
+            "      --chat-template T   --chat with this template: a name (chatml, llama3, gemma) or template\n"
+            "                          text (default: the model's)\n"
             "      --stages N          pipeline stages, layers cut evenly (default 1: no pipeline, one stage\n"
             "                          runs the whole model)\n"
             "      --devices D0,D1,..  device ordinal of each stage (default: all on device 0)\n"
@@ -188,6 +191,16 @@ static int parse_args(int argc, char **argv, run_opts *o)
             if (!v || !*v || *end || errno || v[0] == '-')
                 return bad(a, v, "expected a non-negative integer");
             o->seed = s;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!v || !*v)
+                return bad(a, v, "expected a template name (chatml, llama3, gemma) or template text");
+            const memra_chat_message probe = {.role = "user", .content = "hi"};
+            size_t len = 0;
+            const int r = memra_chat_apply(NULL, v, &probe, 1, 1, NULL, 0, &len);
+            if (r != MEMRA_OK && r != MEMRA_E_FULL) /* an unknown format is refused here, before the model loads */
+                return bad(a, v, memra_last_error());
+            o->chat_template = v;
+            o->chat = 1;
         } else if (!strcmp(a, "--trace")) {
             if (!v || !*v)
                 return bad(a, v, "expected the path of the trace file to write");
@@ -273,9 +286,10 @@ static void progress_bar(float frac, void *ctx)
 }
 
 
-/* Tokenize prompt i (wrapped as a user turn of the chat template when asked) into *out (malloc'd). */
-static int tokenize_prompt(const memra_model *m, const char *prompt, int chat, int n_ctx, memra_token **out,
-                           int *n_out)
+/* Tokenize prompt i (wrapped as a user turn of the chat template, tmpl or else the model's, when asked) into *out
+ * (malloc'd). */
+static int tokenize_prompt(const memra_model *m, const char *prompt, int chat, const char *tmpl, int n_ctx,
+                           memra_token **out, int *n_out)
 {
     char *text = NULL;
     const char *src = prompt;
@@ -283,12 +297,12 @@ static int tokenize_prompt(const memra_model *m, const char *prompt, int chat, i
     if (chat) {
         const memra_chat_message msg = {.role = "user", .content = prompt};
         size_t len = 0;
-        r = memra_chat_apply(m, NULL, &msg, 1, 1, NULL, 0, &len);
+        r = memra_chat_apply(m, tmpl, &msg, 1, 1, NULL, 0, &len);
         if (r != MEMRA_OK && r != MEMRA_E_FULL)
             return r;
         if (!(text = malloc(len + 1)))
             return MEMRA_E_NOMEM;
-        if ((r = memra_chat_apply(m, NULL, &msg, 1, 1, text, len + 1, &len)) != MEMRA_OK) {
+        if ((r = memra_chat_apply(m, tmpl, &msg, 1, 1, text, len + 1, &len)) != MEMRA_OK) {
             free(text);
             return r;
         }
@@ -371,13 +385,13 @@ int main(int argc, char **argv)
         goto out_quiet;
     }
     for (int i = 0; i < o.n_prompts; i++) {
-        int r = tokenize_prompt(m, o.prompt[i], o.chat, o.n_ctx, &prompts[i], &n_prompt[i]);
+        int r = tokenize_prompt(m, o.prompt[i], o.chat, o.chat_template, o.n_ctx, &prompts[i], &n_prompt[i]);
         if (r == MEMRA_E_FULL || (r == MEMRA_OK && n_prompt[i] >= o.n_ctx)) {
             fprintf(stderr, "memra-run: prompt %d does not fit in --ctx-size %d\n", i + 1, o.n_ctx);
             goto out_quiet;
         }
         if (r != MEMRA_OK) {
-            fprintf(stderr, "memra-run: prompt %d: %s: %s\n", i + 1, memra_status_str(r), memra_last_error());
+            fprintf(stderr, "memra-run: prompt %d: %s\n", i + 1, memra_last_error()); /* "MEMRA_E_...: why" */
             goto out_quiet;
         }
         if (n_prompt[i] == 0) {

@@ -31,6 +31,8 @@ static void usage(FILE *f)
             "      --max-queue Q       requests waiting for a slot before 429 (default 256)\n"
             "      --threads T         HTTP threads (default 4)\n"
             "      --trace FILE        record a trace of the whole run (docs/trace.md), written at shutdown\n"
+            "      --chat-template T   the chat template of /v1/chat/completions: a name (chatml, llama3, gemma)\n"
+            "                          or template text (default: the model's)\n"
             "  -h, --help              this text\n"
             "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics\n");
 }
@@ -99,6 +101,10 @@ static int parse_args(int argc, char **argv, srv_opts *o)
             if (!v || !*v)
                 return usage_error(a, v, "a file to write the trace to");
             o->trace = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!v || !*v)
+                return usage_error(a, v, "a template name (chatml, llama3, gemma) or template text");
+            o->chat_template = v;
         } else if (!strcmp(a, "--api-key")) {
             if (!v || !*v)
                 return usage_error(a, v, "a non-empty key");
@@ -124,6 +130,13 @@ static int parse_args(int argc, char **argv, srv_opts *o)
     if (!o->model) {
         fprintf(stderr, "memra-server: no model given: -m MODEL.gguf is required\nsee memra-server --help\n");
         return 2;
+    }
+    if (o->chat_template) { /* a template of an unknown format is refused here, not at the first chat request */
+        const memra_chat_message probe = { .role = "user", .content = "hi" };
+        size_t len = 0;
+        const int r = memra_chat_apply(NULL, o->chat_template, &probe, 1, 1, NULL, 0, &len);
+        if (r != MEMRA_OK && r != MEMRA_E_FULL)
+            return usage_error("--chat-template", o->chat_template, memra_last_error());
     }
     if (o->n_devices && o->n_devices != o->stages) {
         fprintf(stderr, "memra-server: --devices gives %d devices for --stages %d: give one device per stage\n"

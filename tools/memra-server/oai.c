@@ -243,13 +243,13 @@ static int parse_messages(srv_app *app, const cJSON *root, srv_req *r, srv_err *
         n++;
     }
     size_t need = 0;
-    int ar = memra_chat_apply(app->model, NULL, msgs, (size_t)n, 1, NULL, 0, &need);
+    int ar = memra_chat_apply(app->model, app->opt.chat_template, msgs, (size_t)n, 1, NULL, 0, &need);
     if (ar == MEMRA_E_FULL || ar == MEMRA_OK) {
         if (!(text = malloc(need + 1))) {
             fail(e, 500, NULL, "out of memory");
             goto fail;
         }
-        ar = memra_chat_apply(app->model, NULL, msgs, (size_t)n, 1, text, need + 1, &need);
+        ar = memra_chat_apply(app->model, app->opt.chat_template, msgs, (size_t)n, 1, text, need + 1, &need);
     }
     if (ar != MEMRA_OK) {
         fail(e, 400, "messages", "the model's chat template cannot render 'messages': %s", memra_last_error());

@@ -30,6 +30,8 @@ typedef struct srv_opts {
     const char *host;    /* address to bind (default 127.0.0.1) */
     const char *api_key; /* --api-key: NULL = no key asked */
     const char *trace;   /* --trace: a Chrome Trace JSON of the whole run, written at shutdown; NULL = none */
+    const char *chat_template; /* --chat-template: a name or template text for /v1/chat/completions; NULL = the
+                                * model's */
     int port;            /* 0 = a free port, printed */
     int stages, n_devices, devices[MEMRA_MAX_STAGES];
     int seqs, ctx;       /* sequence slots, positions per sequence */
