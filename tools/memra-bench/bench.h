@@ -28,8 +28,9 @@ typedef struct bench_flag {
     int lo, hi;
 } bench_flag;
 
-/* bench_parse's return after -h or --help: the usage went to stdout, and the subcommand exits 0. */
-#define BENCH_HELP 1
+/* bench_parse's return after -h or --help (the usage went to stdout): the subcommand returns it as it returns an
+ * error, and main exits 0 for it. Above 255, so no exit status of a subcommand is taken for it. */
+#define BENCH_HELP 0x100
 
 /* Parse argv[1..) against flags; returns 0, BENCH_HELP, or 2 after printing what was wrong and the usage line.
  * usage: the options after "memra-bench <cmd> ". */

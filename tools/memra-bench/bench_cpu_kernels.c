@@ -48,7 +48,7 @@ int bench_cpu_kernels(int argc, char **argv)
     const bench_flag flags[] = {{"--mib", &mib, NULL, 1, 4096}, {"--reps", &reps, NULL, 1, 1 << 20}};
     int rc = bench_parse("cpu-kernels", argc, argv, flags, 2, "[--mib M=64] [--reps R=40]");
     if (rc)
-        return rc == BENCH_HELP ? 0 : rc;
+        return rc;
     const shape shapes[] = {{"ffn up/gate", KRN_Q4_1, 1536, 576}, {"ffn down", KRN_Q4_1, 576, 1536},
                             {"attn q/o", KRN_Q4_1, 576, 576}, {"head (tied)", KRN_Q8_0, 49152, 576},
                             {"Llama-3 ffn rows", KRN_Q4_K, 1024, 4096}, {"Llama-3 ffn rows", KRN_Q5_K, 1024, 4096},

@@ -110,7 +110,7 @@ int bench_hop(int argc, char **argv)
     const int prc = bench_parse("hop", argc, argv, flags, 2,
                                 "[--hops R=2000] [--embd E=576]  (backend from MEMRA_BACKEND)");
     if (prc)
-        return prc == BENCH_HELP ? 0 : prc;
+        return prc;
     if (act_rank_count() > 1)
         return hop_mpi(R, n_embd);
     dev_err err = {0};

@@ -321,7 +321,7 @@ int bench_pp_scaling(int argc, char **argv)
         "--ctx: the KV cache's positions per sequence, 0 = the runtime's default, min(1024, the model's context); "
         "exits 1 when PP-N decodes other tokens than PP-1)");
     if (prc)
-        return prc == BENCH_HELP ? 0 : prc;
+        return prc;
     mdl_gguf_synth shape, *syn = NULL;
     if (synth) {
         dev_err se = {0};

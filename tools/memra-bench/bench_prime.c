@@ -49,7 +49,7 @@ int bench_prime(int argc, char **argv)
     const int prc = bench_parse("prime", argc, argv, flags, 5,
                                 "-m MODEL [--stages N=2] [--prompt P=512] [--chunk C=64] [--reps R=3]");
     if (prc)
-        return prc == BENCH_HELP ? 0 : prc;
+        return prc;
     if (!model) {
         fprintf(stderr, "memra-bench prime: -m MODEL is required\n");
         return 2;

@@ -24,7 +24,7 @@ int bench_sample(int argc, char **argv)
     const bench_flag flags[] = {{"--vocab", &n, NULL, 1, 1 << 24}, {"--reps", &reps, NULL, 1, 1 << 24}};
     int rc = bench_parse("sample", argc, argv, flags, 2, "[--vocab N=128256] [--reps R=2000]");
     if (rc)
-        return rc == BENCH_HELP ? 0 : rc;
+        return rc;
     float *x = malloc(sizeof(float) * (size_t)n);
     if (!x)
         return fprintf(stderr, "memra-bench sample: no memory for %d logits\n", n), 2;

@@ -140,7 +140,7 @@ int bench_serve(int argc, char **argv)
         "MEMRA_BATCH_INVARIANT from the environment's doors; exits 1 when a request decodes other tokens "
         "in the S arm than alone)");
     if (prc)
-        return prc == BENCH_HELP ? 0 : prc;
+        return prc;
     if (ktrace && !bench_ktrace_available()) {
         fprintf(stderr, "memra-bench serve: --kernel-trace needs a build with CUDA 13 and its CUPTI\n");
         return 2;

@@ -75,7 +75,7 @@ int bench_tokenize(int argc, char **argv)
     int rc = bench_parse("tokenize", argc, argv, flags, 3,
                          "[-m MODEL] [--kib K=256] [--user U=100000]\n  MODEL defaults to $MEMRA_MODEL");
     if (rc)
-        return rc == BENCH_HELP ? 0 : rc;
+        return rc;
     if (!path)
         return fprintf(stderr, "memra-bench tokenize: no model: pass -m MODEL.gguf or set MEMRA_MODEL\n"), 2;
     memra_model *m = memra_model_load(path, NULL);

@@ -43,6 +43,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
             if (strcmp(argv[1], cmds[i].name) == 0) {
                 int r = cmds[i].fn(argc - 1, argv + 1);
+                if (r == BENCH_HELP) /* -h: the usage is out */
+                    r = 0;
                 /* hop: both ranks end by themselves (no runtime to serve); the others leave the serve loop */
                 if (hop && rank > 0)
                     memra_mpi_finish(MEMRA_OK);
