@@ -17,12 +17,20 @@
  *
  * Subnormal floats would save the convert (a masked low nibble is the float n * 2^-149), but Zen 3's FMA slows
  * on some subnormal operands (docs/bench/cpu.md, "The exact mode over rows of 8"); the convert costs less.
- * No shared state. */
+ *
+ * Where the CPU has AVX-512F, two adjacent groups share one 16-float vector (group g in the low half, g + 1 in the
+ * high half): each AND, convert and FMA serves 16 rows, the x element is a broadcast operand of the FMA, and 32
+ * registers hold the sums of 4 x rows. Each half computes exactly what the 8-row vector does, so the bits do not
+ * change; an odd last group takes the AVX2 code.
+ *
+ * Shared mutable state: `wide_cached` (whether AVX-512F is there), written at most once per value by any thread
+ * via a relaxed atomic store of the same value. */
 #include "kernels/krn.h"
 #include "kernels/quant_batch.h"
 #include "kernels/quant_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,7 +190,167 @@ __attribute__((target("avx2,f16c,fma"))) static void rows8_exact_avx2(int t, con
     default: rows8_exact_type(KRN_Q8_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
     }
 }
+
+/* ---- pairs of groups in AVX-512 vectors: the code above, 16 rows per vector ---- */
+#define XZ static inline __attribute__((always_inline, target("avx512f,avx2,f16c,fma")))
+
+/* Chunk k of the two groups' blocks at q0 and q1 (group g's low, g + 1's high). */
+XZ __m512i chunk16(const uint8_t *q0, const uint8_t *q1, int k)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(q0 + 32 * k))),
+                              _mm256_loadu_si256((const __m256i *)(q1 + 32 * k)), 1);
+}
+
+/* quant8 for 16 rows: quant e of the two groups' blocks (chunks at q0, q1). */
+XZ __m512 quant16(const int t, const uint8_t *q0, const uint8_t *q1, const int e)
+{
+    if (t == KRN_Q8_0) {
+        const int i = e % 4;
+        const __m512i c = chunk16(q0, q1, e / 4), v = i == 3 ? c : _mm512_slli_epi32(c, 24 - 8 * i);
+        return _mm512_cvtepi32_ps(_mm512_srai_epi32(v, 24));
+    }
+    const int b = e % 16, j = 2 * (b % 4) + (e >= 16);
+    const __m512i c = chunk16(q0, q1, b / 4);
+    const __m512 n = j == 7 ? _mm512_cvtepi32_ps(_mm512_srli_epi32(c, 28))
+                            : _mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(0xF << (4 * j))));
+    if (t != KRN_Q4_0)
+        return n;
+    return _mm512_sub_ps(n, _mm512_set1_ps((float)(8 << q4_pos(e))));
+}
+
+/* group_lanes for the pair at G (group g; g + 1 at G + nb * gbb): ds holds 16 scales per block. */
+XZ void pair_lanes(const int t, const int C, const int LN, const int l0, const uint8_t *G, size_t gbb, size_t qo,
+                   int64_t nb, const float *ds, const float *xs, int64_t n, __m512 a[4][8])
+{
+    for (int c = 0; c < C; c++)
+        for (int dl = 0; dl < LN; dl++)
+            a[c][dl] = _mm512_setzero_ps();
+    const size_t gb = (size_t)nb * gbb; /* one group's bytes */
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *q0 = G + (size_t)j * gbb + qo, *q1 = q0 + gb;
+        for (size_t pf = 0; pf < gbb; pf += 64) { /* the next pair's block j (past the last pair: never a read) */
+            __builtin_prefetch(G + 2 * gb + (size_t)j * gbb + pf, 0, 3);
+            __builtin_prefetch(G + 3 * gb + (size_t)j * gbb + pf, 0, 3);
+        }
+        const __m512 d = _mm512_loadu_ps(ds + 16 * j);
+        for (int dl = 0; dl < LN; dl++) {
+            const int l = l0 + dl;
+            const __m512 v0 = quant16(t, q0, q1, l), v1 = quant16(t, q0, q1, l + 8), v2 = quant16(t, q0, q1, l + 16),
+                         v3 = quant16(t, q0, q1, l + 24);
+            for (int c = 0; c < C; c++) {
+                const float *xb = xs + c * n + 32 * j;
+                __m512 s = _mm512_mul_ps(v0, _mm512_set1_ps(xb[l]));
+                s = _mm512_fmadd_ps(v1, _mm512_set1_ps(xb[l + 8]), s);
+                s = _mm512_fmadd_ps(v2, _mm512_set1_ps(xb[l + 16]), s);
+                s = _mm512_fmadd_ps(v3, _mm512_set1_ps(xb[l + 24]), s);
+                a[c][dl] = _mm512_fmadd_ps(d, s, a[c][dl]);
+            }
+        }
+    }
+}
+
+/* group_mins for a pair (ms: 16 mins per block; xsum as in group_mins, its first copy broadcast). */
+XZ void pair_mins(const float *ms, const float *xsum, int64_t nb, __m512 m[8])
+{
+    for (int l = 0; l < 8; l++)
+        m[l] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const __m512 mv = _mm512_loadu_ps(ms + 16 * j);
+        for (int l = 0; l < 8; l++)
+            m[l] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xsum[64 * j + 8 * l]), m[l]);
+    }
+}
+
+XZ __m512 fold16(__m512 v[8])
+{
+    for (int s = 4; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            v[l] = _mm512_add_ps(v[l], v[l + s]);
+    return v[0];
+}
+
+/* rows8_exact_type over the pairs of groups [0, ng / 2 * 2); ds and ms hold 16 floats per block. */
+XZ void pairs_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
+                         const float *xsum, int B, float *ds, float *ms, float *y, int64_t ldy, int acc)
+{
+    const int64_t nb = n / 32;
+    const size_t gbb = 8 * krn_type_block_bytes(t), qo = t == KRN_Q4_1 ? 32 : 16;
+    for (int g = 0; g + 1 < ng; g += 2) {
+        const uint8_t *G = w + (size_t)g * 8 * row_bytes;
+        for (int h = 0; h < 2; h++)
+            for (int64_t j = 0; j < nb; j++) { /* the 16 rows' d, q4_1's m */
+                const uint8_t *gb = G + (size_t)(h * nb + j) * gbb;
+                _mm256_storeu_ps(ds + 16 * j + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)));
+                if (t == KRN_Q4_1)
+                    _mm256_storeu_ps(ms + 16 * j + 8 * h,
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
+            }
+        for (int b0 = 0; b0 < B; b0 += 4) {
+            __m512 lane[4][8], a[4][8];
+            const float *xb = xs + (size_t)b0 * n;
+            const int C = B - b0 < 4 ? B - b0 : 4;
+            /* passes of 4 lanes against C x rows (C * 4 <= 16 accumulators): a pass of all 8 lanes is slower, its
+             * 32 quant vectors and 8 sums spill (docs/bench/cpu.md, "The exact mode in AVX-512 vectors") */
+#define PASS(C, L0)                                                                                               \
+    do {                                                                                                          \
+        pair_lanes(t, C, 4, L0, G, gbb, qo, nb, ds, xb, n, a);                                                    \
+        for (int c = 0; c < C; c++)                                                                               \
+            for (int l = 0; l < 4; l++)                                                                           \
+                lane[c][L0 + l] = a[c][l];                                                                        \
+    } while (0)
+            switch (C) {
+            case 1: PASS(1, 0); PASS(1, 4); break;
+            case 2: PASS(2, 0); PASS(2, 4); break;
+            case 3: PASS(3, 0); PASS(3, 4); break;
+            default: PASS(4, 0); PASS(4, 4); break;
+            }
+#undef PASS
+            for (int c = 0; c < C; c++) {
+                __m512 r = fold16(lane[c]);
+                if (t == KRN_Q4_1) {
+                    __m512 m[8];
+                    pair_mins(ms, xsum + (size_t)(b0 + c) * nb * 64, nb, m);
+                    r = _mm512_add_ps(r, fold16(m));
+                }
+                float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
+                if (acc)
+                    r = _mm512_add_ps(_mm512_loadu_ps(yo), r);
+                _mm512_storeu_ps(yo, r);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f,avx2,f16c,fma"))) static void pairs_exact_avx512(int t, const uint8_t *w,
+                                                                                 size_t row_bytes, int ng, int64_t n,
+                                                                                 const float *xs, const float *xsum,
+                                                                                 int B, float *ds, float *ms, float *y,
+                                                                                 int64_t ldy, int acc)
+{
+    switch (t) {
+    case KRN_Q4_0: pairs_exact_type(KRN_Q4_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    case KRN_Q4_1: pairs_exact_type(KRN_Q4_1, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    default: pairs_exact_type(KRN_Q8_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
+    }
+}
 #endif
+
+static atomic_int wide_cached = -1;
+
+int krn_rows8_exact_wide_available(void)
+{
+    int v = atomic_load_explicit(&wide_cached, memory_order_relaxed);
+    if (v < 0) {
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+        v = 0;
+#endif
+        atomic_store_explicit(&wide_cached, v, memory_order_relaxed); /* same value from every thread */
+    }
+    return v;
+}
 
 /* Every x of the B rows finite and, unless `any_size`, 0 or at least 2^-102 in magnitude: the range in which the
  * scaled q4 x are exact (see the header). */
@@ -201,17 +369,25 @@ static int x_in_range(const float *x, int64_t ldx, int B, int64_t n, int any_siz
 int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
                     int B, float *y, int64_t ldy, int acc)
 {
+    return krn_rows8_exact_path(krn_rows8_exact_wide_available(), t, w, row_bytes, n_groups, n, x, ldx, B, y, ldy,
+                                acc);
+}
+
+int krn_rows8_exact_path(int wide, int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x,
+                         int64_t ldx, int B, float *y, int64_t ldy, int acc)
+{
 #if defined(__x86_64__)
     if ((t != KRN_Q4_0 && t != KRN_Q4_1 && t != KRN_Q8_0) || n <= 0 || n % 32 || n_groups <= 0 || B <= 0 ||
         krn_quant_path() != KRN_PATH_AVX2 || !x_in_range(x, ldx, B, n, t == KRN_Q8_0))
         return 0;
     const int64_t nb = n / 32;
-    /* scratch: the x rows (scaled for q4), q4_1's block x sums (8 copies of each), one group's scales and mins */
+    /* scratch: the x rows (scaled for q4), q4_1's block x sums (8 copies of each), one pair of groups' scales and
+     * mins */
     const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb * 64 : 0;
-    float *xs = malloc((nx + nsum + 16 * (size_t)nb) * sizeof(float));
+    float *xs = malloc((nx + nsum + 32 * (size_t)nb) * sizeof(float));
     if (!xs)
         return 0;
-    float *xsum = xs + nx, *ds = xsum + nsum, *ms = ds + 8 * nb;
+    float *xsum = xs + nx, *ds = xsum + nsum, *ms = ds + 16 * nb;
     float scale[32];
     for (int e = 0; e < 32; e++)
         scale[e] = t == KRN_Q8_0 ? 1.0f : ldexpf(1.0f, -q4_pos(e));
@@ -227,12 +403,19 @@ int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_
                     xsum[(((size_t)b * nb + j) * 8 + l) * 8 + k] = v;
             }
         }
-    rows8_exact_avx2(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
+    int g0 = 0; /* groups [0, g0) done in pairs */
+    if (wide && krn_rows8_exact_wide_available() && n_groups >= 2) {
+        pairs_exact_avx512(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
+        g0 = n_groups / 2 * 2;
+    }
+    if (g0 < n_groups)
+        rows8_exact_avx2(t, (const uint8_t *)w + (size_t)g0 * 8 * row_bytes, row_bytes, n_groups - g0, n, xs, xsum, B,
+                         ds, ms, y + (size_t)g0 * 8, ldy, acc);
     free(xs);
     return 1;
 #else
-    (void)t, (void)w, (void)row_bytes, (void)n_groups, (void)n, (void)x, (void)ldx, (void)B, (void)y, (void)ldy,
-        (void)acc;
+    (void)wide, (void)t, (void)w, (void)row_bytes, (void)n_groups, (void)n, (void)x, (void)ldx, (void)B, (void)y,
+        (void)ldy, (void)acc;
     return 0;
 #endif
 }

@@ -17,9 +17,19 @@ void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int 
  * of type t (q4_0, q4_1, q8_0; row_bytes = krn_row_bytes(t, n)), 8 rows per vector. Returns 1 when y holds the
  * result; 0 with y untouched when it does not run: another type, n % 32 != 0, no AVX2 path, an x that is not
  * finite, a q4 call with a nonzero x below 2^-102 in magnitude, or no memory for its scratch (4 bytes per x
- * value, plus 64 per block). The caller then unpacks the groups (same bits, slower). */
+ * value, 128 per block, and for q4_1 256 per block and x row). The caller then unpacks the groups (same bits,
+ * slower). */
 int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
                     int B, float *y, int64_t ldy, int acc);
+
+/* krn_rows8_exact with its vectors chosen: wide = 1 takes pairs of groups in AVX-512 vectors where
+ * krn_rows8_exact_wide_available() (an odd last group in AVX2), wide = 0 AVX2 vectors only. Same bits either way;
+ * krn_rows8_exact passes krn_rows8_exact_wide_available(). */
+int krn_rows8_exact_path(int wide, int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x,
+                         int64_t ldx, int B, float *y, int64_t ldy, int acc);
+
+/* 1 where the CPU has AVX-512F (krn_rows8_exact's pairs of groups), else 0; probed once. */
+int krn_rows8_exact_wide_available(void);
 
 /* ---- the fast mode (MEMRA_CPU_X8): weight rows against x quantized to int8 blocks (kernels/x8_gemm.c) ----
  * x8 rows: krn_x8_row_bytes(n) bytes each, from krn_x8_quantize_host (kernels/krn.h). The result of a (weight

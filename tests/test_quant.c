@@ -801,13 +801,14 @@ static void test_rows_of_8_round_trip_and_the_exact_mode_reads_them_as_blocks(vo
 
 /* The exact mode's 8-row kernel (krn_rows8_exact) gives every (row, x row) pair the bits of its lone krn_dot_row:
  * q4_0, q4_1, q8_0, B = 1 .. 9 (every tile of x rows and a remainder), acc = 0 and 1, x spread over 2^-102 ..
- * 2^100 with zeros, every nibble and byte value, block scales from f16 subnormals to 2^15. A q4 call whose x holds
+ * 2^100 with zeros, every nibble and byte value, block scales from f16 subnormals to 2^15; in AVX2 vectors and,
+ * where the CPU has AVX-512F, in pairs of groups (3 groups: a pair and a last group alone). A q4 call whose x holds
  * a value below 2^-102 in magnitude (other than 0), an infinity or a NaN returns 0 and leaves y as it was; a q8_0
  * call takes any finite x. Without the AVX2 path it returns 0. */
 static void test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot(void **state)
 {
     (void)state;
-    enum { N = 128, NO = 16, BMAX = 9 };
+    enum { N = 128, NO = 24, BMAX = 9 };
     static float w[NO * N], x[BMAX * N], y[BMAX * NO], want[BMAX * NO];
     fill(w, NO * N, 1.0f);
     const int types[] = {KRN_Q4_0, KRN_Q4_1, KRN_Q8_0};
@@ -829,8 +830,10 @@ static void test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot(void **
             }
         for (int g = 0; g < NO / 8; g++)
             krn_rows8_pack_group(t, N, q + 8 * g * rb, 8, rb, q8 + 8 * g * rb);
+        const int paths = 1 + krn_rows8_exact_wide_available(); /* AVX2 vectors; pairs of groups in AVX-512 */
         for (int B = 1; B <= BMAX; B++)
-            for (int acc = 0; acc < 2; acc++) {
+            for (int k = 0; k < 2 * paths; k++) {
+                const int acc = k % 2, wide = k / 2;
                 for (int i = 0; i < B * N; i++) { /* magnitudes 2^-102 .. 2^100, zeros, both signs */
                     const int e = (int)((i * 37 + B) % 203) - 102;
                     x[i] = i % 11 == 0 ? 0.0f : (i % 2 ? -1.0f : 1.0f) * ldexpf(1.0f + 0.5f * fabsf(frand()), e);
@@ -843,7 +846,7 @@ static void test_exact_rows_of_8_give_each_pair_the_bits_of_its_lone_dot(void **
                         const float v = krn_dot_row(t, q + o * rb, x + b * N, N);
                         want[b * NO + o] = acc ? want[b * NO + o] + v : v;
                     }
-                assert_int_equal(krn_rows8_exact(t, q8, rb, NO / 8, N, x, N, B, y, NO, acc), avx2);
+                assert_int_equal(krn_rows8_exact_path(wide, t, q8, rb, NO / 8, N, x, N, B, y, NO, acc), avx2);
                 if (!avx2)
                     continue;
                 for (int i = 0; i < B * NO; i++)
