@@ -107,17 +107,16 @@ XA void group_lanes(const int t, const int C, const int LN, const int l0, const 
     }
 }
 
-/* q4_1's min lanes of one group against one x row: m[l] = sum over blocks of fma(m_j, xsum_jl, .), in block order
- * (xsum: 8 per block, (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}), each stored 8 times: a load, not a broadcast, per
- * FMA). */
-XA void group_mins(const float *ms, const float *xsum, int64_t nb, __m256 m[8])
+/* q4_1's min sums of one group against x rows [0, C): m[c] = sum over blocks of fma(m_j, X_cj, .), in block order
+ * (xsum: X_cj at c * nb + j, the block's x sum); C chains side by side. */
+XA void group_mins(const int C, const float *ms, const float *xsum, int64_t nb, __m256 m[4])
 {
-    for (int l = 0; l < 8; l++)
-        m[l] = _mm256_setzero_ps();
+    for (int c = 0; c < C; c++)
+        m[c] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const __m256 mv = _mm256_loadu_ps(ms + 8 * j);
-        for (int l = 0; l < 8; l++)
-            m[l] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xsum + 64 * j + 8 * l), m[l]);
+        for (int c = 0; c < C; c++)
+            m[c] = _mm256_fmadd_ps(mv, _mm256_set1_ps(xsum[c * nb + j]), m[c]);
     }
 }
 
@@ -163,13 +162,13 @@ XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
             default: PASS(4, 2, 0); PASS(4, 2, 2); PASS(4, 2, 4); PASS(4, 2, 6); break;
             }
 #undef PASS
+            __m256 m[4];
+            if (t == KRN_Q4_1)
+                group_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
             for (int c = 0; c < C; c++) {
                 __m256 r = fold8(lane[c]);
-                if (t == KRN_Q4_1) {
-                    __m256 m[8];
-                    group_mins(ms, xsum + (size_t)(b0 + c) * nb * 64, nb, m);
-                    r = _mm256_add_ps(r, fold8(m));
-                }
+                if (t == KRN_Q4_1)
+                    r = _mm256_add_ps(r, m[c]);
                 float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
                 if (acc)
                     r = _mm256_add_ps(_mm256_loadu_ps(yo), r);
@@ -249,15 +248,15 @@ XZ void pair_lanes(const int t, const int C, const int LN, const int l0, const u
     }
 }
 
-/* group_mins for a pair (ms: 16 mins per block; xsum as in group_mins, its first copy broadcast). */
-XZ void pair_mins(const float *ms, const float *xsum, int64_t nb, __m512 m[8])
+/* group_mins for a pair (ms: 16 mins per block). */
+XZ void pair_mins(const int C, const float *ms, const float *xsum, int64_t nb, __m512 m[4])
 {
-    for (int l = 0; l < 8; l++)
-        m[l] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++)
+        m[c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const __m512 mv = _mm512_loadu_ps(ms + 16 * j);
-        for (int l = 0; l < 8; l++)
-            m[l] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xsum[64 * j + 8 * l]), m[l]);
+        for (int c = 0; c < C; c++)
+            m[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xsum[c * nb + j]), m[c]);
     }
 }
 
@@ -305,13 +304,13 @@ XZ void pairs_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
             default: PASS(4, 0); PASS(4, 4); break;
             }
 #undef PASS
+            __m512 m[4];
+            if (t == KRN_Q4_1)
+                pair_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
             for (int c = 0; c < C; c++) {
                 __m512 r = fold16(lane[c]);
-                if (t == KRN_Q4_1) {
-                    __m512 m[8];
-                    pair_mins(ms, xsum + (size_t)(b0 + c) * nb * 64, nb, m);
-                    r = _mm512_add_ps(r, fold16(m));
-                }
+                if (t == KRN_Q4_1)
+                    r = _mm512_add_ps(r, m[c]);
                 float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
                 if (acc)
                     r = _mm512_add_ps(_mm512_loadu_ps(yo), r);
@@ -352,19 +351,50 @@ int krn_rows8_exact_wide_available(void)
     return v;
 }
 
-/* Every x of the B rows finite and, unless `any_size`, 0 or at least 2^-102 in magnitude: the range in which the
- * scaled q4 x are exact (see the header). */
-static int x_in_range(const float *x, int64_t ldx, int B, int64_t n, int any_size)
+#if defined(__x86_64__)
+/* The kernels' x scratch in one pass over the B rows: xs (each x times its q4 element's 2^-pos, exact; q8_0's as
+ * it is), q4_1's block sums X (lane l: (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}) is one vector add tree of the block's
+ * 4 vectors, then the defined fold). Returns 1 when every x is finite and, unless `any_size`, 0 or at least 2^-102
+ * in magnitude: the range in which the scaled q4 x are exact (see the header); else 0, the scratch unused. */
+__attribute__((target("avx2,fma"))) static int prep_x(int t, const float *x, int64_t ldx, int B, int64_t n,
+                                                       int any_size, float *xs, float *xsum)
 {
-    const float lo = any_size ? 0.0f : 0x1p-102f;
+    __m256 sc[4];
+    for (int k = 0; k < 4; k++) {
+        float v[8];
+        for (int i = 0; i < 8; i++)
+            v[i] = t == KRN_Q8_0 ? 1.0f : ldexpf(1.0f, -q4_pos(8 * k + i));
+        sc[k] = _mm256_loadu_ps(v);
+    }
+    const __m256 lo = _mm256_set1_ps(any_size ? 0.0f : 0x1p-102f), hi = _mm256_set1_ps(0x1.fffffep127f),
+                 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    __m256 bad = zero; /* lanes that saw an x out of range: NaN fails every ordered compare */
+    const int64_t nb = n / 32;
     for (int b = 0; b < B; b++)
-        for (int64_t i = 0; i < n; i++) {
-            const float a = fabsf(x[(size_t)b * ldx + i]);
-            if (a != 0.0f && !(a >= lo && a <= 0x1.fffffep127f))
-                return 0;
+        for (int64_t j = 0; j < nb; j++) {
+            const float *xb = x + (size_t)b * ldx + 32 * j;
+            __m256 v[4];
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_loadu_ps(xb + 8 * k);
+                const __m256 a = _mm256_andnot_ps(sign, v[k]);
+                const __m256 ok = _mm256_or_ps(_mm256_cmp_ps(a, zero, _CMP_EQ_OQ),
+                                               _mm256_and_ps(_mm256_cmp_ps(a, lo, _CMP_GE_OQ),
+                                                             _mm256_cmp_ps(a, hi, _CMP_LE_OQ)));
+                bad = _mm256_or_ps(bad, _mm256_andnot_ps(ok, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+                _mm256_storeu_ps(xs + (size_t)b * n + 32 * j + 8 * k, _mm256_mul_ps(v[k], sc[k]));
+            }
+            if (xsum) {
+                float l8[8];
+                _mm256_storeu_ps(l8, _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+                for (int s = 4; s >= 1; s >>= 1)
+                    for (int l = 0; l < s; l++)
+                        l8[l] += l8[l + s];
+                xsum[(size_t)b * nb + j] = l8[0]; /* X, the defined block sum */
+            }
         }
-    return 1;
+    return _mm256_movemask_ps(bad) == 0;
 }
+#endif
 
 int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
                     int B, float *y, int64_t ldy, int acc)
@@ -378,31 +408,19 @@ int krn_rows8_exact_path(int wide, int t, const void *w, size_t row_bytes, int n
 {
 #if defined(__x86_64__)
     if ((t != KRN_Q4_0 && t != KRN_Q4_1 && t != KRN_Q8_0) || n <= 0 || n % 32 || n_groups <= 0 || B <= 0 ||
-        krn_quant_path() != KRN_PATH_AVX2 || !x_in_range(x, ldx, B, n, t == KRN_Q8_0))
+        krn_quant_path() != KRN_PATH_AVX2)
         return 0;
     const int64_t nb = n / 32;
-    /* scratch: the x rows (scaled for q4), q4_1's block x sums (8 copies of each), one pair of groups' scales and
-     * mins */
-    const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb * 64 : 0;
+    /* scratch: the x rows (scaled for q4), q4_1's block x sums, one pair of groups' scales and mins */
+    const size_t nx = (size_t)B * n, nsum = t == KRN_Q4_1 ? (size_t)B * nb : 0;
     float *xs = malloc((nx + nsum + 32 * (size_t)nb) * sizeof(float));
     if (!xs)
         return 0;
     float *xsum = xs + nx, *ds = xsum + nsum, *ms = ds + 16 * nb;
-    float scale[32];
-    for (int e = 0; e < 32; e++)
-        scale[e] = t == KRN_Q8_0 ? 1.0f : ldexpf(1.0f, -q4_pos(e));
-    for (int b = 0; b < B; b++)
-        for (int64_t i = 0; i < n; i++)
-            xs[(size_t)b * n + i] = x[(size_t)b * ldx + i] * scale[i % 32]; /* a power of two in range: exact */
-    for (int b = 0; b < B && nsum; b++)
-        for (int64_t j = 0; j < nb; j++) {
-            const float *xb = x + (size_t)b * ldx + 32 * j;
-            for (int l = 0; l < 8; l++) {
-                const float v = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
-                for (int k = 0; k < 8; k++)
-                    xsum[(((size_t)b * nb + j) * 8 + l) * 8 + k] = v;
-            }
-        }
+    if (!prep_x(t, x, ldx, B, n, t == KRN_Q8_0, xs, nsum ? xsum : NULL)) {
+        free(xs);
+        return 0;
+    }
     int g0 = 0; /* groups [0, g0) done in pairs */
     if (wide && krn_rows8_exact_wide_available() && n_groups >= 2) {
         pairs_exact_avx512(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);

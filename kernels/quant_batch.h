@@ -17,7 +17,7 @@ void krn_dot_row_batch(int t, const void *row, const float *x, int64_t ldx, int 
  * of type t (q4_0, q4_1, q8_0; row_bytes = krn_row_bytes(t, n)), 8 rows per vector. Returns 1 when y holds the
  * result; 0 with y untouched when it does not run: another type, n % 32 != 0, no AVX2 path, an x that is not
  * finite, a q4 call with a nonzero x below 2^-102 in magnitude, or no memory for its scratch (4 bytes per x
- * value, 128 per block, and for q4_1 256 per block and x row). The caller then unpacks the groups (same bits,
+ * value, 128 per block, and for q4_1 4 per block and x row). The caller then unpacks the groups (same bits,
  * slower). */
 int krn_rows8_exact(int t, const void *w, size_t row_bytes, int n_groups, int64_t n, const float *x, int64_t ldx,
                     int B, float *y, int64_t ldy, int acc);

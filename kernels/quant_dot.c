@@ -6,9 +6,10 @@
  *    q6_K: (d*sc)*(q-32));
  *  - q4_0, q4_1, q8_0 dots: per 32-element block the integer quants (q - 8, q, q) as floats against x in 8 lanes,
  *    lane l: s_l = fma(q_{l+24}, x_{l+24}, fma(q_{l+16}, x_{l+16}, fma(q_{l+8}, x_{l+8}, q_l * x_l))) (elements in
- *    GGUF order), then acc_l = fma(d, s_l, acc_l) over the blocks in order; q4_1 also m_l = fma(m, (x_l + x_{l+8})
- *    + (x_{l+16} + x_{l+24}), m_l); both folded for s = 4, 2, 1: lane[l] += lane[l + s]; the result is acc_0 (+
- *    m_0 for q4_1). The quants stay integers, so dequantizing costs no multiply per element;
+ *    GGUF order), then acc_l = fma(d, s_l, acc_l) over the blocks in order, folded for s = 4, 2, 1:
+ *    acc[l] += acc[l + s]; the result is acc_0. q4_1 adds one more sum, M = fma(m, X, M) over the blocks in order,
+ *    X the block's x sum: X_l = (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}) folded the same way to X_0; the result is
+ *    acc_0 + M. The quants stay integers, so dequantizing costs no multiply per element, and X depends on x alone;
  *  - the other types' dots keep 16 lane sums: element i is added to lane i % 16 in increasing i, as
  *    lane = lane + (w_i * x_i) (a rounded product, then a rounded sum: the build has no FP contraction);
  *    the lanes are then folded in a fixed tree: for s = 8, 4, 2, 1: lane[l] += lane[l + s] (l < s);

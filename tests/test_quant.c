@@ -381,11 +381,11 @@ static float lane_reference(const float *w, const float *x, int64_t n)
 }
 
 /* The documented order of q4_0 / q4_1 / q8_0 (kernels/quant_dot.c): integer quants against x in 8 lanes per block
- * with fused multiply-adds, scaled by d into 8 lanes, q4_1's min times the block's x sums in 8 lanes of its own. */
+ * with fused multiply-adds, scaled by d into 8 lanes, q4_1's min times the block's x sum into one sum of its own. */
 static float q32_reference(int t, const unsigned char *row, const float *x, int64_t n)
 {
     const size_t bb = krn_row_bytes(t, 32);
-    float acc[8] = {0}, mins[8] = {0};
+    float acc[8] = {0}, mins = 0.0f;
     for (int64_t b = 0; b < n / 32; b++) {
         const unsigned char *p = row + b * bb, *qs = p + (t == KRN_Q4_1 ? 4 : 2);
         uint16_t dh, mh;
@@ -401,15 +401,19 @@ static float q32_reference(int t, const unsigned char *row, const float *x, int6
                 s = c == 0 ? q * xb[e] : fmaf(q, xb[e], s);
             }
             acc[l] = fmaf(d, s, acc[l]);
-            mins[l] = fmaf(m, (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]), mins[l]);
         }
+        float xs[8];
+        for (int l = 0; l < 8; l++)
+            xs[l] = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
+        for (int s = 4; s >= 1; s >>= 1)
+            for (int l = 0; l < s; l++)
+                xs[l] += xs[l + s];
+        mins = fmaf(m, xs[0], mins);
     }
     for (int s = 4; s >= 1; s >>= 1)
-        for (int l = 0; l < s; l++) {
+        for (int l = 0; l < s; l++)
             acc[l] += acc[l + s];
-            mins[l] += mins[l + s];
-        }
-    return t == KRN_Q4_1 ? acc[0] + mins[0] : acc[0];
+    return t == KRN_Q4_1 ? acc[0] + mins : acc[0];
 }
 
 static void test_dot_equals_the_documented_lane_sum_and_the_double_sum(void **state)
