@@ -2,10 +2,10 @@
  * every (weight row, x row) result is the bits of krn_dot_row (the defined dot of kernels/quant_dot.c), with the
  * 8 rows of a group in the 8 float lanes of a vector.
  *
- * Why: the defined dot keeps 8 lane sums per row (lane l: elements l, l + 8, l + 16, l + 24 of each block). Row by
- * row, each 8 elements cost a widening, a convert and an FMA, and every row ends in a horizontal fold. Here one
- * vector holds lane l of 8 rows: the fold is vertical adds once per group, one block scale vector serves 8 rows,
- * and a q4 quant is converted where it lies.
+ * Why: the defined dot keeps 8 lane sums per row and block (lane l: elements l, l + 8, l + 16, l + 24), added in
+ * pairs (l, l + 4) before the block's scale. Row by row, each 8 elements cost a widening, a convert and an FMA, and
+ * every row ends in a horizontal fold. Here one vector holds lane l of 8 rows: the pairing and the fold are vertical
+ * adds, one block scale vector serves 8 rows, and a q4 quant is converted where it lies.
  *
  * q4 quants in place. In a chunk (dword r = row r's 4 quant bytes) nibble j (bits 4j .. 4j + 3) of every dword,
  * masked, converts exactly to n * 2^(4j) (below 2^28); the top nibble is shifted down first. Against the x
@@ -77,31 +77,34 @@ XA __m256 quant8(const int t, const uint8_t *q, const int e)
     return _mm256_sub_ps(n, _mm256_set1_ps((float)(8 << q4_pos(e)))); /* (n - 8) * 2^pos, exact */
 }
 
-/* Lanes l0 .. l0 + LN - 1 of one group against C x rows: a[c][dl] = sum over blocks of fma(d_j, s_l, .) in block
- * order, s_l the defined lane sum. xs: the (scaled) x rows, n apart; ds: the group's block scales, 8 per block.
- * t, C, LN, l0 constant at each call (C * LN <= 8 accumulators stay in registers). */
-XA void group_lanes(const int t, const int C, const int LN, const int l0, const uint8_t *G, size_t gbb, size_t qo,
-                    int64_t nb, const float *ds, const float *xs, int64_t n, __m256 a[4][8])
+/* Lane pairs p0 .. p0 + NP - 1 of one group against C x rows: a[c][dp] = sum over blocks of fma(d_j, s_l + s_{l+4},
+ * .) in block order, l = p0 + dp, s_l the defined lane sum. xs: the (scaled) x rows, n apart; ds: the group's block
+ * scales, 8 per block. t, C, NP, p0 constant at each call (C * NP accumulators and 2 * C sums stay in registers). */
+XA void group_lanes(const int t, const int C, const int NP, const int p0, const uint8_t *G, size_t gbb, size_t qo,
+                    int64_t nb, const float *ds, const float *xs, int64_t n, __m256 a[4][4])
 {
     for (int c = 0; c < C; c++)
-        for (int dl = 0; dl < LN; dl++)
-            a[c][dl] = _mm256_setzero_ps();
+        for (int dp = 0; dp < NP; dp++)
+            a[c][dp] = _mm256_setzero_ps();
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *q = G + (size_t)j * gbb + qo;
         for (size_t pf = 0; pf < gbb; pf += 64) /* every pass fetches the next group's block j (past the last group: */
             __builtin_prefetch(G + (size_t)(nb + j) * gbb + pf, 0, 3); /* a prefetch, never a read) */
         const __m256 d = _mm256_loadu_ps(ds + 8 * j);
-        for (int dl = 0; dl < LN; dl++) {
-            const int l = l0 + dl;
-            const __m256 q0 = quant8(t, q, l), q1 = quant8(t, q, l + 8), q2 = quant8(t, q, l + 16),
-                         q3 = quant8(t, q, l + 24);
+        for (int dp = 0; dp < NP; dp++) {
+            const int l = p0 + dp;
+            __m256 v[8]; /* quants l, l + 8, l + 16, l + 24, then l + 4, l + 12, l + 20, l + 28 */
+            for (int k = 0; k < 8; k++)
+                v[k] = quant8(t, q, l + 4 * (k / 4) + 8 * (k % 4));
             for (int c = 0; c < C; c++) {
-                const float *xb = xs + c * n + 32 * j;
-                __m256 s = _mm256_mul_ps(q0, _mm256_broadcast_ss(xb + l));
-                s = _mm256_fmadd_ps(q1, _mm256_broadcast_ss(xb + l + 8), s);
-                s = _mm256_fmadd_ps(q2, _mm256_broadcast_ss(xb + l + 16), s);
-                s = _mm256_fmadd_ps(q3, _mm256_broadcast_ss(xb + l + 24), s);
-                a[c][dl] = _mm256_fmadd_ps(d, s, a[c][dl]);
+                const float *xb = xs + c * n + 32 * j + l;
+                __m256 s[2];
+                for (int h = 0; h < 2; h++) {
+                    s[h] = _mm256_mul_ps(v[4 * h], _mm256_broadcast_ss(xb + 4 * h));
+                    for (int k = 1; k < 4; k++)
+                        s[h] = _mm256_fmadd_ps(v[4 * h + k], _mm256_broadcast_ss(xb + 4 * h + 8 * k), s[h]);
+                }
+                a[c][dp] = _mm256_fmadd_ps(d, _mm256_add_ps(s[0], s[1]), a[c][dp]);
             }
         }
     }
@@ -120,14 +123,8 @@ XA void group_mins(const int C, const float *ms, const float *xsum, int64_t nb, 
     }
 }
 
-/* The defined fold (for s = 4, 2, 1: lane[l] += lane[l + s]) of 8 lane vectors; returns lane 0's. */
-XA __m256 fold8(__m256 v[8])
-{
-    for (int s = 4; s >= 1; s >>= 1)
-        for (int l = 0; l < s; l++)
-            v[l] = _mm256_add_ps(v[l], v[l + s]);
-    return v[0];
-}
+/* The defined fold (for s = 2, 1: acc[l] += acc[l + s]) of 4 lane vectors. */
+XA __m256 fold4(const __m256 v[4]) { return _mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3])); }
 
 /* Groups [0, ng) of type t against x rows [0, B): the whole product, with the per-call scratch prepared. */
 XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
@@ -144,29 +141,30 @@ XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
                 _mm256_storeu_ps(ms + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
         }
         for (int b0 = 0; b0 < B; b0 += 4) {
-            __m256 lane[4][8], a[4][8];
+            __m256 lane[4][4], a[4][4];
             const float *xb = xs + (size_t)b0 * n;
             const int C = B - b0 < 4 ? B - b0 : 4;
-            /* passes of LN lanes against C x rows, C * LN <= 8 accumulators: 2 x 4 lanes for C <= 2, 4 x 2 lanes */
-#define PASS(C, LN, L0)                                                                                           \
+            /* passes of NP lane pairs against C x rows (2 * C * NP sums in flight): 2 x 2 pairs for C <= 2, else
+             * 4 x 1 pair */
+#define PASS(C, NP, P0)                                                                                           \
     do {                                                                                                          \
-        group_lanes(t, C, LN, L0, G, gbb, qo, nb, ds, xb, n, a);                                                  \
+        group_lanes(t, C, NP, P0, G, gbb, qo, nb, ds, xb, n, a);                                                  \
         for (int c = 0; c < C; c++)                                                                               \
-            for (int l = 0; l < LN; l++)                                                                          \
-                lane[c][L0 + l] = a[c][l];                                                                        \
+            for (int p = 0; p < NP; p++)                                                                          \
+                lane[c][P0 + p] = a[c][p];                                                                        \
     } while (0)
             switch (C) {
-            case 1: PASS(1, 4, 0); PASS(1, 4, 4); break;
-            case 2: PASS(2, 4, 0); PASS(2, 4, 4); break;
-            case 3: PASS(3, 2, 0); PASS(3, 2, 2); PASS(3, 2, 4); PASS(3, 2, 6); break;
-            default: PASS(4, 2, 0); PASS(4, 2, 2); PASS(4, 2, 4); PASS(4, 2, 6); break;
+            case 1: PASS(1, 2, 0); PASS(1, 2, 2); break;
+            case 2: PASS(2, 2, 0); PASS(2, 2, 2); break;
+            case 3: PASS(3, 1, 0); PASS(3, 1, 1); PASS(3, 1, 2); PASS(3, 1, 3); break;
+            default: PASS(4, 1, 0); PASS(4, 1, 1); PASS(4, 1, 2); PASS(4, 1, 3); break;
             }
 #undef PASS
             __m256 m[4];
             if (t == KRN_Q4_1)
                 group_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
             for (int c = 0; c < C; c++) {
-                __m256 r = fold8(lane[c]);
+                __m256 r = fold4(lane[c]);
                 if (t == KRN_Q4_1)
                     r = _mm256_add_ps(r, m[c]);
                 float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
@@ -218,12 +216,12 @@ XZ __m512 quant16(const int t, const uint8_t *q0, const uint8_t *q1, const int e
 }
 
 /* group_lanes for the pair at G (group g; g + 1 at G + nb * gbb): ds holds 16 scales per block. */
-XZ void pair_lanes(const int t, const int C, const int LN, const int l0, const uint8_t *G, size_t gbb, size_t qo,
-                   int64_t nb, const float *ds, const float *xs, int64_t n, __m512 a[4][8])
+XZ void pair_lanes(const int t, const int C, const int NP, const int p0, const uint8_t *G, size_t gbb, size_t qo,
+                   int64_t nb, const float *ds, const float *xs, int64_t n, __m512 a[4][4])
 {
     for (int c = 0; c < C; c++)
-        for (int dl = 0; dl < LN; dl++)
-            a[c][dl] = _mm512_setzero_ps();
+        for (int dp = 0; dp < NP; dp++)
+            a[c][dp] = _mm512_setzero_ps();
     const size_t gb = (size_t)nb * gbb; /* one group's bytes */
     for (int64_t j = 0; j < nb; j++) {
         const uint8_t *q0 = G + (size_t)j * gbb + qo, *q1 = q0 + gb;
@@ -232,17 +230,20 @@ XZ void pair_lanes(const int t, const int C, const int LN, const int l0, const u
             __builtin_prefetch(G + 3 * gb + (size_t)j * gbb + pf, 0, 3);
         }
         const __m512 d = _mm512_loadu_ps(ds + 16 * j);
-        for (int dl = 0; dl < LN; dl++) {
-            const int l = l0 + dl;
-            const __m512 v0 = quant16(t, q0, q1, l), v1 = quant16(t, q0, q1, l + 8), v2 = quant16(t, q0, q1, l + 16),
-                         v3 = quant16(t, q0, q1, l + 24);
+        for (int dp = 0; dp < NP; dp++) {
+            const int l = p0 + dp;
+            __m512 v[8]; /* as in group_lanes */
+            for (int k = 0; k < 8; k++)
+                v[k] = quant16(t, q0, q1, l + 4 * (k / 4) + 8 * (k % 4));
             for (int c = 0; c < C; c++) {
-                const float *xb = xs + c * n + 32 * j;
-                __m512 s = _mm512_mul_ps(v0, _mm512_set1_ps(xb[l]));
-                s = _mm512_fmadd_ps(v1, _mm512_set1_ps(xb[l + 8]), s);
-                s = _mm512_fmadd_ps(v2, _mm512_set1_ps(xb[l + 16]), s);
-                s = _mm512_fmadd_ps(v3, _mm512_set1_ps(xb[l + 24]), s);
-                a[c][dl] = _mm512_fmadd_ps(d, s, a[c][dl]);
+                const float *xb = xs + c * n + 32 * j + l;
+                __m512 s[2];
+                for (int h = 0; h < 2; h++) {
+                    s[h] = _mm512_mul_ps(v[4 * h], _mm512_set1_ps(xb[4 * h]));
+                    for (int k = 1; k < 4; k++)
+                        s[h] = _mm512_fmadd_ps(v[4 * h + k], _mm512_set1_ps(xb[4 * h + 8 * k]), s[h]);
+                }
+                a[c][dp] = _mm512_fmadd_ps(d, _mm512_add_ps(s[0], s[1]), a[c][dp]);
             }
         }
     }
@@ -260,13 +261,7 @@ XZ void pair_mins(const int C, const float *ms, const float *xsum, int64_t nb, _
     }
 }
 
-XZ __m512 fold16(__m512 v[8])
-{
-    for (int s = 4; s >= 1; s >>= 1)
-        for (int l = 0; l < s; l++)
-            v[l] = _mm512_add_ps(v[l], v[l + s]);
-    return v[0];
-}
+XZ __m512 fold4z(const __m512 v[4]) { return _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3])); }
 
 /* rows8_exact_type over the pairs of groups [0, ng / 2 * 2); ds and ms hold 16 floats per block. */
 XZ void pairs_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
@@ -285,30 +280,31 @@ XZ void pairs_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng
                                      _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
             }
         for (int b0 = 0; b0 < B; b0 += 4) {
-            __m512 lane[4][8], a[4][8];
+            __m512 lane[4][4], a[4][4];
             const float *xb = xs + (size_t)b0 * n;
             const int C = B - b0 < 4 ? B - b0 : 4;
-            /* passes of 4 lanes against C x rows (C * 4 <= 16 accumulators): a pass of all 8 lanes is slower, its
-             * 32 quant vectors and 8 sums spill (docs/bench/cpu.md, "The exact mode in AVX-512 vectors") */
-#define PASS(C, L0)                                                                                               \
+            /* passes of 2 lane pairs against C x rows (4 * C sums in flight, 2 * C accumulators): one pass of all 4
+             * pairs is slower, its 32 quant vectors and 8 sums spill (docs/bench/cpu.md, "The exact mode in AVX-512
+             * vectors") */
+#define PASS(C, P0)                                                                                               \
     do {                                                                                                          \
-        pair_lanes(t, C, 4, L0, G, gbb, qo, nb, ds, xb, n, a);                                                    \
+        pair_lanes(t, C, 2, P0, G, gbb, qo, nb, ds, xb, n, a);                                                    \
         for (int c = 0; c < C; c++)                                                                               \
-            for (int l = 0; l < 4; l++)                                                                           \
-                lane[c][L0 + l] = a[c][l];                                                                        \
+            for (int p = 0; p < 2; p++)                                                                           \
+                lane[c][P0 + p] = a[c][p];                                                                        \
     } while (0)
             switch (C) {
-            case 1: PASS(1, 0); PASS(1, 4); break;
-            case 2: PASS(2, 0); PASS(2, 4); break;
-            case 3: PASS(3, 0); PASS(3, 4); break;
-            default: PASS(4, 0); PASS(4, 4); break;
+            case 1: PASS(1, 0); PASS(1, 2); break;
+            case 2: PASS(2, 0); PASS(2, 2); break;
+            case 3: PASS(3, 0); PASS(3, 2); break;
+            default: PASS(4, 0); PASS(4, 2); break;
             }
 #undef PASS
             __m512 m[4];
             if (t == KRN_Q4_1)
                 pair_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
             for (int c = 0; c < C; c++) {
-                __m512 r = fold16(lane[c]);
+                __m512 r = fold4z(lane[c]);
                 if (t == KRN_Q4_1)
                     r = _mm512_add_ps(r, m[c]);
                 float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;

@@ -6,10 +6,11 @@
  *    q6_K: (d*sc)*(q-32));
  *  - q4_0, q4_1, q8_0 dots: per 32-element block the integer quants (q - 8, q, q) as floats against x in 8 lanes,
  *    lane l: s_l = fma(q_{l+24}, x_{l+24}, fma(q_{l+16}, x_{l+16}, fma(q_{l+8}, x_{l+8}, q_l * x_l))) (elements in
- *    GGUF order), then acc_l = fma(d, s_l, acc_l) over the blocks in order, folded for s = 4, 2, 1:
- *    acc[l] += acc[l + s]; the result is acc_0. q4_1 adds one more sum, M = fma(m, X, M) over the blocks in order,
- *    X the block's x sum: X_l = (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}) folded the same way to X_0; the result is
- *    acc_0 + M. The quants stay integers, so dequantizing costs no multiply per element, and X depends on x alone;
+ *    GGUF order), paired p_l = s_l + s_{l+4} (l < 4), then acc_l = fma(d, p_l, acc_l) over the blocks in order,
+ *    folded for s = 2, 1: acc[l] += acc[l + s]; the result is acc_0. q4_1 adds one more sum, M = fma(m, X, M) over
+ *    the blocks in order, X the block's x sum: X_l = (x_l + x_{l+8}) + (x_{l+16} + x_{l+24}) folded for s = 4, 2, 1
+ *    to X_0; the result is acc_0 + M. The quants stay integers, so dequantizing costs no multiply per element; one
+ *    scaling FMA serves 8 products (the pairing's add runs beside the FMAs), and X depends on x alone;
  *  - the other types' dots keep 16 lane sums: element i is added to lane i % 16 in increasing i, as
  *    lane = lane + (w_i * x_i) (a rounded product, then a rounded sum: the build has no FP contraction);
  *    the lanes are then folded in a fixed tree: for s = 8, 4, 2, 1: lane[l] += lane[l + s] (l < s);
@@ -174,6 +175,15 @@ static AI v8f g_fma8(v8f a, v8f b, v8f c)
     return c;
 }
 
+/* v with its two halves swapped: lane l holds lane (l + 4) % 8. */
+static AI v8f g_swap4(v8f v)
+{
+    v8f r;
+    for (int k = 0; k < 8; k++)
+        r[k] = v[(k + 4) % 8];
+    return r;
+}
+
 #define F(name) name##_generic
 #define P(name) g_##name
 #define ATTR static
@@ -266,6 +276,8 @@ XA v8f x_bf8(const void *p)
 XA float x_h1(uint16_t h) { return _cvtsh_ss(h); }
 
 XA v8f x_fma8(v8f a, v8f b, v8f c) { return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+
+XA v8f x_swap4(v8f v) { return (v8f)_mm256_permute2f128_ps((__m256)v, (__m256)v, 1); }
 
 #define F(name) name##_avx2
 #define P(name) x_##name

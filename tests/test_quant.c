@@ -381,27 +381,28 @@ static float lane_reference(const float *w, const float *x, int64_t n)
 }
 
 /* The documented order of q4_0 / q4_1 / q8_0 (kernels/quant_dot.c): integer quants against x in 8 lanes per block
- * with fused multiply-adds, scaled by d into 8 lanes, q4_1's min times the block's x sum into one sum of its own. */
+ * with fused multiply-adds, lanes l and l + 4 added, scaled by d into 4 lanes, q4_1's min times the block's x sum
+ * into one sum of its own. */
 static float q32_reference(int t, const unsigned char *row, const float *x, int64_t n)
 {
     const size_t bb = krn_row_bytes(t, 32);
-    float acc[8] = {0}, mins = 0.0f;
+    float acc[4] = {0}, mins = 0.0f;
     for (int64_t b = 0; b < n / 32; b++) {
         const unsigned char *p = row + b * bb, *qs = p + (t == KRN_Q4_1 ? 4 : 2);
         uint16_t dh, mh;
         memcpy(&dh, p, 2);
         memcpy(&mh, p + 2, 2);
         const float d = krn_f16_to_f32(dh), m = krn_f16_to_f32(mh), *xb = x + 32 * b;
-        for (int l = 0; l < 8; l++) {
-            float s = 0.0f;
+        float s[8];
+        for (int l = 0; l < 8; l++)
             for (int c = 0; c < 4; c++) {
                 const int e = l + 8 * c;
                 const float q = t == KRN_Q8_0 ? (float)(int8_t)qs[e]
                                               : (float)((e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4) - (t == KRN_Q4_0 ? 8 : 0));
-                s = c == 0 ? q * xb[e] : fmaf(q, xb[e], s);
+                s[l] = c == 0 ? q * xb[e] : fmaf(q, xb[e], s[l]);
             }
-            acc[l] = fmaf(d, s, acc[l]);
-        }
+        for (int l = 0; l < 4; l++)
+            acc[l] = fmaf(d, s[l] + s[l + 4], acc[l]);
         float xs[8];
         for (int l = 0; l < 8; l++)
             xs[l] = (xb[l] + xb[l + 8]) + (xb[l + 16] + xb[l + 24]);
@@ -410,7 +411,7 @@ static float q32_reference(int t, const unsigned char *row, const float *x, int6
                 xs[l] += xs[l + s];
         mins = fmaf(m, xs[0], mins);
     }
-    for (int s = 4; s >= 1; s >>= 1)
+    for (int s = 2; s >= 1; s >>= 1)
         for (int l = 0; l < s; l++)
             acc[l] += acc[l + s];
     return t == KRN_Q4_1 ? acc[0] + mins : acc[0];
