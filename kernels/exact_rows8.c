@@ -77,118 +77,25 @@ XA __m256 quant8(const int t, const uint8_t *q, const int e)
     return _mm256_sub_ps(n, _mm256_set1_ps((float)(8 << q4_pos(e)))); /* (n - 8) * 2^pos, exact */
 }
 
-/* Lane pairs p0 .. p0 + NP - 1 of one group against C x rows: a[c][dp] = sum over blocks of fma(d_j, s_l + s_{l+4},
- * .) in block order, l = p0 + dp, s_l the defined lane sum. xs: the (scaled) x rows, n apart; ds: the group's block
- * scales, 8 per block. t, C, NP, p0 constant at each call (C * NP accumulators and 2 * C sums stay in registers). */
-XA void group_lanes(const int t, const int C, const int NP, const int p0, const uint8_t *G, size_t gbb, size_t qo,
-                    int64_t nb, const float *ds, const float *xs, int64_t n, __m256 a[4][4])
-{
-    for (int c = 0; c < C; c++)
-        for (int dp = 0; dp < NP; dp++)
-            a[c][dp] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nb; j++) {
-        const uint8_t *q = G + (size_t)j * gbb + qo;
-        for (size_t pf = 0; pf < gbb; pf += 64) /* every pass fetches the next group's block j (past the last group: */
-            __builtin_prefetch(G + (size_t)(nb + j) * gbb + pf, 0, 3); /* a prefetch, never a read) */
-        const __m256 d = _mm256_loadu_ps(ds + 8 * j);
-        for (int dp = 0; dp < NP; dp++) {
-            const int l = p0 + dp;
-            __m256 v[8]; /* quants l, l + 8, l + 16, l + 24, then l + 4, l + 12, l + 20, l + 28 */
-            for (int k = 0; k < 8; k++)
-                v[k] = quant8(t, q, l + 4 * (k / 4) + 8 * (k % 4));
-            for (int c = 0; c < C; c++) {
-                const float *xb = xs + c * n + 32 * j + l;
-                __m256 s[2];
-                for (int h = 0; h < 2; h++) {
-                    s[h] = _mm256_mul_ps(v[4 * h], _mm256_broadcast_ss(xb + 4 * h));
-                    for (int k = 1; k < 4; k++)
-                        s[h] = _mm256_fmadd_ps(v[4 * h + k], _mm256_broadcast_ss(xb + 4 * h + 8 * k), s[h]);
-                }
-                a[c][dp] = _mm256_fmadd_ps(d, _mm256_add_ps(s[0], s[1]), a[c][dp]);
-            }
-        }
-    }
-}
+/* ---- 8 rows per vector (AVX2) ---- */
+#define U 1
+#define V __m256
+#define ATTR XA
+#define F(name) rows8_##name
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VSET1(x) _mm256_set1_ps(x)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define QUANT(t, q, gb, e) quant8(t, q, e)
+#define D16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define NP_MANY 1
+#define TARGET "avx2,f16c,fma"
+#include "kernels/exact_rows8_body.inc"
 
-/* q4_1's min sums of one group against x rows [0, C): m[c] = sum over blocks of fma(m_j, X_cj, .), in block order
- * (xsum: X_cj at c * nb + j, the block's x sum); C chains side by side. */
-XA void group_mins(const int C, const float *ms, const float *xsum, int64_t nb, __m256 m[4])
-{
-    for (int c = 0; c < C; c++)
-        m[c] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nb; j++) {
-        const __m256 mv = _mm256_loadu_ps(ms + 8 * j);
-        for (int c = 0; c < C; c++)
-            m[c] = _mm256_fmadd_ps(mv, _mm256_set1_ps(xsum[c * nb + j]), m[c]);
-    }
-}
-
-/* The defined fold (for s = 2, 1: acc[l] += acc[l + s]) of 4 lane vectors. */
-XA __m256 fold4(const __m256 v[4]) { return _mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3])); }
-
-/* Groups [0, ng) of type t against x rows [0, B): the whole product, with the per-call scratch prepared. */
-XA void rows8_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
-                         const float *xsum, int B, float *ds, float *ms, float *y, int64_t ldy, int acc)
-{
-    const int64_t nb = n / 32;
-    const size_t gbb = 8 * krn_type_block_bytes(t), qo = t == KRN_Q4_1 ? 32 : 16;
-    for (int g = 0; g < ng; g++) {
-        const uint8_t *G = w + (size_t)g * 8 * row_bytes;
-        for (int64_t j = 0; j < nb; j++) { /* the 8 rows' d, q4_1's m */
-            const uint8_t *gb = G + (size_t)j * gbb;
-            _mm256_storeu_ps(ds + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)));
-            if (t == KRN_Q4_1)
-                _mm256_storeu_ps(ms + 8 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
-        }
-        for (int b0 = 0; b0 < B; b0 += 4) {
-            __m256 lane[4][4], a[4][4];
-            const float *xb = xs + (size_t)b0 * n;
-            const int C = B - b0 < 4 ? B - b0 : 4;
-            /* passes of NP lane pairs against C x rows (2 * C * NP sums in flight): 2 x 2 pairs for C <= 2, else
-             * 4 x 1 pair */
-#define PASS(C, NP, P0)                                                                                           \
-    do {                                                                                                          \
-        group_lanes(t, C, NP, P0, G, gbb, qo, nb, ds, xb, n, a);                                                  \
-        for (int c = 0; c < C; c++)                                                                               \
-            for (int p = 0; p < NP; p++)                                                                          \
-                lane[c][P0 + p] = a[c][p];                                                                        \
-    } while (0)
-            switch (C) {
-            case 1: PASS(1, 2, 0); PASS(1, 2, 2); break;
-            case 2: PASS(2, 2, 0); PASS(2, 2, 2); break;
-            case 3: PASS(3, 1, 0); PASS(3, 1, 1); PASS(3, 1, 2); PASS(3, 1, 3); break;
-            default: PASS(4, 1, 0); PASS(4, 1, 1); PASS(4, 1, 2); PASS(4, 1, 3); break;
-            }
-#undef PASS
-            __m256 m[4];
-            if (t == KRN_Q4_1)
-                group_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
-            for (int c = 0; c < C; c++) {
-                __m256 r = fold4(lane[c]);
-                if (t == KRN_Q4_1)
-                    r = _mm256_add_ps(r, m[c]);
-                float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
-                if (acc)
-                    r = _mm256_add_ps(_mm256_loadu_ps(yo), r);
-                _mm256_storeu_ps(yo, r);
-            }
-        }
-    }
-}
-
-__attribute__((target("avx2,f16c,fma"))) static void rows8_exact_avx2(int t, const uint8_t *w, size_t row_bytes,
-                                                                       int ng, int64_t n, const float *xs,
-                                                                       const float *xsum, int B, float *ds,
-                                                                       float *ms, float *y, int64_t ldy, int acc)
-{
-    switch (t) {
-    case KRN_Q4_0: rows8_exact_type(KRN_Q4_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    case KRN_Q4_1: rows8_exact_type(KRN_Q4_1, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    default: rows8_exact_type(KRN_Q8_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    }
-}
-
-/* ---- pairs of groups in AVX-512 vectors: the code above, 16 rows per vector ---- */
+/* ---- 16 rows per vector (AVX-512): pairs of groups ---- */
 #define XZ static inline __attribute__((always_inline, target("avx512f,avx2,f16c,fma")))
 
 /* Chunk k of the two groups' blocks at q0 and q1 (group g's low, g + 1's high). */
@@ -215,119 +122,22 @@ XZ __m512 quant16(const int t, const uint8_t *q0, const uint8_t *q1, const int e
     return _mm512_sub_ps(n, _mm512_set1_ps((float)(8 << q4_pos(e))));
 }
 
-/* group_lanes for the pair at G (group g; g + 1 at G + nb * gbb): ds holds 16 scales per block. */
-XZ void pair_lanes(const int t, const int C, const int NP, const int p0, const uint8_t *G, size_t gbb, size_t qo,
-                   int64_t nb, const float *ds, const float *xs, int64_t n, __m512 a[4][4])
-{
-    for (int c = 0; c < C; c++)
-        for (int dp = 0; dp < NP; dp++)
-            a[c][dp] = _mm512_setzero_ps();
-    const size_t gb = (size_t)nb * gbb; /* one group's bytes */
-    for (int64_t j = 0; j < nb; j++) {
-        const uint8_t *q0 = G + (size_t)j * gbb + qo, *q1 = q0 + gb;
-        for (size_t pf = 0; pf < gbb; pf += 64) { /* the next pair's block j (past the last pair: never a read) */
-            __builtin_prefetch(G + 2 * gb + (size_t)j * gbb + pf, 0, 3);
-            __builtin_prefetch(G + 3 * gb + (size_t)j * gbb + pf, 0, 3);
-        }
-        const __m512 d = _mm512_loadu_ps(ds + 16 * j);
-        for (int dp = 0; dp < NP; dp++) {
-            const int l = p0 + dp;
-            __m512 v[8]; /* as in group_lanes */
-            for (int k = 0; k < 8; k++)
-                v[k] = quant16(t, q0, q1, l + 4 * (k / 4) + 8 * (k % 4));
-            for (int c = 0; c < C; c++) {
-                const float *xb = xs + c * n + 32 * j + l;
-                __m512 s[2];
-                for (int h = 0; h < 2; h++) {
-                    s[h] = _mm512_mul_ps(v[4 * h], _mm512_set1_ps(xb[4 * h]));
-                    for (int k = 1; k < 4; k++)
-                        s[h] = _mm512_fmadd_ps(v[4 * h + k], _mm512_set1_ps(xb[4 * h + 8 * k]), s[h]);
-                }
-                a[c][dp] = _mm512_fmadd_ps(d, _mm512_add_ps(s[0], s[1]), a[c][dp]);
-            }
-        }
-    }
-}
-
-/* group_mins for a pair (ms: 16 mins per block). */
-XZ void pair_mins(const int C, const float *ms, const float *xsum, int64_t nb, __m512 m[4])
-{
-    for (int c = 0; c < C; c++)
-        m[c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nb; j++) {
-        const __m512 mv = _mm512_loadu_ps(ms + 16 * j);
-        for (int c = 0; c < C; c++)
-            m[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xsum[c * nb + j]), m[c]);
-    }
-}
-
-XZ __m512 fold4z(const __m512 v[4]) { return _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3])); }
-
-/* rows8_exact_type over the pairs of groups [0, ng / 2 * 2); ds and ms hold 16 floats per block. */
-XZ void pairs_exact_type(const int t, const uint8_t *w, size_t row_bytes, int ng, int64_t n, const float *xs,
-                         const float *xsum, int B, float *ds, float *ms, float *y, int64_t ldy, int acc)
-{
-    const int64_t nb = n / 32;
-    const size_t gbb = 8 * krn_type_block_bytes(t), qo = t == KRN_Q4_1 ? 32 : 16;
-    for (int g = 0; g + 1 < ng; g += 2) {
-        const uint8_t *G = w + (size_t)g * 8 * row_bytes;
-        for (int h = 0; h < 2; h++)
-            for (int64_t j = 0; j < nb; j++) { /* the 16 rows' d, q4_1's m */
-                const uint8_t *gb = G + (size_t)(h * nb + j) * gbb;
-                _mm256_storeu_ps(ds + 16 * j + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gb)));
-                if (t == KRN_Q4_1)
-                    _mm256_storeu_ps(ms + 16 * j + 8 * h,
-                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + 16))));
-            }
-        for (int b0 = 0; b0 < B; b0 += 4) {
-            __m512 lane[4][4], a[4][4];
-            const float *xb = xs + (size_t)b0 * n;
-            const int C = B - b0 < 4 ? B - b0 : 4;
-            /* passes of 2 lane pairs against C x rows (4 * C sums in flight, 2 * C accumulators): one pass of all 4
-             * pairs is slower, its 32 quant vectors and 8 sums spill (docs/bench/cpu.md, "The exact mode in AVX-512
-             * vectors") */
-#define PASS(C, P0)                                                                                               \
-    do {                                                                                                          \
-        pair_lanes(t, C, 2, P0, G, gbb, qo, nb, ds, xb, n, a);                                                    \
-        for (int c = 0; c < C; c++)                                                                               \
-            for (int p = 0; p < 2; p++)                                                                           \
-                lane[c][P0 + p] = a[c][p];                                                                        \
-    } while (0)
-            switch (C) {
-            case 1: PASS(1, 0); PASS(1, 2); break;
-            case 2: PASS(2, 0); PASS(2, 2); break;
-            case 3: PASS(3, 0); PASS(3, 2); break;
-            default: PASS(4, 0); PASS(4, 2); break;
-            }
-#undef PASS
-            __m512 m[4];
-            if (t == KRN_Q4_1)
-                pair_mins(C, ms, xsum + (size_t)b0 * nb, nb, m);
-            for (int c = 0; c < C; c++) {
-                __m512 r = fold4z(lane[c]);
-                if (t == KRN_Q4_1)
-                    r = _mm512_add_ps(r, m[c]);
-                float *yo = y + (size_t)(b0 + c) * ldy + (size_t)g * 8;
-                if (acc)
-                    r = _mm512_add_ps(_mm512_loadu_ps(yo), r);
-                _mm512_storeu_ps(yo, r);
-            }
-        }
-    }
-}
-
-__attribute__((target("avx512f,avx2,f16c,fma"))) static void pairs_exact_avx512(int t, const uint8_t *w,
-                                                                                 size_t row_bytes, int ng, int64_t n,
-                                                                                 const float *xs, const float *xsum,
-                                                                                 int B, float *ds, float *ms, float *y,
-                                                                                 int64_t ldy, int acc)
-{
-    switch (t) {
-    case KRN_Q4_0: pairs_exact_type(KRN_Q4_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    case KRN_Q4_1: pairs_exact_type(KRN_Q4_1, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    default: pairs_exact_type(KRN_Q8_0, w, row_bytes, ng, n, xs, xsum, B, ds, ms, y, ldy, acc); break;
-    }
-}
+#define U 2
+#define V __m512
+#define ATTR XZ
+#define F(name) pairs_##name
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VSET1(x) _mm512_set1_ps(x)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define QUANT(t, q, gb, e) quant16(t, q, (q) + (gb), e)
+#define D16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define NP_MANY 2
+#define TARGET "avx512f,avx2,f16c,fma"
+#include "kernels/exact_rows8_body.inc"
 #endif
 
 static atomic_int wide_cached = -1;
@@ -419,11 +229,11 @@ int krn_rows8_exact_path(int wide, int t, const void *w, size_t row_bytes, int n
     }
     int g0 = 0; /* groups [0, g0) done in pairs */
     if (wide && krn_rows8_exact_wide_available() && n_groups >= 2) {
-        pairs_exact_avx512(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
+        pairs_matmul(t, w, row_bytes, n_groups, n, xs, xsum, B, ds, ms, y, ldy, acc);
         g0 = n_groups / 2 * 2;
     }
     if (g0 < n_groups)
-        rows8_exact_avx2(t, (const uint8_t *)w + (size_t)g0 * 8 * row_bytes, row_bytes, n_groups - g0, n, xs, xsum, B,
+        rows8_matmul(t, (const uint8_t *)w + (size_t)g0 * 8 * row_bytes, row_bytes, n_groups - g0, n, xs, xsum, B,
                          ds, ms, y + (size_t)g0 * 8, ldy, acc);
     free(xs);
     return 1;
