@@ -77,6 +77,9 @@ XA __m256 quant8(const int t, const uint8_t *q, const int e)
     return _mm256_sub_ps(n, _mm256_set1_ps((float)(8 << q4_pos(e)))); /* (n - 8) * 2^pos, exact */
 }
 
+/* 8 f16 at p as floats. */
+XA __m256 f16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
 /* ---- 8 rows per vector (AVX2) ---- */
 #define U 1
 #define V __m256
@@ -90,7 +93,6 @@ XA __m256 quant8(const int t, const uint8_t *q, const int e)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
 #define QUANT(t, q, gb, e) quant8(t, q, e)
-#define D16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define NP_MANY 1
 #define TARGET "avx2,f16c,fma"
 #include "kernels/exact_rows8_body.inc"
@@ -134,7 +136,6 @@ XZ __m512 quant16(const int t, const uint8_t *q0, const uint8_t *q1, const int e
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm512_add_ps(a, b)
 #define QUANT(t, q, gb, e) quant16(t, q, (q) + (gb), e)
-#define D16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define NP_MANY 2
 #define TARGET "avx512f,avx2,f16c,fma"
 #include "kernels/exact_rows8_body.inc"
@@ -174,7 +175,8 @@ __attribute__((target("avx2,fma"))) static int prep_x(int t, const float *x, int
     }
     const __m256 lo = _mm256_set1_ps(any_size ? 0.0f : 0x1p-102f), hi = _mm256_set1_ps(0x1.fffffep127f),
                  zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
-    __m256 bad = zero; /* lanes that saw an x out of range: NaN fails every ordered compare */
+    __m256 good = _mm256_castsi256_ps(_mm256_set1_epi32(-1)); /* lanes whose x were all in range (NaN fails every
+                                                                * ordered compare) */
     const int64_t nb = n / 32;
     for (int b = 0; b < B; b++)
         for (int64_t j = 0; j < nb; j++) {
@@ -186,19 +188,16 @@ __attribute__((target("avx2,fma"))) static int prep_x(int t, const float *x, int
                 const __m256 ok = _mm256_or_ps(_mm256_cmp_ps(a, zero, _CMP_EQ_OQ),
                                                _mm256_and_ps(_mm256_cmp_ps(a, lo, _CMP_GE_OQ),
                                                              _mm256_cmp_ps(a, hi, _CMP_LE_OQ)));
-                bad = _mm256_or_ps(bad, _mm256_andnot_ps(ok, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+                good = _mm256_and_ps(good, ok);
                 _mm256_storeu_ps(xs + (size_t)b * n + 32 * j + 8 * k, _mm256_mul_ps(v[k], sc[k]));
             }
             if (xsum) {
                 float l8[8];
                 _mm256_storeu_ps(l8, _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
-                for (int s = 4; s >= 1; s >>= 1)
-                    for (int l = 0; l < s; l++)
-                        l8[l] += l8[l + s];
-                xsum[(size_t)b * nb + j] = l8[0]; /* X, the defined block sum */
+                xsum[(size_t)b * nb + j] = krn_q4_1_xsum_fold(l8);
             }
         }
-    return _mm256_movemask_ps(bad) == 0;
+    return _mm256_movemask_ps(good) == 0xFF;
 }
 #endif
 

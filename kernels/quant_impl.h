@@ -51,6 +51,16 @@ static inline float krn_f16_to_f32_inl(uint16_t h)
     return o.f;
 }
 
+/* q4_1's block x sum X of the defined dot (kernels/quant_dot.c) from its 8 lane sums v[l] = (x_l + x_{l+8}) +
+ * (x_{l+16} + x_{l+24}): the fold for s = 4, 2, 1 (v[l] += v[l + s]), in place; returns v[0]. */
+static inline float krn_q4_1_xsum_fold(float v[8])
+{
+    for (int s = 4; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            v[l] += v[l + s];
+    return v[0];
+}
+
 /* ggml's get_scale_min_k4: the j-th (0..7) 6-bit scale and min of a Q4_K or Q5_K super-block (same packing). */
 static inline void krn_q4k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {

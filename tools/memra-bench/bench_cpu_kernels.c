@@ -28,7 +28,7 @@ typedef struct shape { const char *name; int type, n_out, n_in; } shape;
 #if defined(__x86_64__)
 /* 12 independent chains of FMAs (more than the FMA latency times its ports on the cores we know), written out and
  * kept in registers by the empty asm; returns a sum so that nothing folds away. FMA_CHAINS is each arm's body. */
-#define FMA_CHAINS(V, SET1, FMADD, ADD, CON)                                                                       \
+#define FMA_CHAINS(V, SET1, FMADD, ADD)                                                                             \
     const V m = SET1(1.0000001f), c = SET1(1e-7f);                                                               \
     V a0 = SET1(0), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4), a5 = SET1(5);                        \
     V a6 = SET1(6), a7 = SET1(7), a8 = SET1(8), a9 = SET1(9), a10 = SET1(10), a11 = SET1(11);                    \
@@ -36,23 +36,21 @@ typedef struct shape { const char *name; int type, n_out, n_in; } shape;
         a0 = FMADD(a0, m, c), a1 = FMADD(a1, m, c), a2 = FMADD(a2, m, c), a3 = FMADD(a3, m, c);                  \
         a4 = FMADD(a4, m, c), a5 = FMADD(a5, m, c), a6 = FMADD(a6, m, c), a7 = FMADD(a7, m, c);                  \
         a8 = FMADD(a8, m, c), a9 = FMADD(a9, m, c), a10 = FMADD(a10, m, c), a11 = FMADD(a11, m, c);              \
-        __asm__ volatile("" : CON(a0), CON(a1), CON(a2), CON(a3), CON(a4), CON(a5), CON(a6), CON(a7), CON(a8),   \
-                         CON(a9), CON(a10), CON(a11));                                                           \
+        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7),   \
+                         "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));                                              \
     }                                                                                                            \
     a0 = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7)));                                      \
     a0 = ADD(a0, ADD(ADD(a8, a9), ADD(a10, a11)));                                                               \
     float r[16];                                                                                                 \
     memcpy(r, &a0, sizeof a0);                                                                                   \
     return r[0];
-#define CON_X(v) "+x"(v)
-#define CON_V(v) "+v"(v)
 __attribute__((target("avx2,fma"), noinline)) static float fma_chains_avx2(long n)
 {
-    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, CON_X)
+    FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps)
 }
 __attribute__((target("avx512f"), noinline)) static float fma_chains_avx512(long n)
 {
-    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, CON_V)
+    FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps)
 }
 #endif
 

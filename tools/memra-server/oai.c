@@ -252,7 +252,7 @@ static int parse_messages(srv_app *app, const cJSON *root, srv_req *r, srv_err *
         ar = memra_chat_apply(app->model, app->opt.chat_template, msgs, (size_t)n, 1, text, need + 1, &need);
     }
     if (ar != MEMRA_OK) {
-        fail(e, 400, "messages", "the model's chat template cannot render 'messages': %s", memra_last_error());
+        fail(e, 400, "messages", "the chat template cannot render 'messages': %s", memra_last_error());
         goto fail;
     }
     rc = tokenize(app, text, need, 1, "messages", r, e);
